@@ -1,0 +1,211 @@
+// The backward engine. Given output tensors and their gradients:
+//  1. collect the graph reachable from the outputs' nodes with an explicit stack (no recursion)
+//     and count, for every node, how many edges point at it;
+//  2. run nodes in Kahn order: a node runs once all gradients that can reach it have arrived
+//     (their sum is its dL/d(output)), so each node's rule runs exactly once;
+//  3. each rule returns dL/d(input) per edge; a broadcast gradient is summed back to the input's
+//     shape here (the one place that does it); leaves accumulate into .grad(), non-leaves into
+//     the pending sum of their node.
+// Rules run with grad mode = create_graph, so with create_graph the gradients are themselves
+// differentiable. Without retain_graph each rule is freed after it runs (its saved tensors go).
+#include "autograd/engine.h"
+
+#include <unordered_map>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "ops/ops.h"
+
+namespace vitrine {
+
+namespace {
+
+struct Targets {  // for grad(): where to capture instead of accumulating
+  std::unordered_map<const Node*, size_t> nodes;
+  std::unordered_map<const TensorImpl*, size_t> leaves;
+  std::vector<Tensor>* results = nullptr;
+  bool active() const { return results != nullptr; }
+};
+
+Tensor sum_grads(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  return ops::add(a, b);
+}
+
+Tensor apply_hooks(const std::vector<GradHook>& hooks, Tensor g) {
+  for (const GradHook& h : hooks) {
+    Tensor r = h(g);
+    if (r.defined()) {
+      VT_CHECK(r.shape() == g.shape() && r.dtype() == g.dtype(),
+               "gradient hook: returned shape {} ({}), expected {} ({})", r.shape(),
+               dtype_name(r.dtype()), g.shape(), dtype_name(g.dtype()));
+      g = r;
+    }
+  }
+  return g;
+}
+
+/// Stores g as (or adds it to) a tensor's .grad(): detached and private unless create_graph.
+void accumulate(TensorImpl& t, const Tensor& g, bool create_graph) {
+  if (!t.grad) {
+    t.grad = (create_graph ? g : ops::contiguous(g.detach()).detach()).impl_ptr();
+    // A gradient may alias another tensor (add passes dy through to both inputs): own a copy.
+    if (!create_graph && t.grad.get() != nullptr && t.grad->storage.use_count() > 1)
+      t.grad = Tensor(t.grad).clone().impl_ptr();
+    return;
+  }
+  Tensor cur(t.grad);
+  if (create_graph) {
+    t.grad = ops::add(cur, g).impl_ptr();
+  } else {
+    NoGradGuard ng;
+    cur.add_(g);
+  }
+}
+
+void leaf_arrives(const std::shared_ptr<TensorImpl>& leaf, Tensor g, bool create_graph,
+                  Targets& targets) {
+  g = apply_hooks(leaf->hooks, std::move(g));
+  if (targets.active()) {
+    auto it = targets.leaves.find(leaf.get());
+    if (it != targets.leaves.end())
+      (*targets.results)[it->second] = sum_grads((*targets.results)[it->second], g);
+    return;
+  }
+  accumulate(*leaf, g, create_graph);
+}
+
+void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in,
+         bool retain_graph, bool create_graph, Targets& targets) {
+  VT_CHECK(grads_in.empty() || grads_in.size() == outputs.size(),
+           "backward: {} gradients given for {} outputs", grads_in.size(), outputs.size());
+  GradModeGuard mode(create_graph);
+
+  // Seed gradients.
+  std::unordered_map<Node*, Tensor> pending;
+  std::vector<Node*> roots;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& y = outputs[i];
+    VT_CHECK(y.defined() && y.requires_grad(),
+             "backward: output {} does not require grad and has no grad_fn (did you forget "
+             "requires_grad_(), or compute it under no_grad?)", i);
+    Tensor g = i < grads_in.size() ? grads_in[i] : Tensor();
+    if (!g.defined()) {
+      VT_CHECK(y.numel() == 1,
+               "backward: a gradient can be left out only for a one-element output; output {} "
+               "has shape {} (pass grad with that shape)", i, y.shape());
+      g = ops::ones_like(y.detach());
+    }
+    VT_CHECK(g.shape() == y.shape(), "backward: gradient of shape {} for output {} of shape {}",
+             g.shape(), i, y.shape());
+    VT_CHECK(g.dtype() == y.dtype(), "backward: gradient dtype {} for output {} of dtype {}",
+             dtype_name(g.dtype()), i, dtype_name(y.dtype()));
+    if (y.is_leaf()) {
+      leaf_arrives(y.impl_ptr(), g, create_graph, targets);
+      continue;
+    }
+    Node* n = y.grad_fn().get();
+    if (!pending.count(n)) roots.push_back(n);
+    pending[n] = sum_grads(pending[n], g);
+  }
+
+  // 1. Dependency counts over the reachable graph (iterative DFS).
+  std::unordered_map<Node*, int> deps;
+  {
+    std::vector<Node*> stack(roots.begin(), roots.end());
+    std::unordered_map<Node*, bool> seen;
+    for (Node* r : roots) seen[r] = true;
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Edge& e : n->inputs) {
+        if (!e.node) continue;
+        Node* m = e.node.get();
+        ++deps[m];
+        if (!seen[m]) {
+          seen[m] = true;
+          stack.push_back(m);
+        }
+      }
+    }
+  }
+
+  // 2. Kahn order.
+  std::vector<Node*> ready;
+  for (Node* r : roots)
+    if (deps[r] == 0) ready.push_back(r);
+  while (!ready.empty()) {
+    Node* n = ready.back();
+    ready.pop_back();
+    Tensor g;
+    if (auto it = pending.find(n); it != pending.end()) {
+      g = std::move(it->second);
+      pending.erase(it);
+    }
+    Grads grads;
+    if (g.defined()) {
+      g = apply_hooks(n->hooks, std::move(g));
+      if (auto out = n->retained.lock()) accumulate(*out, g, create_graph);
+      if (targets.active()) {
+        if (auto it = targets.nodes.find(n); it != targets.nodes.end())
+          (*targets.results)[it->second] = sum_grads((*targets.results)[it->second], g);
+      }
+      VT_CHECK(n->fn != nullptr,
+               "backward: the graph through '{}' was already freed by an earlier backward; "
+               "pass retain_graph=true to the first backward to go through it twice", n->name);
+      Needs needs(n->inputs.size());
+      for (size_t i = 0; i < n->inputs.size(); ++i) needs[i] = n->inputs[i].defined();
+      try {
+        grads = n->fn(g, needs);
+      } catch (const Error& e) {
+        throw Error(fmt::format("backward of {}: {}", n->name, e.what()));
+      }
+      VT_ASSERT(grads.size() == n->inputs.size());
+      if (!retain_graph) n->fn = nullptr;
+    }
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Edge& e = n->inputs[i];
+      if (!e.defined()) continue;
+      if (i < grads.size() && grads[i].defined()) {
+        Tensor gi = grads[i];
+        if (!(gi.shape() == e.shape)) gi = ops::sum_to(gi, e.shape);
+        VT_ASSERT(gi.dtype() == e.dtype);
+        if (e.leaf) leaf_arrives(e.leaf, gi, create_graph, targets);
+        else pending[e.node.get()] = sum_grads(pending[e.node.get()], gi);
+      }
+      if (e.node && --deps[e.node.get()] == 0) ready.push_back(e.node.get());
+    }
+  }
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads,
+              bool retain_graph, bool create_graph) {
+  Targets none;
+  run(outputs, grads, retain_graph, create_graph, none);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grads, bool retain_graph, bool create_graph,
+                         bool allow_unused) {
+  std::vector<Tensor> results(inputs.size());
+  Targets t;
+  t.results = &results;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    VT_CHECK(inputs[i].defined() && inputs[i].requires_grad(),
+             "grad: input {} does not require grad", i);
+    if (inputs[i].is_leaf()) t.leaves[inputs[i].impl_ptr().get()] = i;
+    else t.nodes[inputs[i].grad_fn().get()] = i;
+  }
+  run(outputs, grads, retain_graph, create_graph, t);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (results[i].defined()) continue;
+    VT_CHECK(allow_unused, "grad: input {} was not used to compute the outputs (pass "
+             "allow_unused=true to get zeros)", i);
+    results[i] = ops::zeros_like(inputs[i].detach());
+  }
+  return results;
+}
+
+}  // namespace vitrine

@@ -1,0 +1,155 @@
+// The backend interface: everything a device must provide. Kernels only: no graph, no autograd.
+// Tensors reach kernels as Strided views (pointer to the first element, dtype, shape, strides in
+// elements). Output arguments are contiguous unless a comment says otherwise. CPU is the
+// reference implementation (backends/cpu); CUDA implements the same interface (backends/cuda).
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "backends/device.h"
+#include "backends/dtype.h"
+#include "backends/shape.h"
+#include "backends/storage.h"
+
+namespace vitrine {
+
+/// A kernel's view of a tensor: data points at element [0, ..., 0].
+struct Strided {
+  void* data = nullptr;
+  DType dtype = DType::Float32;
+  Dims shape;
+  Dims strides;
+  int64_t numel() const { return shape.numel(); }
+  bool is_contiguous() const;
+  template <typename T>
+  T* ptr() const { return static_cast<T*>(data); }
+};
+
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Sign,
+  PowScalar,  // y = x ^ alpha
+  Clamp,      // y = min(max(x, alpha), beta)
+  AddScalar,  // y = x + alpha
+  MulScalar,  // y = x * alpha
+};
+
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  Eq, Ne, Lt, Le, Gt, Ge,       // out: bool
+  GeluBackward,                 // out = dy * gelu'(x)        (a = x, b = dy)
+  GeluTanhBackward,             // out = dy * gelu_tanh'(x)   (a = x, b = dy)
+};
+
+enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin };
+
+/// Parameters of a 2-D convolution as im2col sees one image.
+struct ConvGeometry {
+  int64_t channels, height, width;     // input image
+  int64_t kernel_h, kernel_w;
+  int64_t stride_h, stride_w;
+  int64_t pad_h, pad_w;
+  int64_t out_h, out_w;
+};
+
+enum class InterpMode : uint8_t { Nearest, Bilinear, Bicubic };
+
+/// How output pixel coordinates map to input coordinates (PyTorch's rules).
+struct InterpGeometry {
+  InterpMode mode;
+  bool align_corners;
+  double scale_h, scale_w;  // input/output ratio to use when align_corners is false
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+
+  // Memory.
+  virtual StoragePtr allocate(size_t nbytes) = 0;
+  /// dst = src, elementwise, any strides, converting dtype (every dtype pair, 16-bit included).
+  virtual void copy(const Strided& src, const Strided& dst) = 0;
+  /// Copies raw bytes between this device and the host.
+  virtual void to_host(const void* src, void* host_dst, size_t nbytes) = 0;
+  virtual void from_host(const void* host_src, void* dst, size_t nbytes) = 0;
+  /// dst[...] = value (any strides, any dtype).
+  virtual void fill(const Strided& dst, double value) = 0;
+  /// dst[i] = start + i * step (contiguous).
+  virtual void arange(const Strided& dst, double start, double step) = 0;
+
+  // Random numbers: element i of dst is a function of (seed, offset + i) only (Philox4x32-10).
+  virtual void uniform(const Strided& dst, uint64_t seed, uint64_t offset, double lo,
+                       double hi) = 0;
+  virtual void normal(const Strided& dst, uint64_t seed, uint64_t offset, double mean,
+                      double std) = 0;
+  virtual void randint(const Strided& dst, uint64_t seed, uint64_t offset, int64_t lo,
+                       int64_t hi) = 0;
+
+  // Elementwise. x/a/b/cond: any strides (0 for broadcast dims), already shaped like y.
+  virtual void unary(UnaryOp op, const Strided& x, const Strided& y, double alpha = 0,
+                     double beta = 0) = 0;
+  virtual void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& y) = 0;
+  /// y = cond ? a : b
+  virtual void where(const Strided& cond, const Strided& a, const Strided& b,
+                     const Strided& y) = 0;
+
+  /// Reduces x over the dims where y (same rank as x, keepdim layout) has size 1 and x does not.
+  /// ArgMax/ArgMin write int64 indices (of the first extreme) into y and reduce one dim only.
+  virtual void reduce(ReduceOp op, const Strided& x, const Strided& y) = 0;
+
+  /// c[batch] = a[batch] @ b[batch] (+ c if accumulate). a: [..., M, K], b: [..., K, N], c:
+  /// [..., M, N] contiguous; a and b may be transposed in their last two dims and broadcast
+  /// (stride 0) in batch dims; all three share the batch shape.
+  virtual void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) = 0;
+
+  // Index ops along dim. index: int64, 1-D for the *_index ops, x-shaped for gather.
+  /// y = x.index_select(dim, index)
+  virtual void index_select(const Strided& x, int dim, const Strided& index, const Strided& y) = 0;
+  /// y.index_add_(dim, index, src)   (y: any strides, accumulated in place)
+  virtual void index_add(const Strided& y, int dim, const Strided& index, const Strided& src) = 0;
+  /// y = x.gather(dim, index)
+  virtual void gather(const Strided& x, int dim, const Strided& index, const Strided& y) = 0;
+  /// y.scatter_add_(dim, index, src)
+  virtual void scatter_add(const Strided& y, int dim, const Strided& index,
+                           const Strided& src) = 0;
+
+  // Fused neural-network kernels. All inputs contiguous; the reduced dim is the last one.
+  /// y = softmax(x) (or log_softmax) over the last dim.
+  virtual void softmax(const Strided& x, const Strided& y, bool log) = 0;
+  /// dx = y * (dy - sum(dy * y))   (log: dx = dy - exp(y) * sum(dy))
+  virtual void softmax_backward(const Strided& y, const Strided& dy, const Strided& dx,
+                                bool log) = 0;
+  /// x: [R, C]; y = (x - mean) * rstd * w + b; mean, rstd: [R]. w, b may be null (data == null).
+  virtual void layer_norm(const Strided& x, const Strided& w, const Strided& b, double eps,
+                          const Strided& y, const Strided& mean, const Strided& rstd) = 0;
+  /// dx, and dw/db (accumulated from zero) when their data is non-null.
+  virtual void layer_norm_backward(const Strided& x, const Strided& w, const Strided& mean,
+                                   const Strided& rstd, const Strided& dy, const Strided& dx,
+                                   const Strided& dw, const Strided& db) = 0;
+  /// logits: [N, C], target: int64 [N]; loss: [N] (0 where target == ignore_index).
+  virtual void cross_entropy(const Strided& logits, const Strided& target, int64_t ignore_index,
+                             double label_smoothing, const Strided& loss) = 0;
+  /// dlogits[n] = dloss[n] * (softmax(logits[n]) - q[n]), q the smoothed one-hot target.
+  virtual void cross_entropy_backward(const Strided& logits, const Strided& target,
+                                      int64_t ignore_index, double label_smoothing,
+                                      const Strided& dloss, const Strided& dlogits) = 0;
+
+  /// x: one image [C, H, W] -> cols [C * kh * kw, out_h * out_w] (zero padding).
+  virtual void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) = 0;
+  /// The adjoint of im2col: dx [C, H, W] (zeroed here) += scattered cols.
+  virtual void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) = 0;
+
+  /// x: [B, C, H, W] -> y: [B, C, OH, OW], PyTorch's nearest / bilinear / bicubic (A = -0.75).
+  virtual void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) = 0;
+  /// The adjoint: dx (zeroed here) from dy.
+  virtual void interpolate_backward(const Strided& dy, const Strided& dx,
+                                    const InterpGeometry& g) = 0;
+};
+
+/// The backend of a device; throws Error when this build has none for it.
+Backend& backend_for(const Device& device);
+/// Whether this build has a backend for the device type.
+bool backend_available(DeviceType type);
+void register_backend(DeviceType type, Backend* backend);
+
+}  // namespace vitrine

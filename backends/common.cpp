@@ -1,0 +1,170 @@
+// Backend-independent helpers: shapes, errors, devices, 16-bit conversions, the backend registry.
+#include <array>
+#include <cmath>
+
+#include "backends/backend.h"
+#include "backends/generator.h"
+
+namespace vitrine {
+
+void internal_error(const char* cond, const char* file, int line) {
+  throw Error(fmt::format("internal error (a bug in Vitrine): {} failed at {}:{}", cond, file, line));
+}
+
+std::string Dims::str() const { return fmt::format("[{}]", fmt::join(begin(), end(), ", ")); }
+
+Dims contiguous_strides(const Dims& shape) {
+  Dims s = Dims::filled(shape.size(), 1);
+  for (int i = shape.size() - 2; i >= 0; --i) s[i] = s[i + 1] * std::max<int64_t>(shape[i + 1], 1);
+  return s;
+}
+
+int wrap_dim(int64_t dim, int ndim, const char* op) {
+  int64_t n = std::max(ndim, 1);  // a 0-dim tensor accepts dim 0 and -1, as PyTorch
+  VT_CHECK(dim >= -n && dim < n, "{}: dim {} is out of range for a tensor with {} dims (expected {} to {})",
+           op, dim, ndim, -n, n - 1);
+  return static_cast<int>(dim < 0 ? dim + n : dim);
+}
+
+Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
+  int n = std::max(a.size(), b.size());
+  Dims out = Dims::filled(n, 1);
+  for (int i = 0; i < n; ++i) {
+    int64_t da = i < a.size() ? a.back(i) : 1, db = i < b.size() ? b.back(i) : 1;
+    VT_CHECK(da == db || da == 1 || db == 1,
+             "{}: shapes {} and {} cannot be broadcast (dim {} from the end: {} vs {})", op, a, b,
+             i, da, db);
+    out[n - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+bool Strided::is_contiguous() const {
+  int64_t expect = 1;
+  for (int i = shape.size() - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != expect) return false;
+    expect *= shape[i];
+  }
+  return true;
+}
+
+Device Device::parse(const std::string& s) {
+  if (s == "cpu") return kCPU;
+  if (s == "cuda") return {DeviceType::CUDA, 0};
+  if (s.rfind("cuda:", 0) == 0) {
+    try {
+      size_t used = 0;
+      int idx = std::stoi(s.substr(5), &used);
+      if (used == s.size() - 5 && idx >= 0) return {DeviceType::CUDA, idx};
+    } catch (const std::exception&) {
+    }
+  }
+  fail("device: '{}' is not a device (expected cpu, cuda or cuda:N)", s);
+}
+
+// ---- 16-bit floats -------------------------------------------------------------------------
+uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                                    // RNE
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_to_float(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t float_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t absu = u & 0x7fffffffu;
+  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (absu < 0x38800000u) {                                                // subnormal or zero
+    // value = absf; f16 subnormal unit is 2^-24: round(absf * 2^24) with RNE.
+    float a;
+    std::memcpy(&a, &absu, 4);
+    float scaled = a * 16777216.0f;  // exact (power of two)
+    float r = std::nearbyint(scaled);  // default rounding mode: nearest even
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
+  }
+  uint32_t mant = absu & 0x7fffffu;
+  uint32_t exp = (absu >> 23) - 127 + 15;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // RNE (may carry into exponent)
+  return static_cast<uint16_t>(sign | h);
+}
+
+float f16_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(mant), -24);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  uint32_t u = exp == 31 ? (sign | 0x7f800000u | (mant << 13))
+                         : (sign | ((exp - 15 + 127) << 23) | (mant << 13));
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- generator and registry ----------------------------------------------------------------
+Generator& default_generator() {
+  static Generator g(0);
+  return g;
+}
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+namespace {
+std::array<Backend*, 2>& registry() {
+  static std::array<Backend*, 2> r{nullptr, nullptr};
+  return r;
+}
+}  // namespace
+
+Backend* cpu_backend();  // backends/cpu/cpu_backend.cpp
+#ifdef VITRINE_WITH_CUDA
+Backend* cuda_backend();  // backends/cuda/cuda_backend.cu
+#endif
+
+void register_backend(DeviceType type, Backend* backend) {
+  registry()[static_cast<int>(type)] = backend;
+}
+
+bool backend_available(DeviceType type) {
+  if (type == DeviceType::CPU) return true;
+#ifdef VITRINE_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+Backend& backend_for(const Device& device) {
+  auto& r = registry();
+  Backend*& b = r[static_cast<int>(device.type)];
+  if (!b) {
+    if (device.is_cpu()) b = cpu_backend();
+#ifdef VITRINE_WITH_CUDA
+    if (device.is_cuda()) b = cuda_backend();
+#endif
+  }
+  VT_CHECK(b != nullptr,
+           "device {}: this build of Vitrine has no backend for it (configure with "
+           "-DVITRINE_CUDA=ON on a machine with nvcc)",
+           device.str());
+  return *b;
+}
+
+}  // namespace vitrine

@@ -1,0 +1,61 @@
+// The CPU backend: the reference implementation of backends/backend.h, on OpenBLAS + OpenMP.
+// One .cpp file per kernel family.
+#pragma once
+#include "backends/backend.h"
+
+namespace vitrine::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return kCPU; }
+  // memory.cpp
+  StoragePtr allocate(size_t nbytes) override;
+  void copy(const Strided& src, const Strided& dst) override;
+  void to_host(const void* src, void* host_dst, size_t nbytes) override;
+  void from_host(const void* host_src, void* dst, size_t nbytes) override;
+  void fill(const Strided& dst, double value) override;
+  void arange(const Strided& dst, double start, double step) override;
+  // random.cpp
+  void uniform(const Strided& dst, uint64_t seed, uint64_t offset, double lo, double hi) override;
+  void normal(const Strided& dst, uint64_t seed, uint64_t offset, double mean,
+              double std) override;
+  void randint(const Strided& dst, uint64_t seed, uint64_t offset, int64_t lo,
+               int64_t hi) override;
+  // elementwise.cpp
+  void unary(UnaryOp op, const Strided& x, const Strided& y, double alpha, double beta) override;
+  void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& y) override;
+  void where(const Strided& cond, const Strided& a, const Strided& b, const Strided& y) override;
+  // reduce.cpp
+  void reduce(ReduceOp op, const Strided& x, const Strided& y) override;
+  // gemm.cpp
+  void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) override;
+  // index.cpp
+  void index_select(const Strided& x, int dim, const Strided& index, const Strided& y) override;
+  void index_add(const Strided& y, int dim, const Strided& index, const Strided& src) override;
+  void gather(const Strided& x, int dim, const Strided& index, const Strided& y) override;
+  void scatter_add(const Strided& y, int dim, const Strided& index, const Strided& src) override;
+  // softmax.cpp
+  void softmax(const Strided& x, const Strided& y, bool log) override;
+  void softmax_backward(const Strided& y, const Strided& dy, const Strided& dx, bool log) override;
+  // layer_norm.cpp
+  void layer_norm(const Strided& x, const Strided& w, const Strided& b, double eps,
+                  const Strided& y, const Strided& mean, const Strided& rstd) override;
+  void layer_norm_backward(const Strided& x, const Strided& w, const Strided& mean,
+                           const Strided& rstd, const Strided& dy, const Strided& dx,
+                           const Strided& dw, const Strided& db) override;
+  // cross_entropy.cpp
+  void cross_entropy(const Strided& logits, const Strided& target, int64_t ignore_index,
+                     double label_smoothing, const Strided& loss) override;
+  void cross_entropy_backward(const Strided& logits, const Strided& target, int64_t ignore_index,
+                              double label_smoothing, const Strided& dloss,
+                              const Strided& dlogits) override;
+  // conv.cpp
+  void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) override;
+  void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) override;
+  // interpolate.cpp
+  void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) override;
+  void interpolate_backward(const Strided& dy, const Strided& dx,
+                            const InterpGeometry& g) override;
+};
+
+}  // namespace vitrine::cpu

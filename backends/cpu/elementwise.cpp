@@ -1,0 +1,166 @@
+// CPU elementwise kernels: unary (with scalar parameters alpha/beta), binary with broadcast
+// strides, where. Operands: any strides, already shaped like y (stride 0 on broadcast dims).
+#include <cmath>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace vitrine::cpu {
+
+namespace {
+constexpr double kSqrt1_2 = 0.70710678118654752440;   // 1/sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
+constexpr double kGeluC = 0.044715;
+
+template <typename T>
+T unary_value(UnaryOp op, T x, T alpha, T beta) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Abs: return x < 0 ? -x : x;
+    case UnaryOp::Sign: return static_cast<T>((x > 0) - (x < 0));
+    case UnaryOp::AddScalar: return x + alpha;
+    case UnaryOp::MulScalar: return x * alpha;
+    case UnaryOp::Clamp: return x < alpha ? alpha : (x > beta ? beta : x);
+    default: break;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case UnaryOp::Exp: return std::exp(x);
+      case UnaryOp::Log: return std::log(x);
+      case UnaryOp::Sqrt: return std::sqrt(x);
+      case UnaryOp::Rsqrt: return T(1) / std::sqrt(x);
+      case UnaryOp::Tanh: return std::tanh(x);
+      case UnaryOp::Sigmoid: return T(1) / (T(1) + std::exp(-x));
+      case UnaryOp::Relu: return x > 0 ? x : T(0);
+      case UnaryOp::Gelu: return T(0.5) * x * (T(1) + std::erf(x * T(kSqrt1_2)));
+      case UnaryOp::GeluTanh:
+        return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x)));
+      case UnaryOp::PowScalar: return std::pow(x, alpha);
+      default: break;
+    }
+  }
+  VT_ASSERT(!"unary op not supported for this dtype");
+  return x;
+}
+
+template <typename T>
+T binary_value(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+    case BinaryOp::Maximum: return a > b ? a : b;
+    case BinaryOp::Minimum: return a < b ? a : b;
+    default: break;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case BinaryOp::Pow: return std::pow(a, b);
+      case BinaryOp::GeluBackward: {  // a = x, b = dy
+        T cdf = T(0.5) * (T(1) + std::erf(a * T(kSqrt1_2)));
+        T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * a * a);
+        return b * (cdf + a * pdf);
+      }
+      case BinaryOp::GeluTanhBackward: {
+        T x2 = a * a;
+        T t = std::tanh(T(kSqrt2OverPi) * (a + T(kGeluC) * x2 * a));
+        T dinner = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluC) * x2);
+        return b * (T(0.5) * (T(1) + t) + T(0.5) * a * (T(1) - t * t) * dinner);
+      }
+      default: break;
+    }
+  }
+  VT_ASSERT(!"binary op not supported for this dtype");
+  return a;
+}
+
+template <typename T>
+bool compare(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::Eq: return a == b;
+    case BinaryOp::Ne: return a != b;
+    case BinaryOp::Lt: return a < b;
+    case BinaryOp::Le: return a <= b;
+    case BinaryOp::Gt: return a > b;
+    case BinaryOp::Ge: return a >= b;
+    default: VT_ASSERT(!"not a comparison");
+  }
+  return false;
+}
+
+bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
+}  // namespace
+
+void CpuBackend::unary(UnaryOp op, const Strided& x, const Strided& y, double alpha,
+                       double beta) {
+  VT_ASSERT(x.dtype == y.dtype && x.shape == y.shape);
+  Loop<2> loop(y.shape, {y.strides, x.strides});
+  dispatch_numeric(x.dtype, "unary", [&]<typename T>() {
+    T* yp = y.ptr<T>();
+    const T* xp = x.ptr<T>();
+    const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
+    loop.run([&](auto off, int64_t n, auto in) {
+      T* yr = yp + off[0];
+      const T* xr = xp + off[1];
+      if (in[0] == 1 && in[1] == 1) {
+        for (int64_t j = 0; j < n; ++j) yr[j] = unary_value<T>(op, xr[j], a, b);
+      } else {
+        for (int64_t j = 0; j < n; ++j) yr[j * in[0]] = unary_value<T>(op, xr[j * in[1]], a, b);
+      }
+    });
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& y) {
+  VT_ASSERT(a.dtype == b.dtype && a.shape == y.shape && b.shape == y.shape);
+  Loop<3> loop(y.shape, {y.strides, a.strides, b.strides});
+  const bool cmp = is_comparison(op);
+  VT_ASSERT(cmp ? y.dtype == DType::Bool : y.dtype == a.dtype);
+  auto run = [&]<typename T>() {
+    const T* ap = a.ptr<T>();
+    const T* bp = b.ptr<T>();
+    if (cmp) {
+      bool* yp = y.ptr<bool>();
+      loop.run([&](auto off, int64_t n, auto in) {
+        for (int64_t j = 0; j < n; ++j)
+          yp[off[0] + j * in[0]] = compare<T>(op, ap[off[1] + j * in[1]], bp[off[2] + j * in[2]]);
+      });
+      return;
+    }
+    T* yp = y.ptr<T>();
+    loop.run([&](auto off, int64_t n, auto in) {
+      T* yr = yp + off[0];
+      const T* ar = ap + off[1];
+      const T* br = bp + off[2];
+      if (in[0] == 1 && in[1] == 1 && in[2] == 1) {
+        for (int64_t j = 0; j < n; ++j) yr[j] = binary_value<T>(op, ar[j], br[j]);
+      } else {
+        for (int64_t j = 0; j < n; ++j)
+          yr[j * in[0]] = binary_value<T>(op, ar[j * in[1]], br[j * in[2]]);
+      }
+    });
+  };
+  if (cmp) dispatch_all(a.dtype, "compare", run);
+  else dispatch_numeric(a.dtype, "binary", run);
+}
+
+void CpuBackend::where(const Strided& cond, const Strided& a, const Strided& b,
+                       const Strided& y) {
+  VT_ASSERT(cond.dtype == DType::Bool && a.dtype == y.dtype && b.dtype == y.dtype);
+  Loop<4> loop(y.shape, {y.strides, cond.strides, a.strides, b.strides});
+  dispatch_all(y.dtype, "where", [&]<typename T>() {
+    T* yp = y.ptr<T>();
+    const bool* cp = cond.ptr<bool>();
+    const T* ap = a.ptr<T>();
+    const T* bp = b.ptr<T>();
+    loop.run([&](auto off, int64_t n, auto in) {
+      for (int64_t j = 0; j < n; ++j)
+        yp[off[0] + j * in[0]] =
+            cp[off[1] + j * in[1]] ? ap[off[2] + j * in[2]] : bp[off[3] + j * in[3]];
+    });
+  });
+}
+
+}  // namespace vitrine::cpu

@@ -1,0 +1,80 @@
+// CPU matrix multiply through OpenBLAS: c[batch] (+)= a[batch] @ b[batch].
+// a: [..., M, K], b: [..., K, N], c: [..., M, N] contiguous. a and b are read in place: each may
+// be row-major or transposed in its last two dims (ld taken from the strides) and broadcast
+// (stride 0) in its batch dims, so no copies are made. Many small products run in parallel over
+// the batch (OpenBLAS then runs single-threaded inside the OpenMP region); large ones use
+// OpenBLAS's own threads.
+#include <cblas.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace vitrine::cpu {
+
+namespace {
+struct Layout {
+  bool trans;
+  int64_t ld;
+};
+
+Layout layout_of(const Strided& m, int64_t rows, int64_t cols) {
+  const int nd = m.shape.size();
+  int64_t s0 = m.strides[nd - 2], s1 = m.strides[nd - 1];
+  if (s1 == 1 && s0 >= std::max<int64_t>(cols, 1)) return {false, s0};
+  if (s0 == 1 && s1 >= std::max<int64_t>(rows, 1)) return {true, s1};
+  if (rows == 1) return {false, std::max<int64_t>(cols, 1)};  // one row: any row stride works
+  VT_ASSERT(!"gemm operand must be row-major or transposed in its last two dims");
+  return {false, 0};
+}
+}  // namespace
+
+void CpuBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) {
+  const int nd = c.shape.size();
+  VT_ASSERT(nd >= 2 && a.shape.size() == nd && b.shape.size() == nd && c.is_contiguous());
+  const int64_t M = c.shape[nd - 2], N = c.shape[nd - 1], K = a.shape[nd - 1];
+  VT_ASSERT(a.shape[nd - 2] == M && b.shape[nd - 2] == K && b.shape[nd - 1] == N);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (!accumulate) fill(c, 0);
+    return;
+  }
+  const Layout la = layout_of(a, M, K), lb = layout_of(b, K, N);
+  const int64_t batch = c.numel() / (M * N);
+  Dims bshape;
+  for (int i = 0; i < nd - 2; ++i) bshape.push_back(c.shape[i]);
+
+  auto offsets = [&](int64_t bi, int64_t& oa, int64_t& ob) {
+    oa = ob = 0;
+    for (int d = nd - 3; d >= 0; --d) {
+      int64_t i = bi % bshape[d];
+      bi /= bshape[d];
+      oa += i * a.strides[d];
+      ob += i * b.strides[d];
+    }
+  };
+  const auto ta = la.trans ? CblasTrans : CblasNoTrans, tb = lb.trans ? CblasTrans : CblasNoTrans;
+  const bool small = M * N * K < 64 * 64 * 64;
+  dispatch_float(c.dtype, "matmul", [&]<typename T>() {
+    const T* ap = a.ptr<T>();
+    const T* bp = b.ptr<T>();
+    T* cp = c.ptr<T>();
+    const T beta = accumulate ? T(1) : T(0);
+    auto one = [&](int64_t bi) {
+      int64_t oa, ob;
+      offsets(bi, oa, ob);
+      T* cb = cp + bi * M * N;
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, ap + oa, la.ld, bp + ob, lb.ld, beta, cb, N);
+      else
+        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, ap + oa, la.ld, bp + ob, lb.ld, beta, cb, N);
+    };
+    if (batch > 1 && small) {
+#pragma omp parallel for schedule(static)
+      for (int64_t bi = 0; bi < batch; ++bi) one(bi);
+    } else {
+      for (int64_t bi = 0; bi < batch; ++bi) one(bi);
+    }
+  });
+}
+
+}  // namespace vitrine::cpu

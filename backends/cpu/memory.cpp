@@ -1,0 +1,114 @@
+// CPU memory: 64-byte aligned allocation, strided copy with dtype conversion, fill, arange.
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace vitrine::cpu {
+
+namespace {
+struct BF16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+
+template <typename T>
+double load(T v) {
+  if constexpr (std::is_same_v<T, BF16>) return bf16_to_float(v.bits);
+  else if constexpr (std::is_same_v<T, F16>) return f16_to_float(v.bits);
+  else return static_cast<double>(v);
+}
+template <typename T>
+T store(double v) {
+  if constexpr (std::is_same_v<T, BF16>) return BF16{float_to_bf16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<T, F16>) return F16{float_to_f16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<T, bool>) return v != 0;
+  else return static_cast<T>(v);
+}
+
+/// Calls f.operator()<T>() for every dtype, 16-bit storage types included.
+template <typename F>
+void dispatch_storage(DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: f.template operator()<float>(); return;
+    case DType::Float64: f.template operator()<double>(); return;
+    case DType::Int64: f.template operator()<int64_t>(); return;
+    case DType::Bool: f.template operator()<bool>(); return;
+    case DType::BFloat16: f.template operator()<BF16>(); return;
+    case DType::Float16: f.template operator()<F16>(); return;
+  }
+}
+}  // namespace
+
+StoragePtr CpuBackend::allocate(size_t nbytes) {
+  auto s = std::make_shared<Storage>();
+  size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
+  s->data = std::aligned_alloc(64, rounded);
+  VT_CHECK(s->data != nullptr, "cpu: out of memory allocating {} bytes", nbytes);
+  s->nbytes = nbytes;
+  s->device = kCPU;
+  s->deleter = [](void* p) { std::free(p); };
+  return s;
+}
+
+void CpuBackend::copy(const Strided& src, const Strided& dst) {
+  VT_ASSERT(src.shape == dst.shape);
+  if (src.dtype == dst.dtype && src.is_contiguous() && dst.is_contiguous()) {
+    std::memcpy(dst.data, src.data, src.numel() * dtype_size(src.dtype));
+    return;
+  }
+  Loop<2> loop(dst.shape, {dst.strides, src.strides});
+  dispatch_storage(dst.dtype, [&]<typename D>() {
+    dispatch_storage(src.dtype, [&]<typename S>() {
+      D* d = dst.ptr<D>();
+      const S* s = src.ptr<S>();
+      loop.run([&](auto off, int64_t n, auto in) {
+        D* dp = d + off[0];
+        const S* sp = s + off[1];
+        for (int64_t j = 0; j < n; ++j) {
+          if constexpr (std::is_same_v<D, S>) dp[j * in[0]] = sp[j * in[1]];
+          else dp[j * in[0]] = store<D>(load(sp[j * in[1]]));
+        }
+      });
+    });
+  });
+}
+
+void CpuBackend::to_host(const void* src, void* host_dst, size_t nbytes) {
+  std::memcpy(host_dst, src, nbytes);
+}
+void CpuBackend::from_host(const void* host_src, void* dst, size_t nbytes) {
+  std::memcpy(dst, host_src, nbytes);
+}
+
+void CpuBackend::fill(const Strided& dst, double value) {
+  Loop<1> loop(dst.shape, {dst.strides});
+  dispatch_storage(dst.dtype, [&]<typename T>() {
+    const T v = store<T>(value);
+    T* d = dst.ptr<T>();
+    loop.run([&](auto off, int64_t n, auto in) {
+      for (int64_t j = 0; j < n; ++j) d[off[0] + j * in[0]] = v;
+    });
+  });
+}
+
+void CpuBackend::arange(const Strided& dst, double start, double step) {
+  dispatch_numeric(dst.dtype, "arange", [&]<typename T>() {
+    T* d = dst.ptr<T>();
+    for (int64_t i = 0; i < dst.numel(); ++i) d[i] = static_cast<T>(start + i * step);
+  });
+}
+
+Backend* make_cpu_backend() {
+  static CpuBackend b;
+  return &b;
+}
+
+}  // namespace vitrine::cpu
+
+namespace vitrine {
+Backend* cpu_backend() { return cpu::make_cpu_backend(); }
+}  // namespace vitrine

@@ -1,0 +1,102 @@
+// CPU reductions. x: any strides; y: contiguous, same rank as x, size 1 on the reduced dims.
+// Sums accumulate in double (int64 in int64) over fixed-size chunks combined in order, so the
+// result does not depend on the number of threads.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace vitrine::cpu {
+
+namespace {
+constexpr int64_t kChunk = 16384;
+}  // namespace
+
+void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
+  VT_ASSERT(x.shape.size() == y.shape.size() && y.is_contiguous());
+  Dims kept_shape, kept_xs, red_shape, red_xs;
+  for (int i = 0; i < x.shape.size(); ++i) {
+    if (y.shape[i] == x.shape[i]) {
+      kept_shape.push_back(x.shape[i]);
+      kept_xs.push_back(x.strides[i]);
+    } else {
+      VT_ASSERT(y.shape[i] == 1);
+      red_shape.push_back(x.shape[i]);
+      red_xs.push_back(x.strides[i]);
+    }
+  }
+  const int64_t nout = y.numel(), m = red_shape.numel();
+  const bool arg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+  VT_ASSERT(!arg || (red_shape.size() <= 1 && y.dtype == DType::Int64));
+  VT_CHECK(m > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean,
+           "reduce: cannot take max/min/argmax/argmin over an empty dim (shape {})", x.shape);
+
+  // x offsets of every output element.
+  std::vector<int64_t> base(nout);
+  for_offsets(kept_shape, kept_xs, 0, nout, [&](int64_t i, int64_t off) { base[i] = off; });
+
+  dispatch_numeric(x.dtype, "reduce", [&]<typename T>() {
+    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+    const T* xp = x.ptr<T>();
+    const bool is_max = op == ReduceOp::Max || op == ReduceOp::ArgMax;
+    // One chunk of one output: returns (value, index) partial.
+    auto partial = [&](int64_t o, int64_t begin, int64_t end) -> std::pair<Acc, int64_t> {
+      if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+        Acc s = 0;
+        for_offsets(red_shape, red_xs, begin, end,
+                    [&](int64_t, int64_t off) { s += static_cast<Acc>(xp[base[o] + off]); });
+        return {s, 0};
+      }
+      Acc best = is_max ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
+      int64_t where = -1;
+      for_offsets(red_shape, red_xs, begin, end, [&](int64_t i, int64_t off) {
+        Acc v = static_cast<Acc>(xp[base[o] + off]);
+        bool better = where < 0 || (is_max ? v > best : v < best);
+        if constexpr (std::is_floating_point_v<T>) better = better || (std::isnan(v) && !std::isnan(best));
+        if (better) {
+          best = v;
+          where = i;
+        }
+      });
+      return {best, where};
+    };
+    auto combine = [&](std::pair<Acc, int64_t> a, std::pair<Acc, int64_t> b) {
+      if (op == ReduceOp::Sum || op == ReduceOp::Mean) return std::pair<Acc, int64_t>{a.first + b.first, 0};
+      if (a.second < 0) return b;
+      if (b.second < 0) return a;
+      bool take_b = is_max ? b.first > a.first : b.first < a.first;
+      return take_b ? b : a;
+    };
+    auto write = [&](int64_t o, std::pair<Acc, int64_t> r) {
+      if (arg) y.ptr<int64_t>()[o] = r.second;
+      else if (op == ReduceOp::Mean) y.ptr<T>()[o] = static_cast<T>(static_cast<double>(r.first) / static_cast<double>(m));
+      else y.ptr<T>()[o] = static_cast<T>(r.first);
+    };
+    const int64_t nchunk = std::max<int64_t>(1, (m + kChunk - 1) / kChunk);
+    auto chunk = [&](int64_t o, int64_t c) {
+      return partial(o, c * kChunk, std::min(m, (c + 1) * kChunk));
+    };
+    if (nchunk == 1 || nout >= omp_get_max_threads()) {
+      parallel_for(nout, m, [&](int64_t o) {
+        auto r = chunk(o, 0);
+        for (int64_t c = 1; c < nchunk; ++c) r = combine(r, chunk(o, c));
+        write(o, r);
+      });
+    } else {
+      std::vector<std::pair<Acc, int64_t>> parts(nout * nchunk);
+      parallel_for(nout * nchunk, kChunk, [&](int64_t t) {
+        int64_t o = t / nchunk, c = t % nchunk;
+        parts[t] = chunk(o, c);
+      });
+      for (int64_t o = 0; o < nout; ++o) {
+        auto r = parts[o * nchunk];
+        for (int64_t c = 1; c < nchunk; ++c) r = combine(r, parts[o * nchunk + c]);
+        write(o, r);
+      }
+    }
+  });
+}
+
+}  // namespace vitrine::cpu

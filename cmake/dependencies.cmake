@@ -1,0 +1,43 @@
+# Finds the system dependencies (Debian 12 packages, see scripts/install-deps.sh).
+find_package(fmt REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(OpenMP REQUIRED)
+find_package(ZLIB REQUIRED)
+
+# OpenBLAS, the OpenMP build, from its own directory (never through Debian's alternatives).
+set(_vt_blas_hints)
+foreach(p ${CMAKE_PREFIX_PATH} /usr)
+  list(APPEND _vt_blas_hints ${p}/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp
+       ${p}/lib/x86_64-linux-gnu/openblas-openmp)
+endforeach()
+find_library(VITRINE_OPENBLAS_LIBRARY NAMES openblas HINTS ${_vt_blas_hints} NO_DEFAULT_PATH)
+if(NOT VITRINE_OPENBLAS_LIBRARY)
+  message(FATAL_ERROR "OpenBLAS (OpenMP build) not found in ${_vt_blas_hints}: "
+                      "run scripts/install-deps.sh (package libopenblas-openmp-dev)")
+endif()
+get_filename_component(VITRINE_OPENBLAS_DIR ${VITRINE_OPENBLAS_LIBRARY} DIRECTORY)
+string(REPLACE "/lib/" "/include/" VITRINE_OPENBLAS_INCLUDE_DIR ${VITRINE_OPENBLAS_DIR})
+if(NOT EXISTS ${VITRINE_OPENBLAS_INCLUDE_DIR}/cblas.h)
+  message(FATAL_ERROR "cblas.h not found in ${VITRINE_OPENBLAS_INCLUDE_DIR}")
+endif()
+message(STATUS "OpenBLAS (OpenMP): ${VITRINE_OPENBLAS_LIBRARY}")
+
+# CUDA: ON, OFF, or AUTO (on when nvcc is found).
+set(VITRINE_HAVE_CUDA OFF)
+if(VITRINE_CUDA STREQUAL "AUTO")
+  if(NOT CMAKE_CUDA_COMPILER)
+    find_program(_vt_nvcc nvcc HINTS /usr/local/cuda/bin $ENV{CUDA_HOME}/bin)
+    if(_vt_nvcc)
+      set(CMAKE_CUDA_COMPILER ${_vt_nvcc})
+    endif()
+  endif()
+  if(CMAKE_CUDA_COMPILER)
+    set(VITRINE_HAVE_CUDA ON)
+  endif()
+elseif(VITRINE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    find_program(CMAKE_CUDA_COMPILER nvcc HINTS /usr/local/cuda/bin $ENV{CUDA_HOME}/bin REQUIRED)
+  endif()
+  set(VITRINE_HAVE_CUDA ON)
+endif()
+message(STATUS "Vitrine CUDA backend: ${VITRINE_HAVE_CUDA}")

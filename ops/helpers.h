@@ -1,0 +1,32 @@
+// Helpers shared by the op files (not public API): argument checks with the op's name in the
+// message, output allocation, and broadcast views for kernels.
+#pragma once
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "ops/ops.h"
+
+namespace vitrine::ops::detail {
+
+/// A defined tensor, or an error naming op and the argument.
+void check_defined(const Tensor& t, const char* op, const char* arg);
+/// float32 or float64, or an error naming op.
+void check_float(const Tensor& t, const char* op);
+/// Same dtype and device, or an error naming op and both.
+void check_same(const Tensor& a, const Tensor& b, const char* op);
+/// The kernel view of t broadcast (stride 0) to shape (t's shape must broadcast to it).
+Strided broadcast_view(const Tensor& t, const Dims& shape);
+/// A new contiguous tensor on t's device.
+inline Tensor empty_on(const Tensor& like, const Dims& shape, DType dtype) {
+  return Tensor::empty(shape, dtype, like.device());
+}
+/// Records a node whose backward refuses (for outputs of fused backward kernels), so that a
+/// second derivative through them is an error instead of a silent zero.
+Tensor no_double_backward(Tensor y, std::string_view op, const std::vector<Tensor>& inputs);
+/// The reduced dims as a sorted list of distinct non-negative dims (empty dims = all).
+Dims reduce_dims(const Dims& dims, int ndim, const char* op);
+/// The shape with the reduced dims set to 1.
+Dims keepdim_shape(const Dims& shape, const Dims& rdims);
+/// Removes the reduced dims from a keepdim-shaped result.
+Dims squeezed_shape(const Dims& shape, const Dims& rdims);
+
+}  // namespace vitrine::ops::detail

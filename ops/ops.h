@@ -1,0 +1,194 @@
+// The differentiable operations, one line each with its formula. Each is defined with its backward
+// rule beside it: elementwise.cpp, reduce.cpp, linalg.cpp, shape.cpp, index.cpp, nn_ops.cpp,
+// conv.cpp, interpolate.cpp; factories in factory.cpp, in-place ops in inplace.cpp.
+// Broadcasting follows NumPy; `dim` arguments may be negative (counted from the end).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace vitrine::ops {
+
+// ---- factories (factory.cpp) ----------------------------------------------------------------
+Tensor empty(const Dims& shape, DType dtype = kFloat32, Device device = kCPU);
+Tensor zeros(const Dims& shape, DType dtype = kFloat32, Device device = kCPU);
+Tensor ones(const Dims& shape, DType dtype = kFloat32, Device device = kCPU);
+Tensor full(const Dims& shape, double value, DType dtype = kFloat32, Device device = kCPU);
+Tensor zeros_like(const Tensor& x);
+Tensor ones_like(const Tensor& x);
+Tensor full_like(const Tensor& x, double value);
+/// A 0-dim tensor holding value.
+Tensor scalar(double value, DType dtype = kFloat32, Device device = kCPU);
+/// [start, start + step, ...) up to end (exclusive)
+Tensor arange(double start, double end, double step = 1, DType dtype = kFloat32);
+Tensor arange(double end, DType dtype = kInt64);
+/// steps values from start to end inclusive, evenly spaced
+Tensor linspace(double start, double end, int64_t steps, DType dtype = kFloat32);
+/// From host values; shape defaults to [values.size()].
+Tensor from_vector(const std::vector<double>& values, const Dims& shape = {},
+                   DType dtype = kFloat32);
+Tensor from_vector(const std::vector<float>& values, const Dims& shape = {});
+Tensor from_vector(const std::vector<int64_t>& values, const Dims& shape = {});
+Tensor tensor(std::initializer_list<double> values, DType dtype = kFloat32);
+/// U[lo, hi)
+Tensor rand(const Dims& shape, Generator& gen = default_generator(), DType dtype = kFloat32,
+            double lo = 0, double hi = 1);
+/// N(0, 1)
+Tensor randn(const Dims& shape, Generator& gen = default_generator(), DType dtype = kFloat32);
+/// integers in [lo, hi)
+Tensor randint(int64_t lo, int64_t hi, const Dims& shape, Generator& gen = default_generator());
+
+// ---- elementwise (elementwise.cpp) ----------------------------------------------------------
+/// a + alpha * b
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1);
+/// a - b
+Tensor sub(const Tensor& a, const Tensor& b);
+/// a * b
+Tensor mul(const Tensor& a, const Tensor& b);
+/// a / b
+Tensor div(const Tensor& a, const Tensor& b);
+/// x + c
+Tensor add(const Tensor& x, double c);
+/// x * c
+Tensor mul(const Tensor& x, double c);
+/// -x
+Tensor neg(const Tensor& x);
+/// a ^ b   (d/da = b a^(b-1), d/db = a^b ln a)
+Tensor pow(const Tensor& a, const Tensor& b);
+/// x ^ p   (d/dx = p x^(p-1))
+Tensor pow(const Tensor& x, double p);
+/// e^x
+Tensor exp(const Tensor& x);
+/// ln x
+Tensor log(const Tensor& x);
+/// sqrt(x)
+Tensor sqrt(const Tensor& x);
+/// 1 / sqrt(x)
+Tensor rsqrt(const Tensor& x);
+/// |x|   (gradient sign(x), 0 at 0)
+Tensor abs(const Tensor& x);
+/// tanh(x)   (d/dx = 1 - tanh(x)^2)
+Tensor tanh(const Tensor& x);
+/// 1 / (1 + e^-x)   (d/dx = s (1 - s))
+Tensor sigmoid(const Tensor& x);
+/// max(x, 0)   (gradient 1 where x > 0)
+Tensor relu(const Tensor& x);
+/// x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); approximate "tanh":
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+Tensor gelu(const Tensor& x, bool tanh_approx = false);
+/// min(max(x, lo), hi); gradient 1 where lo <= x <= hi, else 0 (as PyTorch; a bound may be absent)
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
+/// max(a, b)   (gradient to the larger; split evenly on ties, as PyTorch)
+Tensor maximum(const Tensor& a, const Tensor& b);
+/// min(a, b)
+Tensor minimum(const Tensor& a, const Tensor& b);
+/// Comparisons: bool tensors, no gradient.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+/// cond ? a : b   (no gradient to cond)
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// dtype conversion; differentiable between float dtypes
+Tensor to_dtype(const Tensor& x, DType dtype);
+
+// ---- reductions (reduce.cpp); empty dims = all dims --------------------------------------
+/// sum over dims
+Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+/// sum / count
+Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+/// sum (x - mean)^2 / (count - 1 if unbiased else count)
+Tensor var(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
+struct ValuesIndices {
+  Tensor values, indices;
+};
+/// max over one dim, with the int64 index of the first maximum (gradient to that element)
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
+/// max over all elements (gradient split evenly among ties, as PyTorch)
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+/// log sum exp(x), computed as m + log sum exp(x - m)   (gradient softmax(x))
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
+/// Sums a broadcast gradient back to shape (the engine's one place for broadcast reduction).
+Tensor sum_to(const Tensor& x, const Dims& shape);
+
+// ---- linear algebra (linalg.cpp) -----------------------------------------------------------
+/// a @ b: 1-D/2-D as NumPy, batched with broadcast batch dims; da = dy b^T, db = a^T dy
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- shape (shape.cpp): views share storage where strides allow ---------------------------
+/// Same elements, new shape (one dim may be -1); a view when strides allow, else a copy.
+Tensor reshape(const Tensor& x, const Dims& shape);
+/// As reshape, but must be a view (error otherwise).
+Tensor view(const Tensor& x, const Dims& shape);
+Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1);
+Tensor permute(const Tensor& x, const Dims& dims);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+/// Removes dim (size 1 required); squeeze(x) removes every size-1 dim.
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+/// Broadcasts size-1 dims to shape (-1 keeps a dim); a view with stride 0.
+Tensor expand(const Tensor& x, const Dims& shape);
+/// x[..., start:end:step, ...] along dim (Python slice rules: negative and clamped bounds)
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+/// x[..., start:start+length, ...] along dim (must be in range)
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+/// x[..., index, ...]: removes dim
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+/// Copies into a contiguous tensor when not already; differentiable.
+Tensor contiguous(const Tensor& x);
+/// Concatenates along dim (other dims must match).
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
+/// Stacks along a new dim.
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
+/// Constant padding, PyTorch order: pads = {last_lo, last_hi, prev_lo, prev_hi, ...}.
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0);
+
+// ---- indexing (index.cpp) ------------------------------------------------------------------
+/// y = x indexed by int64 index (1-D) along dim; gradient scattered back with index_add
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+/// y[i][j] = x[i][index[i][j]] (dim = 1); gradient scattered back with scatter_add
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+
+// ---- neural network (nn_ops.cpp, conv.cpp, interpolate.cpp) --------------------------------
+/// y_i = e^(x_i - max) / sum_j e^(x_j - max) along dim
+Tensor softmax(const Tensor& x, int64_t dim);
+/// y_i = x_i - max - log sum_j e^(x_j - max) along dim
+Tensor log_softmax(const Tensor& x, int64_t dim);
+/// y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of normalized_shape
+/// (biased var); weight/bias may be undefined
+Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps = 1e-5);
+enum class Reduction { None, Mean, Sum };
+/// loss_n = -sum_c q_nc log softmax(logits_n)_c with q = (1 - s) onehot(target_n) + s / C;
+/// logits [N, C] (or [C]), target int64 [N]; mean divides by the count of non-ignored targets
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                     Reduction reduction = Reduction::Mean, double label_smoothing = 0,
+                     int64_t ignore_index = -100);
+/// train: y = x * mask / (1 - p), mask ~ Bernoulli(1 - p) from gen; eval: y = x
+Tensor dropout(const Tensor& x, double p, bool train, Generator& gen = default_generator());
+/// x [B, Cin, H, W], weight [Cout, Cin, kh, kw], bias [Cout] or undefined; im2col + GEMM
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              std::pair<int64_t, int64_t> stride = {1, 1},
+              std::pair<int64_t, int64_t> padding = {0, 0});
+/// Resizes x [B, C, H, W] (or [C, H, W]) to size, or by scale_factor (PyTorch's semantics: the
+/// output size is floor(in * scale) and, when recompute_scale_factor is false, the given scale
+/// maps output to input coordinates). mode: "nearest", "bilinear", "bicubic" (A = -0.75).
+struct InterpolateOptions {
+  std::optional<std::pair<int64_t, int64_t>> size;
+  std::optional<std::pair<double, double>> scale_factor;
+  std::string mode = "nearest";
+  bool align_corners = false;
+  bool recompute_scale_factor = false;
+};
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
+
+}  // namespace vitrine::ops

@@ -1,0 +1,43 @@
+// Test helpers: value comparison, gradcheck as an assertion, and error-message checks.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "vitrine.h"
+
+namespace vt_test {
+using namespace vitrine;
+
+/// Checks every element of t against expected (row-major): |t - e| <= atol + rtol * |e|.
+void check_close(const Tensor& t, const std::vector<double>& expected, double atol = 1e-5,
+                 double rtol = 1e-5);
+/// Checks two tensors elementwise (same shape).
+void check_close(const Tensor& a, const Tensor& b, double atol = 1e-5, double rtol = 1e-5);
+/// Runs gradcheck in float64 and fails the test with its message when it fails.
+void check_grad(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                const std::vector<Tensor>& inputs, GradcheckOptions opt = {});
+/// A float64 leaf requiring grad with values from randn(seed), optionally shifted/scaled.
+Tensor rand64(const Dims& shape, uint64_t seed, double scale = 1.0, double shift = 0.0);
+/// The path of a file under tests/fixtures.
+std::string fixture(const std::string& name);
+
+}  // namespace vt_test
+
+/// Checks that `expr` throws vitrine::Error whose message contains every given substring.
+#define CHECK_ERROR_CONTAINS(expr, ...)                                               \
+  do {                                                                                \
+    bool thrown_ = false;                                                             \
+    try {                                                                             \
+      (void)(expr);                                                                   \
+    } catch (const vitrine::Error& e_) {                                              \
+      thrown_ = true;                                                                 \
+      std::string msg_ = e_.what();                                                   \
+      for (const char* s_ : {__VA_ARGS__}) {                                          \
+        INFO("message: " << msg_);                                                    \
+        CHECK_MESSAGE(msg_.find(s_) != std::string::npos, "missing \"" << s_ << "\""); \
+      }                                                                               \
+    }                                                                                 \
+    CHECK_MESSAGE(thrown_, "expected vitrine::Error from " #expr);                    \
+  } while (0)
