@@ -69,6 +69,8 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 /// |x|   (gradient sign(x), 0 at 0)
 Tensor abs(const Tensor& x);
+/// sign(x) in {-1, 0, 1}   (no gradient)
+Tensor sign(const Tensor& x);
 /// tanh(x)   (d/dx = 1 - tanh(x)^2)
 Tensor tanh(const Tensor& x);
 /// 1 / (1 + e^-x)   (d/dx = s (1 - s))
@@ -131,13 +133,17 @@ Tensor view(const Tensor& x, const Dims& shape);
 Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1);
 Tensor permute(const Tensor& x, const Dims& dims);
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
-/// Removes dim (size 1 required); squeeze(x) removes every size-1 dim.
+/// Removes dim if its size is 1 (else returns x unchanged, as PyTorch); squeeze(x) removes every
+/// size-1 dim.
 Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor squeeze(const Tensor& x);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 /// Broadcasts size-1 dims to shape (-1 keeps a dim); a view with stride 0.
 Tensor expand(const Tensor& x, const Dims& shape);
-/// x[..., start:end:step, ...] along dim (Python slice rules: negative and clamped bounds)
+/// Pass as `end` to slice to the end of a dim.
+constexpr int64_t kEnd = INT64_MAX;
+/// x[..., start:end:step, ...] along dim; negative bounds count from the end; bounds outside
+/// [-size, size] are errors (use kEnd for "to the end"); step >= 1
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 /// x[..., start:start+length, ...] along dim (must be in range)
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);

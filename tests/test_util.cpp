@@ -1,6 +1,10 @@
 #include "test_util.h"
 
 #include <cmath>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
 
 namespace vt_test {
 
@@ -11,7 +15,7 @@ void check_close(const Tensor& t, const std::vector<double>& expected, double at
                                                               << expected.size());
   for (size_t i = 0; i < v.size(); ++i) {
     double tol = atol + rtol * std::fabs(expected[i]);
-    bool ok = std::fabs(v[i] - expected[i]) <= tol || (std::isnan(v[i]) && std::isnan(expected[i]));
+    bool ok = v[i] == expected[i] || std::fabs(v[i] - expected[i]) <= tol || (std::isnan(v[i]) && std::isnan(expected[i]));
     CHECK_MESSAGE(ok, "element " << i << ": got " << v[i] << ", expected " << expected[i]);
   }
 }
@@ -36,5 +40,55 @@ Tensor rand64(const Dims& shape, uint64_t seed, double scale, double shift) {
 }
 
 std::string fixture(const std::string& name) { return std::string(VITRINE_FIXTURES) + "/" + name; }
+
+namespace {
+Tensor decode(const nlohmann::json& j) {
+  Dims shape(j.at("shape").get<std::vector<int64_t>>());
+  return ops::from_vector(j.at("values").get<std::vector<double>>(), shape, kFloat64);
+}
+}  // namespace
+
+RefCase load_case(const std::string& file, const std::string& name) {
+  static std::map<std::string, nlohmann::json> cache;
+  auto it = cache.find(file);
+  if (it == cache.end()) {
+    std::ifstream in(fixture(file));
+    REQUIRE_MESSAGE(in.good(), "cannot open fixture " << fixture(file));
+    it = cache.emplace(file, nlohmann::json::parse(in)).first;
+  }
+  const auto& cases = it->second.at("cases");
+  REQUIRE_MESSAGE(cases.contains(name), "fixture " << file << " has no case " << name);
+  RefCase c;
+  for (const auto& j : cases.at(name).at("inputs")) c.inputs.push_back(decode(j));
+  c.output = decode(cases.at(name).at("output"));
+  return c;
+}
+
+void check_forward(const std::string& file, const std::string& name, const Fn& fn, double tol64,
+                   double tol32) {
+  RefCase c = load_case(file, name);
+  auto expected = c.output.to_vector<double>();
+  {
+    INFO("float64");
+    Tensor y = fn(c.inputs);
+    CHECK(y.shape() == c.output.shape());
+    check_close(y, expected, tol64, tol64);
+  }
+  {
+    INFO("float32");
+    std::vector<Tensor> in32;
+    for (const Tensor& t : c.inputs) in32.push_back(t.to(kFloat32));
+    Tensor y = fn(in32);
+    CHECK(y.shape() == c.output.shape());
+    check_close(y, expected, tol32, tol32);
+  }
+}
+
+void check_grad_at(const std::string& file, const std::string& name, const Fn& fn,
+                   GradcheckOptions opt) {
+  RefCase c = load_case(file, name);
+  for (Tensor& t : c.inputs) t.requires_grad_();
+  check_grad(fn, c.inputs, opt);
+}
 
 }  // namespace vt_test

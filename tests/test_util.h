@@ -23,6 +23,20 @@ Tensor rand64(const Dims& shape, uint64_t seed, double scale = 1.0, double shift
 /// The path of a file under tests/fixtures.
 std::string fixture(const std::string& name);
 
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+/// A reference case from a fixture JSON file ({"cases": {name: {"inputs": [...], "output": ...}}}).
+struct RefCase {
+  std::vector<Tensor> inputs;  // float64
+  Tensor output;               // float64
+};
+RefCase load_case(const std::string& file, const std::string& name);
+/// Runs fn on the case's inputs in float64 and float32 and compares with the reference output.
+void check_forward(const std::string& file, const std::string& name, const Fn& fn,
+                   double tol64 = 1e-10, double tol32 = 1e-5);
+/// gradcheck of fn at the case's inputs (all of them require grad).
+void check_grad_at(const std::string& file, const std::string& name, const Fn& fn,
+                   GradcheckOptions opt = {});
+
 }  // namespace vt_test
 
 /// Checks that `expr` throws vitrine::Error whose message contains every given substring.

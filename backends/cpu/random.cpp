@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/generator.h"
 #include "backends/cpu/loops.h"
 
 namespace vitrine::cpu {

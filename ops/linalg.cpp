@@ -1,0 +1,60 @@
+// matmul: NumPy semantics. 1-D operands are promoted ([K] -> [1, K] on the left, [K, 1] on the
+// right) and the added dim removed after; batch dims broadcast. The GEMM reads transposed and
+// broadcast operands in place (backends/cpu/gemm.cpp), so mT() and expand() cost no copies.
+#include "ops/helpers.h"
+
+namespace vitrine::ops {
+
+using namespace detail;
+
+namespace {
+/// Whether the last two dims can be handed to BLAS as they are (row-major or transposed).
+bool gemm_ready(const Tensor& t) {
+  const int n = t.dim();
+  int64_t r = t.shape()[n - 2], c = t.shape()[n - 1], s0 = t.strides()[n - 2], s1 = t.strides()[n - 1];
+  // (a single row or column may have any stride across it)
+  return (s1 == 1 && (s0 >= std::max<int64_t>(c, 1) || r == 1)) ||
+         (s0 == 1 && (s1 >= std::max<int64_t>(r, 1) || c == 1));
+}
+
+/// a: [..., M, K], b: [..., K, N] (both at least 2-D) -> [batch..., M, N].
+Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+  const int na = a.dim(), nb = b.dim();
+  const int64_t M = a.shape()[na - 2], K = a.shape()[na - 1], K2 = b.shape()[nb - 2], N = b.shape()[nb - 1];
+  VT_CHECK(K == K2, "matmul: shapes {} and {} cannot be multiplied ({} != {})", a.shape(), b.shape(),
+           K, K2);
+  Dims ab, bb;
+  for (int i = 0; i < na - 2; ++i) ab.push_back(a.shape()[i]);
+  for (int i = 0; i < nb - 2; ++i) bb.push_back(b.shape()[i]);
+  Dims batch = broadcast_shapes(ab, bb, "matmul (batch dims)");
+  Dims sa = batch, sb = batch, sy = batch;
+  sa.push_back(M), sa.push_back(K);
+  sb.push_back(K), sb.push_back(N);
+  sy.push_back(M), sy.push_back(N);
+  Tensor ca = gemm_ready(a) ? a : a.contiguous();
+  Tensor cb = gemm_ready(b) ? b : b.contiguous();
+  Tensor y = empty_on(a, sy, a.dtype());
+  a.backend().gemm(broadcast_view(ca, sa), broadcast_view(cb, sb), y.strided(), false);
+  // dA = dY B^T, dB = A^T dY, in the broadcast batch shape; the engine sums broadcast dims.
+  return record(y, "matmul", {a, b}, [sa_ = save(a), sb_ = save(b)](const Tensor& dy, const Needs& n) -> Grads {
+    return {n[0] ? matmul(dy, sb_.get().mT()) : Tensor(), n[1] ? matmul(sa_.get().mT(), dy) : Tensor()};
+  });
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_same(a, b, "matmul");
+  check_float(a, "matmul");
+  VT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dim (got shapes {} and {})",
+           a.shape(), b.shape());
+  if (a.dim() == 1 && b.dim() == 1) {
+    VT_CHECK(a.shape()[0] == b.shape()[0], "matmul: shapes {} and {} cannot be multiplied ({} != {})",
+             a.shape(), b.shape(), a.shape()[0], b.shape()[0]);
+    return reshape(matmul_nd(unsqueeze(a, 0), unsqueeze(b, 1)), {});
+  }
+  if (a.dim() == 1) return squeeze(matmul_nd(unsqueeze(a, 0), b), -2);
+  if (b.dim() == 1) return squeeze(matmul_nd(a, unsqueeze(b, 1)), -1);
+  return matmul_nd(a, b);
+}
+
+}  // namespace vitrine::ops

@@ -1,0 +1,259 @@
+// The backward engine: accumulation, retain_graph, version checks, second derivatives, hooks,
+// retain_grad, grad(), stack depth.
+#include "test_util.h"
+
+using namespace vitrine;
+using namespace vt_test;
+using V = std::vector<Tensor>;
+
+TEST_CASE("backward: a small graph, values checked by hand") {
+  // z = (x * y + x).sum(), x = [1, 2], y = [3, 4]: dz/dx = y + 1, dz/dy = x
+  Tensor x = ops::tensor({1, 2}), y = ops::tensor({3, 4});
+  x.requires_grad_();
+  y.requires_grad_();
+  Tensor z = ops::sum(x * y + x);
+  CHECK(z.item() == 14);
+  CHECK(z.grad_fn() != nullptr);
+  CHECK(z.grad_fn()->name == "sum");
+  z.backward();
+  check_close(x.grad(), {4, 5});
+  check_close(y.grad(), {1, 2});
+}
+
+TEST_CASE("backward: gradients accumulate across calls, like PyTorch") {
+  Tensor x = ops::tensor({2});
+  x.requires_grad_();
+  (x * x).sum().backward();
+  (x * 3.0).sum().backward();
+  check_close(x.grad(), {7});
+}
+
+TEST_CASE("backward: a tensor used twice gets the sum of both paths") {
+  Tensor x = ops::tensor({3}, kFloat64);
+  x.requires_grad_();
+  Tensor y = x * x;  // uses x twice
+  Tensor z = y * x;  // x^3
+  z.sum().backward();
+  check_close(x.grad(), {27});
+}
+
+TEST_CASE("backward: explicit output gradient, and none for a non-scalar is an error") {
+  Tensor x = ops::tensor({1, 2, 3});
+  x.requires_grad_();
+  Tensor y = x * 2.0;
+  CHECK_ERROR_CONTAINS(y.backward(), "backward", "one-element", "[3]");
+  y.backward(ops::tensor({1, 10, 100}));
+  check_close(x.grad(), {2, 20, 200});
+  CHECK_ERROR_CONTAINS(ops::tensor({1}).backward(), "backward", "does not require grad");
+}
+
+TEST_CASE("backward: a second backward through a freed graph raises the documented error") {
+  Tensor x = ops::tensor({1, 2});
+  x.requires_grad_();
+  Tensor y = (x * x).sum();
+  y.backward();
+  CHECK_ERROR_CONTAINS(y.backward(), "already freed", "retain_graph=true");
+}
+
+TEST_CASE("backward: retain_graph allows a second backward") {
+  Tensor x = ops::tensor({1, 2});
+  x.requires_grad_();
+  Tensor y = (x * x).sum();
+  y.backward({}, /*retain_graph=*/true);
+  y.backward();
+  check_close(x.grad(), {4, 8});
+}
+
+TEST_CASE("backward: in-place change of a saved tensor raises the documented error") {
+  Tensor x = ops::tensor({1, 2});
+  x.requires_grad_();
+  Tensor a = x * 2.0;   // a is saved by the mul below
+  Tensor y = (a * a).sum();
+  {
+    NoGradGuard ng;
+    a.mul_(3.0);
+  }
+  CHECK_ERROR_CONTAINS(y.backward(), "backward of mul", "modified by an in-place operation", "version 0",
+                       "now version 1");
+}
+
+TEST_CASE("in-place: a leaf that requires grad cannot be changed while grad mode is on") {
+  Tensor w = ops::ones({2});
+  w.requires_grad_();
+  CHECK_ERROR_CONTAINS(w.add_(1.0), "add_", "leaf", "requires grad", "NoGradGuard");
+  {
+    NoGradGuard ng;
+    w.add_(ops::tensor({1, 2}), 0.5);
+  }
+  check_close(w, {1.5, 2});
+  Tensor v = ops::zeros({3});
+  uint64_t before = v.version();
+  v.fill_(2).mul_(3.0).add_(ops::ones({3})).copy_(ops::tensor({4, 5, 6}));
+  check_close(v, {4, 5, 6});
+  CHECK(v.version() == before + 4);
+  v.zero_();
+  check_close(v, {0, 0, 0});
+  CHECK_ERROR_CONTAINS(v.add_(ops::zeros({2})), "add_", "[2]", "[3]");
+}
+
+TEST_CASE("no_grad: records nothing") {
+  Tensor x = ops::ones({2});
+  x.requires_grad_();
+  {
+    NoGradGuard ng;
+    Tensor y = x * 2.0;
+    CHECK(!y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+  }
+  CHECK((x * 2.0).requires_grad());
+}
+
+TEST_CASE("detach: shares storage, cuts the graph") {
+  Tensor x = ops::ones({2});
+  x.requires_grad_();
+  Tensor y = (x * 2.0).detach();
+  CHECK(!y.requires_grad());
+  CHECK(y.is_leaf());
+  CHECK(ops::sum(y * x).grad_fn() != nullptr);
+  ops::sum(y * x).backward();
+  check_close(x.grad(), {2, 2});
+}
+
+TEST_CASE("retain_grad: a non-leaf keeps its gradient") {
+  Tensor x = ops::tensor({1, 2});
+  x.requires_grad_();
+  Tensor h = x * 3.0;
+  h.retain_grad();
+  Tensor z = (h * h).sum();
+  z.backward();
+  check_close(h.grad(), {6, 12});
+  Tensor h2 = x * 3.0;
+  (h2 * h2).sum().backward();
+  CHECK(!h2.grad().defined());  // not retained: no grad, as PyTorch
+}
+
+TEST_CASE("hooks: read and replace gradients on leaves and non-leaves") {
+  Tensor x = ops::tensor({1, 2});
+  x.requires_grad_();
+  Tensor h = x * 2.0;
+  Tensor seen;
+  h.register_hook([&](const Tensor& g) { seen = g.detach().clone(); });           // read
+  x.register_hook([](const Tensor& g) { return g * 10.0; });                     // replace
+  (h * h).sum().backward();
+  check_close(seen, {4, 8});       // d(h^2)/dh = 2h
+  check_close(x.grad(), {80, 160});  // 2h * 2 * 10
+  CHECK_ERROR_CONTAINS(ops::ones({1}).register_hook([](const Tensor&) {}), "register_hook",
+                       "does not require grad");
+}
+
+TEST_CASE("grad(): returns gradients without touching .grad()") {
+  Tensor x = ops::tensor({1, 2}), y = ops::tensor({3, 4});
+  x.requires_grad_();
+  y.requires_grad_();
+  Tensor z = ops::sum(x * y);
+  auto g = grad({z}, {x, y});
+  check_close(g[0], {3, 4});
+  check_close(g[1], {1, 2});
+  CHECK(!x.grad().defined());
+  Tensor u = ops::ones({1});
+  u.requires_grad_();
+  CHECK_ERROR_CONTAINS(grad({ops::sum(x * 2.0)}, {u}), "grad", "not used");
+}
+
+TEST_CASE("second derivative: tanh") {
+  // d/dx tanh = 1 - t^2; d2/dx2 = -2 t (1 - t^2)
+  Tensor x = ops::tensor({0.3, -0.7}, kFloat64);
+  x.requires_grad_();
+  Tensor g = grad({ops::sum(ops::tanh(x))}, {x}, {}, true, true)[0];
+  Tensor h = grad({ops::sum(g)}, {x})[0];
+  std::vector<double> expect;
+  for (double v : {0.3, -0.7}) expect.push_back(-2 * std::tanh(v) * (1 - std::tanh(v) * std::tanh(v)));
+  check_close(h, expect, 1e-12);
+  check_grad([](const V& v) { return grad({ops::sum(ops::tanh(v[0]))}, {v[0]}, {}, true, true)[0]; },
+             {rand64({3}, 1)});
+}
+
+TEST_CASE("second derivative: mul") {
+  // f = sum(x * x * y): df/dx = 2xy, d/dy of sum(df/dx) = 2x
+  Tensor x = ops::tensor({1, 2}, kFloat64), y = ops::tensor({3, 5}, kFloat64);
+  x.requires_grad_();
+  y.requires_grad_();
+  Tensor gx = grad({ops::sum(x * x * y)}, {x}, {}, true, true)[0];
+  check_close(gx, {6, 20});
+  ops::sum(gx).backward();
+  check_close(y.grad(), {2, 4});
+  check_close(x.grad(), {6, 10});  // d/dx sum(2xy) = 2y
+  check_grad([](const V& v) { return grad({ops::sum(v[0] * v[0] * v[1])}, {v[0]}, {}, true, true)[0]; },
+             {rand64({3}, 2), rand64({3}, 3)});
+}
+
+TEST_CASE("second derivative: matmul") {
+  check_grad([](const V& v) {
+    Tensor y = ops::matmul(v[0], v[1]);
+    return grad({ops::sum(y * y)}, {v[0]}, {}, true, true)[0];
+  }, {rand64({2, 3}, 4), rand64({3, 2}, 5)});
+}
+
+TEST_CASE("second derivative: sum and mean") {
+  check_grad([](const V& v) {
+    Tensor s = ops::sum(v[0], {1});
+    return grad({ops::sum(s * s * s)}, {v[0]}, {}, true, true)[0];
+  }, {rand64({2, 3}, 6)});
+  check_grad([](const V& v) {
+    Tensor m = ops::mean(v[0] * v[0]);
+    return grad({m * m}, {v[0]}, {}, true, true)[0];
+  }, {rand64({4}, 7)});
+}
+
+TEST_CASE("second derivative: fused ops refuse with a clear error") {
+  Tensor x = rand64({3}, 8);
+  Tensor g = grad({ops::sum(ops::gelu(x))}, {x}, {}, true, true)[0];
+  CHECK_ERROR_CONTAINS(ops::sum(g).backward(), "double backward", "gelu");
+}
+
+TEST_CASE("stack depth: backward through a 10,000-op chain") {
+  Tensor x = ops::tensor({1.0}, kFloat64);
+  x.requires_grad_();
+  Tensor y = x;
+  for (int i = 0; i < 10000; ++i) y = y * 1.0001;
+  y.sum().backward();
+  CHECK(x.grad().item() == doctest::Approx(std::pow(1.0001, 10000)).epsilon(1e-9));
+}
+
+TEST_CASE("stack depth: destroying a 100,000-op chain does not recurse") {
+  Tensor x = ops::tensor({1.0});
+  x.requires_grad_();
+  {
+    Tensor y = x;
+    for (int i = 0; i < 100000; ++i) y = ops::tanh(y) * 1.0;  // Saved tensors link the nodes too
+  }  // the whole chain dies here
+  Tensor z = x * 2.0;
+  CHECK(z.requires_grad());
+}
+
+TEST_CASE("requires_grad_: only on float leaves") {
+  Tensor i = ops::arange(3);
+  CHECK_ERROR_CONTAINS(i.requires_grad_(), "requires_grad_", "int64");
+  Tensor x = ops::ones({1});
+  x.requires_grad_();
+  CHECK_ERROR_CONTAINS((x * 2.0).requires_grad_(false), "requires_grad_", "leaf");
+}
+
+TEST_CASE("gradcheck: reports the worst element of a wrong gradient") {
+  // A deliberately wrong backward rule: claims d/dx (x^2) = x.
+  auto wrong = [](const V& v) {
+    const Tensor& x = v[0];
+    Tensor y = Tensor::empty(x.shape(), x.dtype());
+    x.backend().binary(BinaryOp::Mul, x.strided(), x.strided(), y.strided());
+    return record(y, "wrong_square", {x}, [sx = save(x)](const Tensor& dy, const Needs&) -> Grads {
+      return {dy * sx.get()};
+    });
+  };
+  GradcheckResult r = gradcheck(wrong, {rand64({3}, 9)});
+  CHECK(!r.ok);
+  CHECK(r.message.find("analytic") != std::string::npos);
+  CHECK(r.message.find("numeric") != std::string::npos);
+  CHECK(gradcheck([](const V& v) { return v[0] * v[0]; }, {rand64({3}, 9)}).ok);
+  CHECK_ERROR_CONTAINS(gradcheck([](const V& v) { return v[0]; }, {ops::ones({1}).requires_grad_()}),
+                       "gradcheck", "float64");
+}
