@@ -80,6 +80,7 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
   VT_CHECK(grads_in.empty() || grads_in.size() == outputs.size(),
            "backward: {} gradients given for {} outputs", grads_in.size(), outputs.size());
   GradModeGuard mode(create_graph);
+  retain_graph = retain_graph || create_graph;  // as PyTorch: create_graph implies retain_graph
 
   // Seed gradients.
   std::unordered_map<Node*, Tensor> pending;

@@ -8,7 +8,8 @@
 namespace vitrine {
 
 /// Accumulates d(sum_i <outputs_i, grads_i>)/d(leaf) into every leaf's .grad().
-/// grads[i] may be undefined for a one-element output (then 1).
+/// grads[i] may be undefined for a one-element output (then 1). The graph is freed unless
+/// retain_graph or create_graph (which implies retain_graph, as in PyTorch).
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads = {},
               bool retain_graph = false, bool create_graph = false);
 

@@ -3,6 +3,7 @@
 // elements). Output arguments are contiguous unless a comment says otherwise. CPU is the
 // reference implementation (backends/cpu); CUDA implements the same interface (backends/cuda).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 
@@ -50,6 +51,25 @@ struct ConvGeometry {
   int64_t pad_h, pad_w;
   int64_t out_h, out_w;
 };
+
+/// How BLAS can read a [rows, cols] matrix with strides (s0, s1) in place: row-major (trans =
+/// false) or transposed (trans = true), with leading dimension ld. False when neither works (a
+/// copy is needed). A size-1 dim may have any stride (BLAS never steps along it).
+inline bool gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool& trans, int64_t& ld) {
+  if (cols == 1) s1 = 1;
+  if (rows == 1) s0 = std::max<int64_t>(cols, 1);
+  if (s1 == 1 && s0 >= std::max<int64_t>(cols, 1)) {
+    trans = false;
+    ld = s0;
+    return true;
+  }
+  if (s0 == 1 && s1 >= std::max<int64_t>(rows, 1)) {
+    trans = true;
+    ld = s1;
+    return true;
+  }
+  return false;
+}
 
 enum class InterpMode : uint8_t { Nearest, Bilinear, Bicubic };
 

@@ -11,6 +11,8 @@
 namespace vitrine {
 
 constexpr int kMaxDims = 8;
+/// Pass as `end` to slice() to slice to the end of a dim.
+constexpr int64_t kEnd = INT64_MAX;
 
 class Dims {
  public:

@@ -11,10 +11,9 @@ namespace {
 /// Whether the last two dims can be handed to BLAS as they are (row-major or transposed).
 bool gemm_ready(const Tensor& t) {
   const int n = t.dim();
-  int64_t r = t.shape()[n - 2], c = t.shape()[n - 1], s0 = t.strides()[n - 2], s1 = t.strides()[n - 1];
-  // (a single row or column may have any stride across it)
-  return (s1 == 1 && (s0 >= std::max<int64_t>(c, 1) || r == 1)) ||
-         (s0 == 1 && (s1 >= std::max<int64_t>(r, 1) || c == 1));
+  bool trans;
+  int64_t ld;
+  return gemm_layout(t.shape()[n - 2], t.shape()[n - 1], t.strides()[n - 2], t.strides()[n - 1], trans, ld);
 }
 
 /// a: [..., M, K], b: [..., K, N] (both at least 2-D) -> [batch..., M, N].

@@ -140,10 +140,8 @@ Tensor squeeze(const Tensor& x);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 /// Broadcasts size-1 dims to shape (-1 keeps a dim); a view with stride 0.
 Tensor expand(const Tensor& x, const Dims& shape);
-/// Pass as `end` to slice to the end of a dim.
-constexpr int64_t kEnd = INT64_MAX;
 /// x[..., start:end:step, ...] along dim; negative bounds count from the end; bounds outside
-/// [-size, size] are errors (use kEnd for "to the end"); step >= 1
+/// [-size, size] are errors (use vitrine::kEnd for "to the end"); step >= 1
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 /// x[..., start:start+length, ...] along dim (must be in range)
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);

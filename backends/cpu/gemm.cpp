@@ -19,14 +19,10 @@ struct Layout {
 
 Layout layout_of(const Strided& m, int64_t rows, int64_t cols) {
   const int nd = m.shape.size();
-  int64_t s0 = m.strides[nd - 2], s1 = m.strides[nd - 1];
-  // A single row (column) may have any stride across rows (columns): BLAS never steps it.
-  if (s1 == 1 && (s0 >= std::max<int64_t>(cols, 1) || rows == 1))
-    return {false, std::max<int64_t>({s0, cols, 1})};
-  if (s0 == 1 && (s1 >= std::max<int64_t>(rows, 1) || cols == 1))
-    return {true, std::max<int64_t>({s1, rows, 1})};
-  VT_ASSERT(!"gemm operand must be row-major or transposed in its last two dims");
-  return {false, 0};
+  Layout l{false, 0};
+  bool ok = gemm_layout(rows, cols, m.strides[nd - 2], m.strides[nd - 1], l.trans, l.ld);
+  VT_ASSERT(ok);  // ops/linalg.cpp makes other operands contiguous first
+  return l;
 }
 }  // namespace
 

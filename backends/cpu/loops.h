@@ -46,6 +46,7 @@ struct Loop {
 
   template <typename RowFn>
   void run(RowFn&& row) const {
+    if (shape.numel() == 0) return;
     const int nd = shape.size();
     const int64_t inner = shape[nd - 1];
     const int64_t nblk = (inner + kBlock - 1) / kBlock;

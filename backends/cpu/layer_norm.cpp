@@ -1,0 +1,121 @@
+// CPU layer norm over the last dim. x, y, dy, dx: contiguous [R, C]; w, b, dw, db: [C] (absent
+// when data is null); mean, rstd: [R], x's dtype. The variance is biased (divides by C), as in
+// PyTorch. Statistics and row sums accumulate in double. Rows run in parallel; dw/db are summed
+// per fixed block of rows and the block partials are added in block order, so every result is
+// independent of the number of threads.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace vitrine::cpu {
+
+namespace {
+/// At most this many row blocks hold dw/db partials (bounds their memory to 2 * 256 * C doubles).
+constexpr int64_t kMaxRowBlocks = 256;
+}  // namespace
+
+// y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps)
+void CpuBackend::layer_norm(const Strided& x, const Strided& w, const Strided& b, double eps,
+                            const Strided& y, const Strided& mean, const Strided& rstd) {
+  VT_ASSERT(x.shape.size() == 2 && x.is_contiguous() && y.is_contiguous() && x.shape == y.shape);
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  VT_ASSERT(mean.numel() == rows && rstd.numel() == rows);
+  VT_ASSERT(!w.data || w.numel() == cols);
+  VT_ASSERT(!b.data || b.numel() == cols);
+  dispatch_float(x.dtype, "layer_norm", [&]<typename T>() {
+    const T* wp = w.data ? w.ptr<T>() : nullptr;
+    const T* bp = b.data ? b.ptr<T>() : nullptr;
+    parallel_for(rows, 3 * cols, [&](int64_t r) {
+      const T* xr = x.ptr<T>() + r * cols;
+      T* yr = y.ptr<T>() + r * cols;
+      double s = 0;
+      for (int64_t c = 0; c < cols; ++c) s += xr[c];
+      const double mu = s / static_cast<double>(cols);
+      double ss = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double d = xr[c] - mu;
+        ss += d * d;
+      }
+      const double rs = 1.0 / std::sqrt(ss / static_cast<double>(cols) + eps);
+      mean.ptr<T>()[r] = static_cast<T>(mu);
+      rstd.ptr<T>()[r] = static_cast<T>(rs);
+      const T m = static_cast<T>(mu), k = static_cast<T>(rs);
+      for (int64_t c = 0; c < cols; ++c) {
+        T v = (xr[c] - m) * k;
+        if (wp) v *= wp[c];
+        if (bp) v += bp[c];
+        yr[c] = v;
+      }
+    });
+  });
+}
+
+// xhat = (x - mean) * rstd, g = dy * w (dy when w is absent):
+//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))
+//   dw = sum_r dy * xhat,  db = sum_r dy     (written, not added to)
+void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const Strided& mean,
+                                     const Strided& rstd, const Strided& dy, const Strided& dx,
+                                     const Strided& dw, const Strided& db) {
+  VT_ASSERT(x.shape.size() == 2 && x.is_contiguous() && dy.is_contiguous() && x.shape == dy.shape);
+  VT_ASSERT(!dx.data || (dx.is_contiguous() && dx.shape == x.shape));
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  VT_ASSERT(mean.numel() == rows && rstd.numel() == rows);
+  VT_ASSERT(!w.data || w.numel() == cols);
+  VT_ASSERT(!dw.data || dw.numel() == cols);
+  VT_ASSERT(!db.data || db.numel() == cols);
+  const bool want_params = dw.data || db.data;
+  const int64_t per_block = std::max<int64_t>(1, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks);
+  const int64_t blocks = (rows + per_block - 1) / per_block;
+  // Partial sums of dw and db per row block: [blocks, cols] each.
+  std::vector<double> pw(want_params ? blocks * cols : 0), pb(want_params ? blocks * cols : 0);
+
+  dispatch_float(x.dtype, "layer_norm_backward", [&]<typename T>() {
+    const T* wp = w.data ? w.ptr<T>() : nullptr;
+    parallel_for(blocks, per_block * cols * 4, [&](int64_t blk) {
+      double* pwb = want_params ? pw.data() + blk * cols : nullptr;
+      double* pbb = want_params ? pb.data() + blk * cols : nullptr;
+      const int64_t end = std::min(rows, (blk + 1) * per_block);
+      for (int64_t r = blk * per_block; r < end; ++r) {
+        const T* xr = x.ptr<T>() + r * cols;
+        const T* gr = dy.ptr<T>() + r * cols;
+        const double mu = mean.ptr<T>()[r], rs = rstd.ptr<T>()[r];
+        if (dx.data) {
+          double sg = 0, sgx = 0;  // sum g, sum g * xhat
+          for (int64_t c = 0; c < cols; ++c) {
+            const double g = wp ? static_cast<double>(gr[c]) * wp[c] : gr[c];
+            sg += g;
+            sgx += g * ((xr[c] - mu) * rs);
+          }
+          const double a = sg / static_cast<double>(cols), bb = sgx / static_cast<double>(cols);
+          T* dr = dx.ptr<T>() + r * cols;
+          for (int64_t c = 0; c < cols; ++c) {
+            const double g = wp ? static_cast<double>(gr[c]) * wp[c] : gr[c];
+            const double xhat = (xr[c] - mu) * rs;
+            dr[c] = static_cast<T>(rs * (g - a - xhat * bb));
+          }
+        }
+        if (want_params) {
+          for (int64_t c = 0; c < cols; ++c) {
+            pwb[c] += static_cast<double>(gr[c]) * ((xr[c] - mu) * rs);
+            pbb[c] += gr[c];
+          }
+        }
+      }
+    });
+    if (!want_params) return;
+    parallel_for(cols, blocks, [&](int64_t c) {
+      double sw = 0, sb = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        sw += pw[blk * cols + c];
+        sb += pb[blk * cols + c];
+      }
+      if (dw.data) dw.ptr<T>()[c] = static_cast<T>(sw);
+      if (db.data) db.ptr<T>()[c] = static_cast<T>(sb);
+    });
+  });
+}
+
+}  // namespace vitrine::cpu

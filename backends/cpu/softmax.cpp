@@ -1,0 +1,76 @@
+// CPU softmax / log_softmax over the last dim, and their backward. All operands contiguous and of
+// one shape, viewed as [R, C] (C = the last dim; a 0-dim tensor is one row of one). Rows run in
+// parallel; each row is computed by one thread in a fixed order, with sums in double, so results
+// do not depend on the thread count. The max is subtracted before exp (no overflow); as in
+// PyTorch, a row holding NaN or +inf, or only -inf, gives NaN.
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace vitrine::cpu {
+
+namespace {
+/// (rows, cols) of a contiguous tensor reduced over its last dim.
+std::pair<int64_t, int64_t> rows_cols(const Strided& t) {
+  const int64_t c = t.shape.empty() ? 1 : t.shape.back();
+  return {c == 0 ? 0 : t.numel() / c, c};
+}
+}  // namespace
+
+// x, y: [R, C]
+void CpuBackend::softmax(const Strided& x, const Strided& y, bool log) {
+  VT_ASSERT(x.is_contiguous() && y.is_contiguous() && x.shape == y.shape && x.dtype == y.dtype);
+  const auto [rows, cols] = rows_cols(x);
+  dispatch_float(x.dtype, log ? "log_softmax" : "softmax", [&]<typename T>() {
+    parallel_for(rows, cols, [&](int64_t r) {
+      const T* xr = x.ptr<T>() + r * cols;
+      T* yr = y.ptr<T>() + r * cols;
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t c = 0; c < cols; ++c)
+        if (xr[c] > m) m = xr[c];  // a NaN is skipped here but propagates through the sum
+      double s = 0;
+      if (log) {
+        for (int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(xr[c] - m));
+        const T shift = m + static_cast<T>(std::log(s));
+        for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - shift;
+      } else {
+        for (int64_t c = 0; c < cols; ++c) {
+          yr[c] = std::exp(xr[c] - m);
+          s += yr[c];
+        }
+        const T inv = static_cast<T>(1.0 / s);
+        for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
+      }
+    });
+  });
+}
+
+// y, dy, dx: [R, C]. softmax: dx = y * (dy - sum(dy * y)); log: dx = dy - exp(y) * sum(dy).
+void CpuBackend::softmax_backward(const Strided& y, const Strided& dy, const Strided& dx,
+                                  bool log) {
+  VT_ASSERT(y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous());
+  VT_ASSERT(y.shape == dy.shape && y.shape == dx.shape && y.dtype == dy.dtype &&
+            y.dtype == dx.dtype);
+  const auto [rows, cols] = rows_cols(y);
+  dispatch_float(y.dtype, log ? "log_softmax_backward" : "softmax_backward", [&]<typename T>() {
+    parallel_for(rows, cols, [&](int64_t r) {
+      const T* yr = y.ptr<T>() + r * cols;
+      const T* gr = dy.ptr<T>() + r * cols;
+      T* dr = dx.ptr<T>() + r * cols;
+      double s = 0;
+      if (log) {
+        for (int64_t c = 0; c < cols; ++c) s += gr[c];
+        const T st = static_cast<T>(s);
+        for (int64_t c = 0; c < cols; ++c) dr[c] = gr[c] - std::exp(yr[c]) * st;
+      } else {
+        for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(gr[c]) * yr[c];
+        const T st = static_cast<T>(s);
+        for (int64_t c = 0; c < cols; ++c) dr[c] = yr[c] * (gr[c] - st);
+      }
+    });
+  });
+}
+
+}  // namespace vitrine::cpu
