@@ -1,0 +1,172 @@
+// conv2d as im2col + GEMM (the Caffe / PyTorch slow_conv2d scheme). With K = Cin * kh * kw and
+// L = OH * OW, per image b:
+//   cols_b [K, L]    = im2col(x_b)                 (zero padding, stride)
+//   y_b    [Cout, L] = W [Cout, K] @ cols_b + bias[:, None]
+// Backward, from dy_b [Cout, L]:
+//   dW  = sum_b dy_b @ cols_b^T     (cols recomputed from the saved x, not kept from the forward)
+//   db  = sum of dy over B, OH, OW
+//   dx_b = col2im(W^T @ dy_b)       (skipped when x needs no gradient, e.g. a patch embedding)
+// Images go through in chunks so that one columns buffer stays under kColsBudget elements.
+#include <algorithm>
+
+#include "ops/helpers.h"
+
+namespace vitrine::ops {
+
+using namespace detail;
+
+namespace {
+
+constexpr int64_t kColsBudget = int64_t{1} << 24;
+
+/// The view of t's data with the given shape and strides (same start).
+Strided view_as(const Tensor& t, const Dims& shape, const Dims& strides) {
+  Strided s = t.strided();
+  s.shape = shape;
+  s.strides = strides;
+  return s;
+}
+
+/// Element b of dim 0, that dim removed (keeps the rest of the strides).
+Strided item(const Strided& s, int64_t b) {
+  Strided r;
+  r.dtype = s.dtype;
+  r.data =
+      static_cast<char*>(s.data) + b * s.strides[0] * static_cast<int64_t>(dtype_size(s.dtype));
+  for (int i = 1; i < s.shape.size(); ++i) {
+    r.shape.push_back(s.shape[i]);
+    r.strides.push_back(s.strides[i]);
+  }
+  return r;
+}
+
+/// Elements [b, b + n) of dim 0.
+Strided rows(const Strided& s, int64_t b, int64_t n) {
+  Strided r = s;
+  r.data =
+      static_cast<char*>(s.data) + b * s.strides[0] * static_cast<int64_t>(dtype_size(s.dtype));
+  r.shape[0] = n;
+  return r;
+}
+
+int64_t chunk_size(int64_t B, int64_t K, int64_t L) {
+  return std::clamp<int64_t>(kColsBudget / std::max<int64_t>(K * L, 1), 1, std::max<int64_t>(B, 1));
+}
+
+/// The gradients of conv2d (see the file comment); dx and dW are fused kernels, so a second
+/// derivative through them is refused; db is a sum, so it differentiates again.
+Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, const Tensor& w,
+                      const ConvGeometry& g, bool has_bias) {
+  const int64_t B = x.size(0), Cout = w.size(0);
+  const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
+  const DType dt = x.dtype();
+  Backend& be = x.backend();
+  Grads out(has_bias ? 3 : 2);
+  if (has_bias && needs[2]) out[2] = sum(dy_in, {0, 2, 3});
+  if (!needs[0] && !needs[1]) return out;
+
+  const Tensor dy = dy_in.contiguous();  // [B, Cout, OH, OW], read as [B, Cout, L]
+  const Strided dy3 = view_as(dy, {B, Cout, L}, {Cout * L, L, 1});
+  const Tensor wc = w.contiguous();  // [Cout, K]
+  Tensor dx, dw;
+  if (needs[0]) dx = empty_on(x, x.shape(), dt);
+  if (needs[1]) {
+    dw = empty_on(w, w.shape(), dt);
+    be.fill(dw.strided(), 0);
+  }
+  const Strided xs = x.strided();
+  const int64_t chunk = chunk_size(B, K, L);
+  Tensor cols = empty_on(x, {chunk, K, L}, dt);
+  const Strided cs = cols.strided();
+  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+    const int64_t n = std::min(chunk, B - b0);
+    if (needs[1]) {
+      // dW [Cout, K] += dy_b [Cout, L] @ cols_b^T [L, K]
+      const Strided dw2 = view_as(dw, {Cout, K}, {K, 1});
+      for (int64_t i = 0; i < n; ++i) {
+        Strided ci = item(cs, i);
+        be.im2col(item(xs, b0 + i), ci, g);
+        ci.shape = {L, K};
+        ci.strides = {1, L};
+        be.gemm(item(dy3, b0 + i), ci, dw2, true);
+      }
+    }
+    if (needs[0]) {
+      // dcols [n, K, L] = W^T [K, Cout] (broadcast over the chunk) @ dy [n, Cout, L]
+      be.gemm(view_as(wc, {n, K, Cout}, {0, 1, K}), rows(dy3, b0, n), rows(cs, 0, n), false);
+      const Strided dxs = dx.strided();
+      for (int64_t i = 0; i < n; ++i) be.col2im(item(cs, i), item(dxs, b0 + i), g);
+    }
+  }
+  if (needs[0]) out[0] = no_double_backward(dx, "conv2d_backward", {dy_in, w});
+  if (needs[1]) out[1] = no_double_backward(dw, "conv2d_backward", {dy_in, x});
+  return out;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding) {
+  check_defined(x, "conv2d", "input");
+  check_defined(weight, "conv2d", "weight");
+  VT_CHECK(x.dim() == 4, "conv2d: input must be 4-D [B, Cin, H, W], got shape {}", x.shape());
+  VT_CHECK(weight.dim() == 4, "conv2d: weight must be 4-D [Cout, Cin, kh, kw], got shape {}",
+           weight.shape());
+  check_float(x, "conv2d");
+  check_same(x, weight, "conv2d");
+  const int64_t B = x.size(0), Cin = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t Cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);
+  VT_CHECK(weight.size(1) == Cin,
+           "conv2d: input has {} channels (shape {}) but weight expects {} (shape {})", Cin,
+           x.shape(), weight.size(1), weight.shape());
+  if (bias.defined()) {
+    check_same(x, bias, "conv2d");
+    VT_CHECK(bias.dim() == 1 && bias.size(0) == Cout,
+             "conv2d: bias must have shape [{}] (one per output channel of weight {}), got {}",
+             Cout, weight.shape(), bias.shape());
+  }
+  const auto [sh, sw] = stride;
+  const auto [ph, pw] = padding;
+  VT_CHECK(sh > 0 && sw > 0, "conv2d: stride must be positive, got ({}, {})", sh, sw);
+  VT_CHECK(ph >= 0 && pw >= 0, "conv2d: padding must be non-negative, got ({}, {})", ph, pw);
+  VT_CHECK(kh > 0 && kw > 0, "conv2d: kernel size must be positive, got weight shape {}",
+           weight.shape());
+  VT_CHECK(kh <= H + 2 * ph && kw <= W + 2 * pw,
+           "conv2d: kernel {}x{} (weight {}) is larger than the padded input {}x{} (input {}, "
+           "padding ({}, {}))",
+           kh, kw, weight.shape(), H + 2 * ph, W + 2 * pw, x.shape(), ph, pw);
+
+  const int64_t OH = (H + 2 * ph - kh) / sh + 1, OW = (W + 2 * pw - kw) / sw + 1;
+  const ConvGeometry g{Cin, H, W, kh, kw, sh, sw, ph, pw, OH, OW};
+  const int64_t K = Cin * kh * kw, L = OH * OW;
+  const DType dt = x.dtype();
+  Backend& be = x.backend();
+
+  Tensor y = empty_on(x, {B, Cout, OH, OW}, dt);
+  {
+    NoGradGuard no_grad;
+    const Tensor wc = weight.contiguous();  // [Cout, K]
+    const Strided y3 = view_as(y, {B, Cout, L}, {Cout * L, L, 1});
+    if (bias.defined()) be.copy(view_as(bias, {B, Cout, L}, {0, bias.strides()[0], 0}), y3);
+    const int64_t chunk = chunk_size(B, K, L);
+    Tensor cols = empty_on(x, {chunk, K, L}, dt);
+    const Strided xs = x.strided(), cs = cols.strided();
+    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+      const int64_t n = std::min(chunk, B - b0);
+      for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), item(cs, i), g);
+      // y[b0 : b0 + n] (+)= W (broadcast over the chunk) @ cols
+      be.gemm(view_as(wc, {n, Cout, K}, {0, K, 1}), rows(cs, 0, n), rows(y3, b0, n),
+              bias.defined());
+    }
+  }
+
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  return record(y, "conv2d", inputs,
+                [sx = save(x), sw_ = save(weight), g, has_bias = bias.defined()](
+                    const Tensor& dy, const Needs& needs) -> Grads {
+                  return conv2d_backward(dy, needs, sx.get(), sw_.get(), g, has_bias);
+                });
+}
+
+}  // namespace vitrine::ops
