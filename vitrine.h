@@ -8,4 +8,3 @@
 #include "backends/backend.h"
 #include "backends/generator.h"
 #include "ops/ops.h"
-

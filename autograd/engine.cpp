@@ -75,8 +75,8 @@ void leaf_arrives(const std::shared_ptr<TensorImpl>& leaf, Tensor g, bool create
   accumulate(*leaf, g, create_graph);
 }
 
-void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in,
-         bool retain_graph, bool create_graph, Targets& targets) {
+void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in, bool retain_graph,
+         bool create_graph, Targets& targets) {
   VT_CHECK(grads_in.empty() || grads_in.size() == outputs.size(),
            "backward: {} gradients given for {} outputs", grads_in.size(), outputs.size());
   GradModeGuard mode(create_graph);
@@ -89,12 +89,14 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
     const Tensor& y = outputs[i];
     VT_CHECK(y.defined() && y.requires_grad(),
              "backward: output {} does not require grad and has no grad_fn (did you forget "
-             "requires_grad_(), or compute it under no_grad?)", i);
+             "requires_grad_(), or compute it under no_grad?)",
+             i);
     Tensor g = i < grads_in.size() ? grads_in[i] : Tensor();
     if (!g.defined()) {
       VT_CHECK(y.numel() == 1,
                "backward: a gradient can be left out only for a one-element output; output {} "
-               "has shape {} (pass grad with that shape)", i, y.shape());
+               "has shape {} (pass grad with that shape)",
+               i, y.shape());
       g = ops::ones_like(y.detach());
     }
     VT_CHECK(g.shape() == y.shape(), "backward: gradient of shape {} for output {} of shape {}",
@@ -153,7 +155,8 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
       }
       VT_CHECK(n->fn != nullptr,
                "backward: the graph through '{}' was already freed by an earlier backward; "
-               "pass retain_graph=true to the first backward to go through it twice", n->name);
+               "pass retain_graph=true to the first backward to go through it twice",
+               n->name);
       Needs needs(n->inputs.size());
       for (size_t i = 0; i < n->inputs.size(); ++i) needs[i] = n->inputs[i].defined();
       try {
@@ -171,8 +174,10 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
         Tensor gi = grads[i];
         if (!(gi.shape() == e.shape)) gi = ops::sum_to(gi, e.shape);
         VT_ASSERT(gi.dtype() == e.dtype);
-        if (e.leaf) leaf_arrives(e.leaf, gi, create_graph, targets);
-        else pending[e.node.get()] = sum_grads(pending[e.node.get()], gi);
+        if (e.leaf)
+          leaf_arrives(e.leaf, gi, create_graph, targets);
+        else
+          pending[e.node.get()] = sum_grads(pending[e.node.get()], gi);
       }
       if (e.node && --deps[e.node.get()] == 0) ready.push_back(e.node.get());
     }
@@ -196,14 +201,18 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   for (size_t i = 0; i < inputs.size(); ++i) {
     VT_CHECK(inputs[i].defined() && inputs[i].requires_grad(),
              "grad: input {} does not require grad", i);
-    if (inputs[i].is_leaf()) t.leaves[inputs[i].impl_ptr().get()] = i;
-    else t.nodes[inputs[i].grad_fn().get()] = i;
+    if (inputs[i].is_leaf())
+      t.leaves[inputs[i].impl_ptr().get()] = i;
+    else
+      t.nodes[inputs[i].grad_fn().get()] = i;
   }
   run(outputs, grads, retain_graph, create_graph, t);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (results[i].defined()) continue;
-    VT_CHECK(allow_unused, "grad: input {} was not used to compute the outputs (pass "
-             "allow_unused=true to get zeros)", i);
+    VT_CHECK(allow_unused,
+             "grad: input {} was not used to compute the outputs (pass "
+             "allow_unused=true to get zeros)",
+             i);
     results[i] = ops::zeros_like(inputs[i].detach());
   }
   return results;

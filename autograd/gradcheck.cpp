@@ -16,8 +16,10 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   std::vector<size_t> checked;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
-    VT_CHECK(inputs[i].dtype() == kFloat64, "gradcheck: input {} is {}, expected float64 (finite "
-             "differences in float32 are too coarse)", i, dtype_name(inputs[i].dtype()));
+    VT_CHECK(inputs[i].dtype() == kFloat64,
+             "gradcheck: input {} is {}, expected float64 (finite "
+             "differences in float32 are too coarse)",
+             i, dtype_name(inputs[i].dtype()));
     VT_CHECK(inputs[i].is_leaf() && inputs[i].is_contiguous(),
              "gradcheck: input {} must be a contiguous leaf", i);
     checked.push_back(i);

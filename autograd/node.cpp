@@ -23,8 +23,10 @@ Tensor record(Tensor y, std::string_view name, const std::vector<Tensor>& inputs
   for (const Tensor& t : inputs) {
     Edge e;
     if (t.defined() && t.requires_grad()) {
-      if (t.is_leaf()) e.leaf = t.impl_ptr();
-      else e.node = t.grad_fn();
+      if (t.is_leaf())
+        e.leaf = t.impl_ptr();
+      else
+        e.node = t.grad_fn();
       e.shape = t.shape();
       e.dtype = t.dtype();
     }

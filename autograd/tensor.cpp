@@ -11,14 +11,16 @@
 namespace vitrine {
 
 TensorImpl& Tensor::impl() const {
-  VT_CHECK(impl_ != nullptr, "tensor: this Tensor is undefined (default-constructed or empty grad)");
+  VT_CHECK(impl_ != nullptr,
+           "tensor: this Tensor is undefined (default-constructed or empty grad)");
   return *impl_;
 }
 
 Tensor Tensor::empty(const Dims& shape, DType dtype, Device device) {
   for (int64_t s : shape) VT_CHECK(s >= 0, "empty: negative size in shape {}", shape);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = backend_for(device).allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  impl->storage =
+      backend_for(device).allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -55,13 +57,13 @@ template double* Tensor::data<double>() const;
 template int64_t* Tensor::data<int64_t>() const;
 template bool* Tensor::data<bool>() const;
 
-Strided Tensor::strided() const {
-  return Strided{data_ptr(), dtype(), shape(), strides()};
-}
+Strided Tensor::strided() const { return Strided{data_ptr(), dtype(), shape(), strides()}; }
 
 Tensor& Tensor::requires_grad_(bool on) {
-  VT_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad (this one was made "
-           "by {}); use detach() first", grad_fn() ? grad_fn()->name : "?");
+  VT_CHECK(is_leaf(),
+           "requires_grad_: only leaf tensors can change requires_grad (this one was made "
+           "by {}); use detach() first",
+           grad_fn() ? grad_fn()->name : "?");
   VT_CHECK(!on || is_floating_point(dtype()),
            "requires_grad_: only floating-point tensors can require gradients (got {})",
            dtype_name(dtype()));
@@ -73,8 +75,8 @@ Tensor Tensor::grad() const { return Tensor(impl().grad); }
 
 void Tensor::set_grad(const Tensor& g) const {
   VT_CHECK(!g.defined() || g.shape() == shape(),
-           "set_grad: gradient of shape {} for a tensor of shape {}", g.defined() ? g.shape() : Dims{},
-           shape());
+           "set_grad: gradient of shape {} for a tensor of shape {}",
+           g.defined() ? g.shape() : Dims{}, shape());
   impl().grad = g.impl_ptr();
 }
 
@@ -92,10 +94,13 @@ void Tensor::retain_grad() const {
 }
 
 void Tensor::add_hook(GradHook hook) const {
-  VT_CHECK(requires_grad(), "register_hook: cannot register a hook on a tensor that does not "
+  VT_CHECK(requires_grad(),
+           "register_hook: cannot register a hook on a tensor that does not "
            "require grad");
-  if (is_leaf()) impl().hooks.push_back(std::move(hook));
-  else grad_fn()->hooks.push_back(std::move(hook));
+  if (is_leaf())
+    impl().hooks.push_back(std::move(hook));
+  else
+    grad_fn()->hooks.push_back(std::move(hook));
 }
 
 // ---- values ----------------------------------------------------------------------------------
@@ -174,6 +179,11 @@ namespace {
 constexpr int64_t kPrintThreshold = 1000;  // as PyTorch: summarise above this many elements
 constexpr int64_t kEdgeItems = 3;
 
+void separator(std::string& out, int newlines, int spaces) {
+  out.append(static_cast<size_t>(newlines), '\n');
+  out.append(static_cast<size_t>(spaces), ' ');
+}
+
 void print_rec(std::string& out, const std::vector<double>& v, const Dims& shape, int d,
                int64_t off, bool summarise, const std::function<std::string(double)>& fmt_one,
                int indent) {
@@ -188,14 +198,25 @@ void print_rec(std::string& out, const std::vector<double>& v, const Dims& shape
   const int64_t n = shape[d];
   for (int64_t i = 0; i < n; ++i) {
     if (summarise && n > 2 * kEdgeItems && i == kEdgeItems) {
-      out += d == nd - 1 ? "..., " : "...," + std::string(nd - d - 1, '\n') + std::string(indent + d + 1, ' ');
+      out += "...,";
+      if (d == nd - 1)
+        out += ' ';
+      else
+        separator(out, nd - d - 1, indent + d + 1);
       i = n - kEdgeItems - 1;
       continue;
     }
-    if (d == nd - 1) out += fmt_one(v[off + i * stride]);
-    else print_rec(out, v, shape, d + 1, off + i * stride, summarise, fmt_one, indent);
-    if (i + 1 < n)  // rows end with a newline; a blank line between matrices, as PyTorch
-      out += d == nd - 1 ? ", " : "," + std::string(nd - d - 1, '\n') + std::string(indent + d + 1, ' ');
+    if (d == nd - 1)
+      out += fmt_one(v[off + i * stride]);
+    else
+      print_rec(out, v, shape, d + 1, off + i * stride, summarise, fmt_one, indent);
+    if (i + 1 < n) {  // rows end with a newline; a blank line between matrices, as PyTorch
+      out += ',';
+      if (d == nd - 1)
+        out += ' ';
+      else
+        separator(out, nd - d - 1, indent + d + 1);
+    }
   }
   out += ']';
 }
@@ -216,16 +237,22 @@ std::string Tensor::str() const {
     if (std::isfinite(a) && a != 0 && (a >= 1e8 || a < 1e-4)) sci = true;
   }
   std::function<std::string(double)> fmt_one;
-  if (dtype() == kBool) fmt_one = [](double x) { return std::string(x != 0 ? "True" : "False"); };
-  else if (dtype() == kInt64) fmt_one = [](double x) { return fmt::format("{}", static_cast<int64_t>(x)); };
-  else if (sci) fmt_one = [](double x) { return fmt::format("{:.4e}", x); };
-  else fmt_one = [](double x) { return fmt::format("{:.4f}", x); };
+  if (dtype() == kBool)
+    fmt_one = [](double x) { return std::string(x != 0 ? "True" : "False"); };
+  else if (dtype() == kInt64)
+    fmt_one = [](double x) { return fmt::format("{}", static_cast<int64_t>(x)); };
+  else if (sci)
+    fmt_one = [](double x) { return fmt::format("{:.4e}", x); };
+  else
+    fmt_one = [](double x) { return fmt::format("{:.4f}", x); };
   std::string out = "tensor(";
   print_rec(out, v, shape(), 0, 0, numel() > kPrintThreshold, fmt_one, 7);
   out += fmt::format(", shape={}, dtype={}", shape(), dtype_name(dtype()));
   if (!device().is_cpu()) out += ", device=" + device().str();
-  if (grad_fn()) out += fmt::format(", grad_fn={}", grad_fn()->name);
-  else if (requires_grad()) out += ", requires_grad=true";
+  if (grad_fn())
+    out += fmt::format(", grad_fn={}", grad_fn()->name);
+  else if (requires_grad())
+    out += ", requires_grad=true";
   return out + ")";
 }
 

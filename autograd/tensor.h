@@ -19,7 +19,8 @@ namespace vitrine {
 struct Node;
 class Tensor;
 
-/// A gradient hook: receives the gradient; returns a replacement, or an undefined Tensor to keep it.
+/// A gradient hook: receives the gradient; returns a replacement, or an undefined Tensor to keep
+/// it.
 using GradHook = std::function<Tensor(const Tensor&)>;
 
 struct TensorImpl {

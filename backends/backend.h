@@ -23,11 +23,24 @@ struct Strided {
   int64_t numel() const { return shape.numel(); }
   bool is_contiguous() const;
   template <typename T>
-  T* ptr() const { return static_cast<T*>(data); }
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
 };
 
 enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Sign,
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Tanh,
+  Sigmoid,
+  Relu,
+  Gelu,
+  GeluTanh,
+  Sign,
   PowScalar,  // y = x ^ alpha
   Clamp,      // y = min(max(x, alpha), beta)
   AddScalar,  // y = x + alpha
@@ -35,17 +48,28 @@ enum class UnaryOp : uint8_t {
 };
 
 enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
-  Eq, Ne, Lt, Le, Gt, Ge,       // out: bool
-  GeluBackward,                 // out = dy * gelu'(x)        (a = x, b = dy)
-  GeluTanhBackward,             // out = dy * gelu_tanh'(x)   (a = x, b = dy)
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,                // out: bool
+  GeluBackward,      // out = dy * gelu'(x)        (a = x, b = dy)
+  GeluTanhBackward,  // out = dy * gelu_tanh'(x)   (a = x, b = dy)
 };
 
 enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin };
 
 /// Parameters of a 2-D convolution as im2col sees one image.
 struct ConvGeometry {
-  int64_t channels, height, width;     // input image
+  int64_t channels, height, width;  // input image
   int64_t kernel_h, kernel_w;
   int64_t stride_h, stride_w;
   int64_t pad_h, pad_w;
@@ -55,7 +79,8 @@ struct ConvGeometry {
 /// How BLAS can read a [rows, cols] matrix with strides (s0, s1) in place: row-major (trans =
 /// false) or transposed (trans = true), with leading dimension ld. False when neither works (a
 /// copy is needed). A size-1 dim may have any stride (BLAS never steps along it).
-inline bool gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool& trans, int64_t& ld) {
+inline bool gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool& trans,
+                        int64_t& ld) {
   if (cols == 1) s1 = 1;
   if (rows == 1) s0 = std::max<int64_t>(cols, 1);
   if (s1 == 1 && s0 >= std::max<int64_t>(cols, 1)) {
@@ -110,8 +135,7 @@ class Backend {
                      double beta = 0) = 0;
   virtual void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& y) = 0;
   /// y = cond ? a : b
-  virtual void where(const Strided& cond, const Strided& a, const Strided& b,
-                     const Strided& y) = 0;
+  virtual void where(const Strided& cond, const Strided& a, const Strided& b, const Strided& y) = 0;
 
   /// Reduces x over the dims where y (same rank as x, keepdim layout) has size 1 and x does not.
   /// ArgMax/ArgMin write int64 indices (of the first extreme) into y and reduce one dim only.
@@ -130,8 +154,7 @@ class Backend {
   /// y = x.gather(dim, index)
   virtual void gather(const Strided& x, int dim, const Strided& index, const Strided& y) = 0;
   /// y.scatter_add_(dim, index, src)
-  virtual void scatter_add(const Strided& y, int dim, const Strided& index,
-                           const Strided& src) = 0;
+  virtual void scatter_add(const Strided& y, int dim, const Strided& index, const Strided& src) = 0;
 
   // Fused neural-network kernels. All inputs contiguous; the reduced dim is the last one.
   /// y = softmax(x) (or log_softmax) over the last dim.

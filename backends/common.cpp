@@ -8,7 +8,8 @@
 namespace vitrine {
 
 void internal_error(const char* cond, const char* file, int line) {
-  throw Error(fmt::format("internal error (a bug in Vitrine): {} failed at {}:{}", cond, file, line));
+  throw Error(
+      fmt::format("internal error (a bug in Vitrine): {} failed at {}:{}", cond, file, line));
 }
 
 std::string Dims::str() const { return fmt::format("[{}]", fmt::join(begin(), end(), ", ")); }
@@ -21,8 +22,9 @@ Dims contiguous_strides(const Dims& shape) {
 
 int wrap_dim(int64_t dim, int ndim, const char* op) {
   int64_t n = std::max(ndim, 1);  // a 0-dim tensor accepts dim 0 and -1, as PyTorch
-  VT_CHECK(dim >= -n && dim < n, "{}: dim {} is out of range for a tensor with {} dims (expected {} to {})",
-           op, dim, ndim, -n, n - 1);
+  VT_CHECK(dim >= -n && dim < n,
+           "{}: dim {} is out of range for a tensor with {} dims (expected {} to {})", op, dim,
+           ndim, -n, n - 1);
   return static_cast<int>(dim < 0 ? dim + n : dim);
 }
 
@@ -67,7 +69,7 @@ uint16_t float_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);                                                    // RNE
+  u += 0x7fffu + ((u >> 16) & 1u);                                                      // RNE
   return static_cast<uint16_t>(u >> 16);
 }
 
@@ -83,13 +85,13 @@ uint16_t float_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (absu < 0x38800000u) {                                                // subnormal or zero
+  if (absu < 0x38800000u) {                                               // subnormal or zero
     // value = absf; f16 subnormal unit is 2^-24: round(absf * 2^24) with RNE.
     float a;
     std::memcpy(&a, &absu, 4);
-    float scaled = a * 16777216.0f;  // exact (power of two)
+    float scaled = a * 16777216.0f;    // exact (power of two)
     float r = std::nearbyint(scaled);  // default rounding mode: nearest even
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
   }

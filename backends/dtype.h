@@ -21,24 +21,36 @@ constexpr DType kFloat16 = DType::Float16;
 /// Bytes per element.
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::Float32: return 4;
-    case DType::Float64: return 8;
-    case DType::Int64: return 8;
-    case DType::Bool: return 1;
-    case DType::BFloat16: return 2;
-    case DType::Float16: return 2;
+    case DType::Float32:
+      return 4;
+    case DType::Float64:
+      return 8;
+    case DType::Int64:
+      return 8;
+    case DType::Bool:
+      return 1;
+    case DType::BFloat16:
+      return 2;
+    case DType::Float16:
+      return 2;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
-    case DType::Int64: return "int64";
-    case DType::Bool: return "bool";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float16: return "float16";
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
+    case DType::Int64:
+      return "int64";
+    case DType::Bool:
+      return "bool";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Float16:
+      return "float16";
   }
   return "?";
 }
@@ -56,18 +68,33 @@ float bf16_to_float(uint16_t h);
 uint16_t float_to_f16(float f);
 float f16_to_float(uint16_t h);
 
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::Float32; }
-template <> constexpr DType dtype_of<double>() { return DType::Float64; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
-template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::Float32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::Float64;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::Int64;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::Bool;
+}
 
 /// Calls f.template operator()<T>() with T = float or double; other dtypes are an error naming op.
 template <typename F>
 decltype(auto) dispatch_float(DType t, std::string_view op, F&& f) {
   switch (t) {
-    case DType::Float32: return f.template operator()<float>();
-    case DType::Float64: return f.template operator()<double>();
+    case DType::Float32:
+      return f.template operator()<float>();
+    case DType::Float64:
+      return f.template operator()<double>();
     default:
       fail("{}: dtype {} is not supported (expected float32 or float64)", op, dtype_name(t));
   }
@@ -77,12 +104,14 @@ decltype(auto) dispatch_float(DType t, std::string_view op, F&& f) {
 template <typename F>
 decltype(auto) dispatch_numeric(DType t, std::string_view op, F&& f) {
   switch (t) {
-    case DType::Float32: return f.template operator()<float>();
-    case DType::Float64: return f.template operator()<double>();
-    case DType::Int64: return f.template operator()<int64_t>();
+    case DType::Float32:
+      return f.template operator()<float>();
+    case DType::Float64:
+      return f.template operator()<double>();
+    case DType::Int64:
+      return f.template operator()<int64_t>();
     default:
-      fail("{}: dtype {} is not supported (expected float32, float64 or int64)", op,
-           dtype_name(t));
+      fail("{}: dtype {} is not supported (expected float32, float64 or int64)", op, dtype_name(t));
   }
 }
 
@@ -90,10 +119,14 @@ decltype(auto) dispatch_numeric(DType t, std::string_view op, F&& f) {
 template <typename F>
 decltype(auto) dispatch_all(DType t, std::string_view op, F&& f) {
   switch (t) {
-    case DType::Float32: return f.template operator()<float>();
-    case DType::Float64: return f.template operator()<double>();
-    case DType::Int64: return f.template operator()<int64_t>();
-    case DType::Bool: return f.template operator()<bool>();
+    case DType::Float32:
+      return f.template operator()<float>();
+    case DType::Float64:
+      return f.template operator()<double>();
+    case DType::Int64:
+      return f.template operator()<int64_t>();
+    case DType::Bool:
+      return f.template operator()<bool>();
     default:
       fail("{}: dtype {} is a storage type here (convert with to(float32) first)", op,
            dtype_name(t));

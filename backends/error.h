@@ -24,13 +24,13 @@ template <typename... Args>
 }  // namespace vitrine
 
 /// Checks a user-facing condition: VT_CHECK(a == b, "op: {} != {}", a, b).
-#define VT_CHECK(cond, ...)                         \
-  do {                                              \
-    if (!(cond)) ::vitrine::fail(__VA_ARGS__);      \
+#define VT_CHECK(cond, ...)                    \
+  do {                                         \
+    if (!(cond)) ::vitrine::fail(__VA_ARGS__); \
   } while (0)
 
 /// Checks an internal invariant; failure is a bug in Vitrine, reported with file:line.
-#define VT_ASSERT(cond)                                                        \
-  do {                                                                         \
-    if (!(cond)) ::vitrine::internal_error(#cond, __FILE__, __LINE__);         \
+#define VT_ASSERT(cond)                                                \
+  do {                                                                 \
+    if (!(cond)) ::vitrine::internal_error(#cond, __FILE__, __LINE__); \
   } while (0)

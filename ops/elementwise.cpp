@@ -32,10 +32,12 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const char* 
 Tensor unary_kernel(UnaryOp op, const Tensor& x, const char* name, bool float_only,
                     double alpha = 0, double beta = 0) {
   detail::check_defined(x, name, "x");
-  if (float_only) check_float(x, name);
+  if (float_only)
+    check_float(x, name);
   else
     VT_CHECK(is_float(x.dtype()) || x.dtype() == kInt64,
-             "{}: expected a float32, float64 or int64 tensor, got {}", name, dtype_name(x.dtype()));
+             "{}: expected a float32, float64 or int64 tensor, got {}", name,
+             dtype_name(x.dtype()));
   Tensor y = detail::empty_on(x, x.shape(), x.dtype());
   x.backend().unary(op, x.strided(), y.strided(), alpha, beta);
   return y;
@@ -67,19 +69,21 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor y = binary_kernel(BinaryOp::Mul, a, b, "mul");
-  return record(y, "mul", {a, b}, [sa = save(a), sb = save(b)](const Tensor& dy, const Needs& n) -> Grads {
-    return {n[0] ? mul(dy, sb.get()) : Tensor(), n[1] ? mul(dy, sa.get()) : Tensor()};
-  });
+  return record(y, "mul", {a, b},
+                [sa = save(a), sb = save(b)](const Tensor& dy, const Needs& n) -> Grads {
+                  return {n[0] ? mul(dy, sb.get()) : Tensor(), n[1] ? mul(dy, sa.get()) : Tensor()};
+                });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor y = binary_kernel(BinaryOp::Div, a, b, "div");
-  return record(y, "div", {a, b}, [sa = save(a), sb = save(b)](const Tensor& dy, const Needs& n) -> Grads {
-    const Tensor& b = sb.get();
-    Tensor da = n[0] ? div(dy, b) : Tensor();
-    Tensor db = n[1] ? neg(div(mul(dy, sa.get()), mul(b, b))) : Tensor();  // -dy a / b^2
-    return {da, db};
-  });
+  return record(
+      y, "div", {a, b}, [sa = save(a), sb = save(b)](const Tensor& dy, const Needs& n) -> Grads {
+        const Tensor& b = sb.get();
+        Tensor da = n[0] ? div(dy, b) : Tensor();
+        Tensor db = n[1] ? neg(div(mul(dy, sa.get()), mul(b, b))) : Tensor();  // -dy a / b^2
+        return {da, db};
+      });
 }
 
 Tensor add(const Tensor& x, double c) {
@@ -89,7 +93,8 @@ Tensor add(const Tensor& x, double c) {
 
 Tensor mul(const Tensor& x, double c) {
   Tensor y = unary_kernel(UnaryOp::MulScalar, x, "mul", false, c);
-  return record(y, "mul", {x}, [c](const Tensor& dy, const Needs&) -> Grads { return {mul(dy, c)}; });
+  return record(y, "mul", {x},
+                [c](const Tensor& dy, const Needs&) -> Grads { return {mul(dy, c)}; });
 }
 
 Tensor neg(const Tensor& x) {
@@ -99,12 +104,13 @@ Tensor neg(const Tensor& x) {
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor y = binary_kernel(BinaryOp::Pow, a, b, "pow", false);
-  return record(y, "pow", {a, b}, [sa = save(a), sb = save(b)](const Tensor& dy, const Needs& n) -> Grads {
-    const Tensor &a = sa.get(), &b = sb.get();
-    Tensor da = n[0] ? mul(dy, mul(b, pow(a, sub(b, ones_like(b))))) : Tensor();  // b a^(b-1)
-    Tensor db = n[1] ? mul(dy, mul(pow(a, b), log(a))) : Tensor();               // a^b ln a
-    return {da, db};
-  });
+  return record(
+      y, "pow", {a, b}, [sa = save(a), sb = save(b)](const Tensor& dy, const Needs& n) -> Grads {
+        const Tensor &a = sa.get(), &b = sb.get();
+        Tensor da = n[0] ? mul(dy, mul(b, pow(a, sub(b, ones_like(b))))) : Tensor();  // b a^(b-1)
+        Tensor db = n[1] ? mul(dy, mul(pow(a, b), log(a))) : Tensor();                // a^b ln a
+        return {da, db};
+      });
 }
 
 Tensor pow(const Tensor& x, double p) {
@@ -178,13 +184,14 @@ Tensor relu(const Tensor& x) {
 
 Tensor gelu(const Tensor& x, bool tanh_approx) {
   Tensor y = unary_kernel(tanh_approx ? UnaryOp::GeluTanh : UnaryOp::Gelu, x, "gelu", true);
-  return record(y, "gelu", {x}, [sx = save(x), tanh_approx](const Tensor& dy, const Needs&) -> Grads {
-    const Tensor& x = sx.get();
-    Tensor dx = detail::empty_on(x, x.shape(), x.dtype());
-    x.backend().binary(tanh_approx ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward,
-                       x.strided(), detail::broadcast_view(dy, x.shape()), dx.strided());
-    return {detail::no_double_backward(dx, "gelu_backward", {x, dy})};
-  });
+  return record(
+      y, "gelu", {x}, [sx = save(x), tanh_approx](const Tensor& dy, const Needs&) -> Grads {
+        const Tensor& x = sx.get();
+        Tensor dx = detail::empty_on(x, x.shape(), x.dtype());
+        x.backend().binary(tanh_approx ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward,
+                           x.strided(), detail::broadcast_view(dy, x.shape()), dx.strided());
+        return {detail::no_double_backward(dx, "gelu_backward", {x, dy})};
+      });
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
@@ -200,18 +207,20 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
   Tensor y = binary_kernel(BinaryOp::Maximum, a, b, "maximum");
-  return record(y, "maximum", {a, b}, [sa = save(a), sb = save(b)](const Tensor& dy, const Needs&) -> Grads {
-    Tensor w = win_share(sa.get(), sb.get(), true);
-    return {mul(dy, w), mul(dy, sub(ones_like(w), w))};
-  });
+  return record(y, "maximum", {a, b},
+                [sa = save(a), sb = save(b)](const Tensor& dy, const Needs&) -> Grads {
+                  Tensor w = win_share(sa.get(), sb.get(), true);
+                  return {mul(dy, w), mul(dy, sub(ones_like(w), w))};
+                });
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
   Tensor y = binary_kernel(BinaryOp::Minimum, a, b, "minimum");
-  return record(y, "minimum", {a, b}, [sa = save(a), sb = save(b)](const Tensor& dy, const Needs&) -> Grads {
-    Tensor w = win_share(sa.get(), sb.get(), false);
-    return {mul(dy, w), mul(dy, sub(ones_like(w), w))};
-  });
+  return record(y, "minimum", {a, b},
+                [sa = save(a), sb = save(b)](const Tensor& dy, const Needs&) -> Grads {
+                  Tensor w = win_share(sa.get(), sb.get(), false);
+                  return {mul(dy, w), mul(dy, sub(ones_like(w), w))};
+                });
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Eq, a, b, "eq"); }
@@ -223,11 +232,13 @@ Tensor ge(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Ge,
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_defined(cond, "where", "cond");
-  VT_CHECK(cond.dtype() == kBool, "where: cond must be a bool tensor, got {}", dtype_name(cond.dtype()));
+  VT_CHECK(cond.dtype() == kBool, "where: cond must be a bool tensor, got {}",
+           dtype_name(cond.dtype()));
   check_same(a, b, "where");
   VT_CHECK(cond.device() == a.device(), "where: cond is on {}, values on {}", cond.device().str(),
            a.device().str());
-  Dims shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Dims shape =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor y = detail::empty_on(a, shape, a.dtype());
   a.backend().where(detail::broadcast_view(cond, shape), detail::broadcast_view(a, shape),
                     detail::broadcast_view(b, shape), y.strided());
@@ -244,9 +255,8 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
   x.backend().copy(x.strided(), y.strided());
   if (!is_floating_point(dtype)) return y;  // no gradient into integer/bool results
   DType from = x.dtype();
-  return record(y, "to", {x}, [from](const Tensor& dy, const Needs&) -> Grads {
-    return {to_dtype(dy, from)};
-  });
+  return record(y, "to", {x},
+                [from](const Tensor& dy, const Needs&) -> Grads { return {to_dtype(dy, from)}; });
 }
 
 }  // namespace vitrine::ops

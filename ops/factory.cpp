@@ -14,11 +14,15 @@ Tensor full(const Dims& shape, double value, DType dtype, Device device) {
   t.backend().fill(t.strided(), value);
   return t;
 }
-Tensor zeros(const Dims& shape, DType dtype, Device device) { return full(shape, 0, dtype, device); }
+Tensor zeros(const Dims& shape, DType dtype, Device device) {
+  return full(shape, 0, dtype, device);
+}
 Tensor ones(const Dims& shape, DType dtype, Device device) { return full(shape, 1, dtype, device); }
 Tensor zeros_like(const Tensor& x) { return full(x.shape(), 0, x.dtype(), x.device()); }
 Tensor ones_like(const Tensor& x) { return full(x.shape(), 1, x.dtype(), x.device()); }
-Tensor full_like(const Tensor& x, double value) { return full(x.shape(), value, x.dtype(), x.device()); }
+Tensor full_like(const Tensor& x, double value) {
+  return full(x.shape(), value, x.dtype(), x.device());
+}
 Tensor scalar(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
 
 Tensor arange(double start, double end, double step, DType dtype) {
@@ -35,8 +39,10 @@ Tensor arange(double end, DType dtype) { return arange(0, end, 1, dtype); }
 Tensor linspace(double start, double end, int64_t steps, DType dtype) {
   VT_CHECK(steps >= 0, "linspace: steps must be non-negative, got {}", steps);
   Tensor t = Tensor::empty({steps}, dtype);
-  if (steps == 1) t.fill_(start);
-  else if (steps > 1) t.backend().arange(t.strided(), start, (end - start) / static_cast<double>(steps - 1));
+  if (steps == 1)
+    t.fill_(start);
+  else if (steps > 1)
+    t.backend().arange(t.strided(), start, (end - start) / static_cast<double>(steps - 1));
   return t;
 }
 

@@ -10,8 +10,7 @@ void check_defined(const Tensor& t, const char* op, const char* arg) {
 
 void check_float(const Tensor& t, const char* op) {
   check_defined(t, op, "input");
-  VT_CHECK(is_float(t.dtype()),
-           "{}: expected a float32 or float64 tensor, got {} (shape {}){}", op,
+  VT_CHECK(is_float(t.dtype()), "{}: expected a float32 or float64 tensor, got {} (shape {}){}", op,
            dtype_name(t.dtype()), t.shape(),
            is_floating_point(t.dtype()) ? "; convert 16-bit tensors with to(kFloat32) first" : "");
 }
@@ -43,8 +42,10 @@ Strided broadcast_view(const Tensor& t, const Dims& shape) {
 
 Tensor no_double_backward(Tensor y, std::string_view op, const std::vector<Tensor>& inputs) {
   return record(std::move(y), op, inputs, [op](const Tensor&, const Needs&) -> Grads {
-    fail("{}: double backward is not supported (its backward is a fused kernel); use "
-         "create_graph only through ops with differentiable backward rules", op);
+    fail(
+        "{}: double backward is not supported (its backward is a fused kernel); use "
+        "create_graph only through ops with differentiable backward rules",
+        op);
   });
 }
 

@@ -16,7 +16,8 @@ void check_inplace(const Tensor& self, const char* op) {
            op, self.is_leaf() ? "leaf tensor" : "tensor computed by the graph", self.shape());
   for (int i = 0; i < self.dim(); ++i)
     VT_CHECK(self.strides()[i] != 0 || self.shape()[i] <= 1,
-             "{}: in-place write into an expanded tensor (shape {}, strides {}); call contiguous() first",
+             "{}: in-place write into an expanded tensor (shape {}, strides {}); call contiguous() "
+             "first",
              op, self.shape(), self.strides());
 }
 
@@ -27,7 +28,8 @@ void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other, const char* 
   Dims b = broadcast_shapes(self.shape(), other.shape(), name);
   VT_CHECK(b == self.shape(), "{}: the other tensor's shape {} does not broadcast to {}", name,
            other.shape(), self.shape());
-  self.backend().binary(op, self.strided(), ops::detail::broadcast_view(other, self.shape()), self.strided());
+  self.backend().binary(op, self.strided(), ops::detail::broadcast_view(other, self.shape()),
+                        self.strided());
   self.bump_version();
 }
 }  // namespace

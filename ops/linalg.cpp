@@ -13,15 +13,17 @@ bool gemm_ready(const Tensor& t) {
   const int n = t.dim();
   bool trans;
   int64_t ld;
-  return gemm_layout(t.shape()[n - 2], t.shape()[n - 1], t.strides()[n - 2], t.strides()[n - 1], trans, ld);
+  return gemm_layout(t.shape()[n - 2], t.shape()[n - 1], t.strides()[n - 2], t.strides()[n - 1],
+                     trans, ld);
 }
 
 /// a: [..., M, K], b: [..., K, N] (both at least 2-D) -> [batch..., M, N].
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   const int na = a.dim(), nb = b.dim();
-  const int64_t M = a.shape()[na - 2], K = a.shape()[na - 1], K2 = b.shape()[nb - 2], N = b.shape()[nb - 1];
-  VT_CHECK(K == K2, "matmul: shapes {} and {} cannot be multiplied ({} != {})", a.shape(), b.shape(),
-           K, K2);
+  const int64_t M = a.shape()[na - 2], K = a.shape()[na - 1], K2 = b.shape()[nb - 2],
+                N = b.shape()[nb - 1];
+  VT_CHECK(K == K2, "matmul: shapes {} and {} cannot be multiplied ({} != {})", a.shape(),
+           b.shape(), K, K2);
   Dims ab, bb;
   for (int i = 0; i < na - 2; ++i) ab.push_back(a.shape()[i]);
   for (int i = 0; i < nb - 2; ++i) bb.push_back(b.shape()[i]);
@@ -35,20 +37,24 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   Tensor y = empty_on(a, sy, a.dtype());
   a.backend().gemm(broadcast_view(ca, sa), broadcast_view(cb, sb), y.strided(), false);
   // dA = dY B^T, dB = A^T dY, in the broadcast batch shape; the engine sums broadcast dims.
-  return record(y, "matmul", {a, b}, [sa_ = save(a), sb_ = save(b)](const Tensor& dy, const Needs& n) -> Grads {
-    return {n[0] ? matmul(dy, sb_.get().mT()) : Tensor(), n[1] ? matmul(sa_.get().mT(), dy) : Tensor()};
-  });
+  return record(y, "matmul", {a, b},
+                [sa_ = save(a), sb_ = save(b)](const Tensor& dy, const Needs& n) -> Grads {
+                  return {n[0] ? matmul(dy, sb_.get().mT()) : Tensor(),
+                          n[1] ? matmul(sa_.get().mT(), dy) : Tensor()};
+                });
 }
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_same(a, b, "matmul");
   check_float(a, "matmul");
-  VT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dim (got shapes {} and {})",
-           a.shape(), b.shape());
+  VT_CHECK(a.dim() >= 1 && b.dim() >= 1,
+           "matmul: both operands need at least 1 dim (got shapes {} and {})", a.shape(),
+           b.shape());
   if (a.dim() == 1 && b.dim() == 1) {
-    VT_CHECK(a.shape()[0] == b.shape()[0], "matmul: shapes {} and {} cannot be multiplied ({} != {})",
-             a.shape(), b.shape(), a.shape()[0], b.shape()[0]);
+    VT_CHECK(a.shape()[0] == b.shape()[0],
+             "matmul: shapes {} and {} cannot be multiplied ({} != {})", a.shape(), b.shape(),
+             a.shape()[0], b.shape()[0]);
     return reshape(matmul_nd(unsqueeze(a, 0), unsqueeze(b, 1)), {});
   }
   if (a.dim() == 1) return squeeze(matmul_nd(unsqueeze(a, 0), b), -2);

@@ -11,8 +11,9 @@ namespace {
 Tensor reduce_kernel(ReduceOp op, const Tensor& x, const Dims& rdims, bool keepdim, DType out) {
   Tensor y = empty_on(x, keepdim_shape(x.shape(), rdims), out);
   x.backend().reduce(op, x.strided(), y.strided());
-  return keepdim ? y : y.as_strided_view(squeezed_shape(y.shape(), rdims),
-                                        contiguous_strides(squeezed_shape(y.shape(), rdims)), 0);
+  return keepdim ? y
+                 : y.as_strided_view(squeezed_shape(y.shape(), rdims),
+                                     contiguous_strides(squeezed_shape(y.shape(), rdims)), 0);
 }
 
 void check_reducible(const Tensor& x, const char* op) {
@@ -88,22 +89,28 @@ Tensor extreme_all(const Tensor& x, bool is_max) {
   const char* name = is_max ? "max" : "min";
   check_reducible(x, name);
   VT_CHECK(x.numel() > 0, "{}: the tensor is empty (shape {})", name, x.shape());
-  Tensor y = reduce_kernel(is_max ? ReduceOp::Max : ReduceOp::Min, x, reduce_dims({}, x.dim(), name),
-                           false, x.dtype());
-  return record(y, is_max ? "max" : "min", {x}, [sx = save(x), sy = save(y.detach())](const Tensor& dy, const Needs&) -> Grads {
-    // As PyTorch: the gradient is shared evenly among all elements equal to the extreme.
-    const Tensor& x = sx.get();
-    Tensor hit = to_dtype(eq(x, sy.get()), x.dtype());
-    return {mul(div(hit, sum(hit)), dy)};
-  });
+  Tensor y = reduce_kernel(is_max ? ReduceOp::Max : ReduceOp::Min, x,
+                           reduce_dims({}, x.dim(), name), false, x.dtype());
+  return record(y, is_max ? "max" : "min", {x},
+                [sx = save(x), sy = save(y.detach())](const Tensor& dy, const Needs&) -> Grads {
+                  // As PyTorch: the gradient is shared evenly among all elements equal to the
+                  // extreme.
+                  const Tensor& x = sx.get();
+                  Tensor hit = to_dtype(eq(x, sy.get()), x.dtype());
+                  return {mul(div(hit, sum(hit)), dy)};
+                });
 }
 }  // namespace
 
 Tensor max(const Tensor& x) { return extreme_all(x, true); }
 Tensor min(const Tensor& x) { return extreme_all(x, false); }
 
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return max(x.detach(), dim, keepdim).indices; }
-Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return min(x.detach(), dim, keepdim).indices; }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  return max(x.detach(), dim, keepdim).indices;
+}
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  return min(x.detach(), dim, keepdim).indices;
+}
 
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   check_float(x, "logsumexp");

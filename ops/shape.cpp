@@ -56,18 +56,21 @@ Dims infer_shape(const Tensor& x, const Dims& shape, const char* op) {
   }
   if (infer >= 0) {
     VT_CHECK(known != 0 && x.numel() % known == 0,
-             "{}: shape {} is invalid for input of shape {} ({} elements)", op, shape, x.shape(), x.numel());
+             "{}: shape {} is invalid for input of shape {} ({} elements)", op, shape, x.shape(),
+             x.numel());
     s[infer] = x.numel() / known;
   }
-  VT_CHECK(s.numel() == x.numel(), "{}: shape {} is invalid for input of shape {} ({} elements, expected {})",
-           op, shape, x.shape(), x.numel(), s.numel());
+  VT_CHECK(s.numel() == x.numel(),
+           "{}: shape {} is invalid for input of shape {} ({} elements, expected {})", op, shape,
+           x.shape(), x.numel(), s.numel());
   return s;
 }
 
 Tensor view_as_shape(const Tensor& x, const Dims& s, const Dims& st, const char* name) {
   Tensor y = make_view(x, s, st, x.offset());
   Dims in = x.shape();
-  return record(y, name, {x}, [in](const Tensor& dy, const Needs&) -> Grads { return {reshape(dy, in)}; });
+  return record(y, name, {x},
+                [in](const Tensor& dy, const Needs&) -> Grads { return {reshape(dy, in)}; });
 }
 
 /// dy placed into zeros of shape at x[..., start:end:step, ...] (the adjoint of slice).
@@ -77,9 +80,10 @@ Tensor slice_backward(const Tensor& dy, const Dims& shape, int dim, int64_t star
   st[dim] *= step;
   Tensor region = out.as_strided_view(dy.shape(), st, start * out.strides()[dim]);
   dy.backend().copy(dy.strided(), region.strided());
-  return record(out, "slice_backward", {dy}, [dim, start, step, n = dy.shape()[dim]](const Tensor& g, const Needs&) -> Grads {
-    return {slice(g, dim, start, n == 0 ? start : start + (n - 1) * step + 1, step)};
-  });
+  return record(out, "slice_backward", {dy},
+                [dim, start, step, n = dy.shape()[dim]](const Tensor& g, const Needs&) -> Grads {
+                  return {slice(g, dim, start, n == 0 ? start : start + (n - 1) * step + 1, step)};
+                });
 }
 }  // namespace
 
@@ -94,8 +98,10 @@ Tensor view(const Tensor& x, const Dims& shape) {
   check_defined(x, "view", "x");
   Dims s = infer_shape(x, shape, "view");
   auto st = view_strides(x, s);
-  VT_CHECK(st.has_value(), "view: a tensor of shape {} with strides {} cannot be viewed as {} without "
-           "a copy; use reshape() (or contiguous() first)", x.shape(), x.strides(), s);
+  VT_CHECK(st.has_value(),
+           "view: a tensor of shape {} with strides {} cannot be viewed as {} without "
+           "a copy; use reshape() (or contiguous() first)",
+           x.shape(), x.strides(), s);
   return view_as_shape(x, s, *st, "view");
 }
 
@@ -126,7 +132,9 @@ Tensor permute(const Tensor& x, const Dims& dims) {
     strides.push_back(x.strides()[d]);
   }
   Tensor y = make_view(x, shape, strides, x.offset());
-  return record(y, "permute", {x}, [inverse](const Tensor& dy, const Needs&) -> Grads { return {permute(dy, inverse)}; });
+  return record(y, "permute", {x}, [inverse](const Tensor& dy, const Needs&) -> Grads {
+    return {permute(dy, inverse)};
+  });
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
@@ -162,8 +170,10 @@ Tensor squeeze(const Tensor& x) {
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
   check_defined(x, "unsqueeze", "x");
   int n = x.dim();
-  VT_CHECK(dim >= -(n + 1) && dim <= n, "unsqueeze: dim {} is out of range for a tensor with {} dims "
-           "(expected {} to {})", dim, n, -(n + 1), n);
+  VT_CHECK(dim >= -(n + 1) && dim <= n,
+           "unsqueeze: dim {} is out of range for a tensor with {} dims "
+           "(expected {} to {})",
+           dim, n, -(n + 1), n);
   int d = static_cast<int>(dim < 0 ? dim + n + 1 : dim);
   Dims s = x.shape(), st = x.strides();
   s.insert(d, 1);
@@ -187,14 +197,17 @@ Tensor expand(const Tensor& x, const Dims& shape) {
       s[i] = have;
       st[i] = x.strides()[j];
     } else {
-      VT_CHECK(have == 1, "expand: cannot expand shape {} to {} (dim {}: {} vs {}; only size-1 dims "
-               "expand)", x.shape(), shape, i, have, shape[i]);
+      VT_CHECK(have == 1,
+               "expand: cannot expand shape {} to {} (dim {}: {} vs {}; only size-1 dims "
+               "expand)",
+               x.shape(), shape, i, have, shape[i]);
     }
   }
   if (s == x.shape()) return x;
   Tensor y = make_view(x, s, st, x.offset());
   Dims in = x.shape();
-  return record(y, "expand", {x}, [in](const Tensor& dy, const Needs&) -> Grads { return {sum_to(dy, in)}; });
+  return record(y, "expand", {x},
+                [in](const Tensor& dy, const Needs&) -> Grads { return {sum_to(dy, in)}; });
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
@@ -203,14 +216,19 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   int d = wrap_dim(dim, x.dim(), "slice");
   const int64_t n = x.shape()[d];
   VT_CHECK(step >= 1, "slice: step must be >= 1, got {}", step);
-  VT_CHECK(start >= -n && start <= n, "slice: start {} is out of range for dim {} of size {} (shape {}; "
-           "expected {} to {})", start, d, n, x.shape(), -n, n);
+  VT_CHECK(start >= -n && start <= n,
+           "slice: start {} is out of range for dim {} of size {} (shape {}; "
+           "expected {} to {})",
+           start, d, n, x.shape(), -n, n);
   if (end == kEnd) end = n;
-  VT_CHECK(end >= -n && end <= n, "slice: end {} is out of range for dim {} of size {} (shape {}; "
-           "expected {} to {}, or kEnd)", end, d, n, x.shape(), -n, n);
+  VT_CHECK(end >= -n && end <= n,
+           "slice: end {} is out of range for dim {} of size {} (shape {}; "
+           "expected {} to {}, or kEnd)",
+           end, d, n, x.shape(), -n, n);
   if (start < 0) start += n;
   if (end < 0) end += n;
-  VT_CHECK(end >= start, "slice: end {} is before start {} on dim {} (shape {})", end, start, d, x.shape());
+  VT_CHECK(end >= start, "slice: end {} is before start {} on dim {} (shape {})", end, start, d,
+           x.shape());
   int64_t len = (end - start + step - 1) / step;
   Dims s = x.shape(), st = x.strides();
   s[d] = len;
@@ -228,8 +246,8 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   const int64_t n = x.shape()[d];
   if (start < 0 && start >= -n) start += n;
   VT_CHECK(start >= 0 && length >= 0 && start + length <= n,
-           "narrow: start {} + length {} is out of range for dim {} of size {} (shape {})", start, length, d,
-           n, x.shape());
+           "narrow: start {} + length {} is out of range for dim {} of size {} (shape {})", start,
+           length, d, n, x.shape());
   return slice(x, d, start, start + length);
 }
 
@@ -237,8 +255,9 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   check_defined(x, "select", "x");
   int d = wrap_dim(dim, x.dim(), "select");
   const int64_t n = x.shape()[d];
-  VT_CHECK(index >= -n && index < n, "select: index {} is out of range for dim {} of size {} (shape {})",
-           index, d, n, x.shape());
+  VT_CHECK(index >= -n && index < n,
+           "select: index {} is out of range for dim {} of size {} (shape {})", index, d, n,
+           x.shape());
   if (index < 0) index += n;
   return squeeze(slice(x, d, index, index + 1), d);
 }
@@ -259,12 +278,14 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   shape[d] = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
     check_same(x0, xs[i], "cat");
-    VT_CHECK(xs[i].dim() == x0.dim(), "cat: tensor {} has {} dims (shape {}), tensor 0 has {} (shape {})", i,
-             xs[i].dim(), xs[i].shape(), x0.dim(), x0.shape());
+    VT_CHECK(xs[i].dim() == x0.dim(),
+             "cat: tensor {} has {} dims (shape {}), tensor 0 has {} (shape {})", i, xs[i].dim(),
+             xs[i].shape(), x0.dim(), x0.shape());
     for (int j = 0; j < x0.dim(); ++j)
-      VT_CHECK(j == d || xs[i].shape()[j] == x0.shape()[j],
-               "cat: tensor {} has shape {}, tensor 0 has shape {} (they must match except in dim {})", i,
-               xs[i].shape(), x0.shape(), d);
+      VT_CHECK(
+          j == d || xs[i].shape()[j] == x0.shape()[j],
+          "cat: tensor {} has shape {}, tensor 0 has shape {} (they must match except in dim {})",
+          i, xs[i].shape(), x0.shape(), d);
     shape[d] += xs[i].shape()[d];
   }
   Tensor y = empty_on(x0, shape, x0.dtype());
@@ -297,8 +318,10 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   std::vector<Tensor> u;
   for (size_t i = 0; i < xs.size(); ++i) {
     check_defined(xs[i], "stack", "xs[i]");
-    VT_CHECK(xs[i].shape() == xs[0].shape(), "stack: tensor {} has shape {}, tensor 0 has shape {} (all must "
-             "match)", i, xs[i].shape(), xs[0].shape());
+    VT_CHECK(xs[i].shape() == xs[0].shape(),
+             "stack: tensor {} has shape {}, tensor 0 has shape {} (all must "
+             "match)",
+             i, xs[i].shape(), xs[0].shape());
     u.push_back(unsqueeze(xs[i], dim));
   }
   return cat(u, dim < 0 ? dim + n + 1 : dim);
@@ -307,8 +330,8 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   check_defined(x, "pad", "x");
   VT_CHECK(pads.size() % 2 == 0 && static_cast<int>(pads.size()) <= 2 * x.dim(),
-           "pad: {} pad values for a tensor with {} dims (expected an even count up to {})", pads.size(),
-           x.dim(), 2 * x.dim());
+           "pad: {} pad values for a tensor with {} dims (expected an even count up to {})",
+           pads.size(), x.dim(), 2 * x.dim());
   Dims shape = x.shape();
   Dims lo = Dims::filled(x.dim(), 0);
   for (size_t i = 0; i < pads.size(); ++i) {

@@ -11,11 +11,12 @@ namespace vt_test {
 void check_close(const Tensor& t, const std::vector<double>& expected, double atol, double rtol) {
   REQUIRE(t.defined());
   std::vector<double> v = t.to_vector<double>();
-  REQUIRE_MESSAGE(v.size() == expected.size(), "tensor has " << v.size() << " elements, expected "
-                                                              << expected.size());
+  REQUIRE_MESSAGE(v.size() == expected.size(),
+                  "tensor has " << v.size() << " elements, expected " << expected.size());
   for (size_t i = 0; i < v.size(); ++i) {
     double tol = atol + rtol * std::fabs(expected[i]);
-    bool ok = v[i] == expected[i] || std::fabs(v[i] - expected[i]) <= tol || (std::isnan(v[i]) && std::isnan(expected[i]));
+    bool ok = v[i] == expected[i] || std::fabs(v[i] - expected[i]) <= tol ||
+              (std::isnan(v[i]) && std::isnan(expected[i]));
     CHECK_MESSAGE(ok, "element " << i << ": got " << v[i] << ", expected " << expected[i]);
   }
 }

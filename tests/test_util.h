@@ -40,18 +40,18 @@ void check_grad_at(const std::string& file, const std::string& name, const Fn& f
 }  // namespace vt_test
 
 /// Checks that `expr` throws vitrine::Error whose message contains every given substring.
-#define CHECK_ERROR_CONTAINS(expr, ...)                                               \
-  do {                                                                                \
-    bool thrown_ = false;                                                             \
-    try {                                                                             \
-      (void)(expr);                                                                   \
-    } catch (const vitrine::Error& e_) {                                              \
-      thrown_ = true;                                                                 \
-      std::string msg_ = e_.what();                                                   \
-      for (const char* s_ : {__VA_ARGS__}) {                                          \
-        INFO("message: " << msg_);                                                    \
+#define CHECK_ERROR_CONTAINS(expr, ...)                                                \
+  do {                                                                                 \
+    bool thrown_ = false;                                                              \
+    try {                                                                              \
+      (void)(expr);                                                                    \
+    } catch (const vitrine::Error& e_) {                                               \
+      thrown_ = true;                                                                  \
+      std::string msg_ = e_.what();                                                    \
+      for (const char* s_ : {__VA_ARGS__}) {                                           \
+        INFO("message: " << msg_);                                                     \
         CHECK_MESSAGE(msg_.find(s_) != std::string::npos, "missing \"" << s_ << "\""); \
-      }                                                                               \
-    }                                                                                 \
-    CHECK_MESSAGE(thrown_, "expected vitrine::Error from " #expr);                    \
+      }                                                                                \
+    }                                                                                  \
+    CHECK_MESSAGE(thrown_, "expected vitrine::Error from " #expr);                     \
   } while (0)

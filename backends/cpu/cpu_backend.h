@@ -17,10 +17,8 @@ class CpuBackend final : public Backend {
   void arange(const Strided& dst, double start, double step) override;
   // random.cpp
   void uniform(const Strided& dst, uint64_t seed, uint64_t offset, double lo, double hi) override;
-  void normal(const Strided& dst, uint64_t seed, uint64_t offset, double mean,
-              double std) override;
-  void randint(const Strided& dst, uint64_t seed, uint64_t offset, int64_t lo,
-               int64_t hi) override;
+  void normal(const Strided& dst, uint64_t seed, uint64_t offset, double mean, double std) override;
+  void randint(const Strided& dst, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) override;
   // elementwise.cpp
   void unary(UnaryOp op, const Strided& x, const Strided& y, double alpha, double beta) override;
   void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& y) override;
@@ -54,8 +52,7 @@ class CpuBackend final : public Backend {
   void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) override;
   // interpolate.cpp
   void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) override;
-  void interpolate_backward(const Strided& dy, const Strided& dx,
-                            const InterpGeometry& g) override;
+  void interpolate_backward(const Strided& dy, const Strided& dx, const InterpGeometry& g) override;
 };
 
 }  // namespace vitrine::cpu

@@ -8,36 +8,53 @@
 namespace vitrine::cpu {
 
 namespace {
-constexpr double kSqrt1_2 = 0.70710678118654752440;   // 1/sqrt(2)
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+constexpr double kSqrt1_2 = 0.70710678118654752440;      // 1/sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
 constexpr double kGeluC = 0.044715;
 
 template <typename T>
 T unary_value(UnaryOp op, T x, T alpha, T beta) {
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Abs: return x < 0 ? -x : x;
-    case UnaryOp::Sign: return static_cast<T>((x > 0) - (x < 0));
-    case UnaryOp::AddScalar: return x + alpha;
-    case UnaryOp::MulScalar: return x * alpha;
-    case UnaryOp::Clamp: return x < alpha ? alpha : (x > beta ? beta : x);
-    default: break;
+    case UnaryOp::Neg:
+      return -x;
+    case UnaryOp::Abs:
+      return x < 0 ? -x : x;
+    case UnaryOp::Sign:
+      return static_cast<T>((x > 0) - (x < 0));
+    case UnaryOp::AddScalar:
+      return x + alpha;
+    case UnaryOp::MulScalar:
+      return x * alpha;
+    case UnaryOp::Clamp:
+      return x < alpha ? alpha : (x > beta ? beta : x);
+    default:
+      break;
   }
   if constexpr (std::is_floating_point_v<T>) {
     switch (op) {
-      case UnaryOp::Exp: return std::exp(x);
-      case UnaryOp::Log: return std::log(x);
-      case UnaryOp::Sqrt: return std::sqrt(x);
-      case UnaryOp::Rsqrt: return T(1) / std::sqrt(x);
-      case UnaryOp::Tanh: return std::tanh(x);
-      case UnaryOp::Sigmoid: return T(1) / (T(1) + std::exp(-x));
-      case UnaryOp::Relu: return x > 0 ? x : T(0);
-      case UnaryOp::Gelu: return T(0.5) * x * (T(1) + std::erf(x * T(kSqrt1_2)));
+      case UnaryOp::Exp:
+        return std::exp(x);
+      case UnaryOp::Log:
+        return std::log(x);
+      case UnaryOp::Sqrt:
+        return std::sqrt(x);
+      case UnaryOp::Rsqrt:
+        return T(1) / std::sqrt(x);
+      case UnaryOp::Tanh:
+        return std::tanh(x);
+      case UnaryOp::Sigmoid:
+        return T(1) / (T(1) + std::exp(-x));
+      case UnaryOp::Relu:
+        return x > 0 ? x : T(0);
+      case UnaryOp::Gelu:
+        return T(0.5) * x * (T(1) + std::erf(x * T(kSqrt1_2)));
       case UnaryOp::GeluTanh:
         return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x)));
-      case UnaryOp::PowScalar: return std::pow(x, alpha);
-      default: break;
+      case UnaryOp::PowScalar:
+        return std::pow(x, alpha);
+      default:
+        break;
     }
   }
   VT_ASSERT(!"unary op not supported for this dtype");
@@ -47,17 +64,25 @@ T unary_value(UnaryOp op, T x, T alpha, T beta) {
 template <typename T>
 T binary_value(BinaryOp op, T a, T b) {
   switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return a / b;
-    case BinaryOp::Maximum: return a > b ? a : b;
-    case BinaryOp::Minimum: return a < b ? a : b;
-    default: break;
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a - b;
+    case BinaryOp::Mul:
+      return a * b;
+    case BinaryOp::Div:
+      return a / b;
+    case BinaryOp::Maximum:
+      return a > b ? a : b;
+    case BinaryOp::Minimum:
+      return a < b ? a : b;
+    default:
+      break;
   }
   if constexpr (std::is_floating_point_v<T>) {
     switch (op) {
-      case BinaryOp::Pow: return std::pow(a, b);
+      case BinaryOp::Pow:
+        return std::pow(a, b);
       case BinaryOp::GeluBackward: {  // a = x, b = dy
         T cdf = T(0.5) * (T(1) + std::erf(a * T(kSqrt1_2)));
         T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * a * a);
@@ -69,7 +94,8 @@ T binary_value(BinaryOp op, T a, T b) {
         T dinner = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluC) * x2);
         return b * (T(0.5) * (T(1) + t) + T(0.5) * a * (T(1) - t * t) * dinner);
       }
-      default: break;
+      default:
+        break;
     }
   }
   VT_ASSERT(!"binary op not supported for this dtype");
@@ -79,13 +105,20 @@ T binary_value(BinaryOp op, T a, T b) {
 template <typename T>
 bool compare(BinaryOp op, T a, T b) {
   switch (op) {
-    case BinaryOp::Eq: return a == b;
-    case BinaryOp::Ne: return a != b;
-    case BinaryOp::Lt: return a < b;
-    case BinaryOp::Le: return a <= b;
-    case BinaryOp::Gt: return a > b;
-    case BinaryOp::Ge: return a >= b;
-    default: VT_ASSERT(!"not a comparison");
+    case BinaryOp::Eq:
+      return a == b;
+    case BinaryOp::Ne:
+      return a != b;
+    case BinaryOp::Lt:
+      return a < b;
+    case BinaryOp::Le:
+      return a <= b;
+    case BinaryOp::Gt:
+      return a > b;
+    case BinaryOp::Ge:
+      return a >= b;
+    default:
+      VT_ASSERT(!"not a comparison");
   }
   return false;
 }
@@ -93,8 +126,7 @@ bool compare(BinaryOp op, T a, T b) {
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
 }  // namespace
 
-void CpuBackend::unary(UnaryOp op, const Strided& x, const Strided& y, double alpha,
-                       double beta) {
+void CpuBackend::unary(UnaryOp op, const Strided& x, const Strided& y, double alpha, double beta) {
   VT_ASSERT(x.dtype == y.dtype && x.shape == y.shape);
   Loop<2> loop(y.shape, {y.strides, x.strides});
   dispatch_numeric(x.dtype, "unary", [&]<typename T>() {
@@ -129,25 +161,30 @@ void CpuBackend::binary(BinaryOp op, const Strided& a, const Strided& b, const S
       });
       return;
     }
-    T* yp = y.ptr<T>();
-    loop.run([&](auto off, int64_t n, auto in) {
-      T* yr = yp + off[0];
-      const T* ar = ap + off[1];
-      const T* br = bp + off[2];
-      if (in[0] == 1 && in[1] == 1 && in[2] == 1) {
-        for (int64_t j = 0; j < n; ++j) yr[j] = binary_value<T>(op, ar[j], br[j]);
-      } else {
-        for (int64_t j = 0; j < n; ++j)
-          yr[j * in[0]] = binary_value<T>(op, ar[j * in[1]], br[j * in[2]]);
-      }
-    });
+    if constexpr (std::is_same_v<T, bool>) {
+      VT_ASSERT(!"arithmetic on bool");  // ops reject bool before reaching the kernel
+    } else {
+      T* yp = y.ptr<T>();
+      loop.run([&](auto off, int64_t n, auto in) {
+        T* yr = yp + off[0];
+        const T* ar = ap + off[1];
+        const T* br = bp + off[2];
+        if (in[0] == 1 && in[1] == 1 && in[2] == 1) {
+          for (int64_t j = 0; j < n; ++j) yr[j] = binary_value<T>(op, ar[j], br[j]);
+        } else {
+          for (int64_t j = 0; j < n; ++j)
+            yr[j * in[0]] = binary_value<T>(op, ar[j * in[1]], br[j * in[2]]);
+        }
+      });
+    }
   };
-  if (cmp) dispatch_all(a.dtype, "compare", run);
-  else dispatch_numeric(a.dtype, "binary", run);
+  if (cmp)
+    dispatch_all(a.dtype, "compare", run);
+  else
+    dispatch_numeric(a.dtype, "binary", run);
 }
 
-void CpuBackend::where(const Strided& cond, const Strided& a, const Strided& b,
-                       const Strided& y) {
+void CpuBackend::where(const Strided& cond, const Strided& a, const Strided& b, const Strided& y) {
   VT_ASSERT(cond.dtype == DType::Bool && a.dtype == y.dtype && b.dtype == y.dtype);
   Loop<4> loop(y.shape, {y.strides, cond.strides, a.strides, b.strides});
   dispatch_all(y.dtype, "where", [&]<typename T>() {

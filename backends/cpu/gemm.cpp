@@ -62,9 +62,11 @@ void CpuBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool
       offsets(bi, oa, ob);
       T* cb = cp + bi * M * N;
       if constexpr (std::is_same_v<T, float>)
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, ap + oa, la.ld, bp + ob, lb.ld, beta, cb, N);
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, ap + oa, la.ld, bp + ob, lb.ld, beta, cb,
+                    N);
       else
-        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, ap + oa, la.ld, bp + ob, lb.ld, beta, cb, N);
+        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, ap + oa, la.ld, bp + ob, lb.ld, beta, cb,
+                    N);
     };
     if (batch > 1 && small) {
 #pragma omp parallel for schedule(static)

@@ -7,8 +7,8 @@ namespace vitrine::cpu {
 
 namespace {
 int64_t checked(int64_t i, int64_t size, const char* op, int dim) {
-  VT_CHECK(i >= -size && i < size, "{}: index {} is out of range for dim {} of size {}", op, i,
-           dim, size);
+  VT_CHECK(i >= -size && i < size, "{}: index {} is out of range for dim {} of size {}", op, i, dim,
+           size);
   return i < 0 ? i + size : i;
 }
 
@@ -30,8 +30,8 @@ struct Split {
 
 /// Visits (x offset, y offset) for y[..., i, ...] <- x[..., index[i], ...].
 template <typename F>
-void index_pairs(const Strided& x, int dim, const Strided& index, const Strided& y,
-                 const char* op, F&& f) {
+void index_pairs(const Strided& x, int dim, const Strided& index, const Strided& y, const char* op,
+                 F&& f) {
   Split sx(x, dim), sy(y, dim);
   const int64_t n = index.numel(), size = x.shape[dim];
   const int64_t* ip = index.ptr<int64_t>();
@@ -105,12 +105,12 @@ void CpuBackend::gather(const Strided& x, int dim, const Strided& index, const S
   });
 }
 
-void CpuBackend::scatter_add(const Strided& y, int dim, const Strided& index,
-                             const Strided& src) {
+void CpuBackend::scatter_add(const Strided& y, int dim, const Strided& index, const Strided& src) {
   dispatch_numeric(y.dtype, "scatter_add", [&]<typename T>() {
     T* yp = y.ptr<T>();
     const T* sp = src.ptr<T>();
-    gather_pairs(y, dim, index, src, "scatter_add", [&](int64_t yo, int64_t so) { yp[yo] += sp[so]; });
+    gather_pairs(y, dim, index, src, "scatter_add",
+                 [&](int64_t yo, int64_t so) { yp[yo] += sp[so]; });
   });
 }
 

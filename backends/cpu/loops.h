@@ -28,8 +28,7 @@ struct Loop {
       if (s[i] == 1) continue;
       int n = shape.size();
       bool merge = n > 0;
-      for (size_t k = 0; k < N && merge; ++k)
-        merge = strides[k][n - 1] == st[k][i] * s[i];
+      for (size_t k = 0; k < N && merge; ++k) merge = strides[k][n - 1] == st[k][i] * s[i];
       if (merge) {
         shape[n - 1] *= s[i];
         for (size_t k = 0; k < N; ++k) strides[k][n - 1] = st[k][i];

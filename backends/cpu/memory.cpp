@@ -17,28 +17,47 @@ struct F16 {
 
 template <typename T>
 double load(T v) {
-  if constexpr (std::is_same_v<T, BF16>) return bf16_to_float(v.bits);
-  else if constexpr (std::is_same_v<T, F16>) return f16_to_float(v.bits);
-  else return static_cast<double>(v);
+  if constexpr (std::is_same_v<T, BF16>)
+    return bf16_to_float(v.bits);
+  else if constexpr (std::is_same_v<T, F16>)
+    return f16_to_float(v.bits);
+  else
+    return static_cast<double>(v);
 }
 template <typename T>
 T store(double v) {
-  if constexpr (std::is_same_v<T, BF16>) return BF16{float_to_bf16(static_cast<float>(v))};
-  else if constexpr (std::is_same_v<T, F16>) return F16{float_to_f16(static_cast<float>(v))};
-  else if constexpr (std::is_same_v<T, bool>) return v != 0;
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, BF16>)
+    return BF16{float_to_bf16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<T, F16>)
+    return F16{float_to_f16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<T, bool>)
+    return v != 0;
+  else
+    return static_cast<T>(v);
 }
 
 /// Calls f.operator()<T>() for every dtype, 16-bit storage types included.
 template <typename F>
 void dispatch_storage(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: f.template operator()<float>(); return;
-    case DType::Float64: f.template operator()<double>(); return;
-    case DType::Int64: f.template operator()<int64_t>(); return;
-    case DType::Bool: f.template operator()<bool>(); return;
-    case DType::BFloat16: f.template operator()<BF16>(); return;
-    case DType::Float16: f.template operator()<F16>(); return;
+    case DType::Float32:
+      f.template operator()<float>();
+      return;
+    case DType::Float64:
+      f.template operator()<double>();
+      return;
+    case DType::Int64:
+      f.template operator()<int64_t>();
+      return;
+    case DType::Bool:
+      f.template operator()<bool>();
+      return;
+    case DType::BFloat16:
+      f.template operator()<BF16>();
+      return;
+    case DType::Float16:
+      f.template operator()<F16>();
+      return;
   }
 }
 }  // namespace
@@ -69,8 +88,10 @@ void CpuBackend::copy(const Strided& src, const Strided& dst) {
         D* dp = d + off[0];
         const S* sp = s + off[1];
         for (int64_t j = 0; j < n; ++j) {
-          if constexpr (std::is_same_v<D, S>) dp[j * in[0]] = sp[j * in[1]];
-          else dp[j * in[0]] = store<D>(load(sp[j * in[1]]));
+          if constexpr (std::is_same_v<D, S>)
+            dp[j * in[0]] = sp[j * in[1]];
+          else
+            dp[j * in[0]] = store<D>(load(sp[j * in[1]]));
         }
       });
     });

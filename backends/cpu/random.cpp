@@ -1,11 +1,12 @@
 // CPU random kernels: element i uses Philox4x32-10 at counter (offset + i) under key = seed.
 // float32 uniform: 24 bits of word 0; float64: 53 bits of words 0-1; normal: Box-Muller on
-// words 0-1 (float64) / words 0 and 1 (float32), cosine branch only, so each element is independent.
+// words 0-1 (float64) / words 0 and 1 (float32), cosine branch only, so each element is
+// independent.
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/generator.h"
 #include "backends/cpu/loops.h"
+#include "backends/generator.h"
 
 namespace vitrine::cpu {
 
@@ -22,8 +23,7 @@ T unit(const std::array<uint32_t, 4>& w) {
 }
 }  // namespace
 
-void CpuBackend::uniform(const Strided& dst, uint64_t seed, uint64_t offset, double lo,
-                         double hi) {
+void CpuBackend::uniform(const Strided& dst, uint64_t seed, uint64_t offset, double lo, double hi) {
   VT_ASSERT(dst.is_contiguous());
   dispatch_float(dst.dtype, "rand", [&]<typename T>() {
     T* d = dst.ptr<T>();

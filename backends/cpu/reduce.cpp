@@ -54,7 +54,8 @@ void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
       for_offsets(red_shape, red_xs, begin, end, [&](int64_t i, int64_t off) {
         Acc v = static_cast<Acc>(xp[base[o] + off]);
         bool better = where < 0 || (is_max ? v > best : v < best);
-        if constexpr (std::is_floating_point_v<T>) better = better || (std::isnan(v) && !std::isnan(best));
+        if constexpr (std::is_floating_point_v<T>)
+          better = better || (std::isnan(v) && !std::isnan(best));
         if (better) {
           best = v;
           where = i;
@@ -63,16 +64,20 @@ void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
       return {best, where};
     };
     auto combine = [&](std::pair<Acc, int64_t> a, std::pair<Acc, int64_t> b) {
-      if (op == ReduceOp::Sum || op == ReduceOp::Mean) return std::pair<Acc, int64_t>{a.first + b.first, 0};
+      if (op == ReduceOp::Sum || op == ReduceOp::Mean)
+        return std::pair<Acc, int64_t>{a.first + b.first, 0};
       if (a.second < 0) return b;
       if (b.second < 0) return a;
       bool take_b = is_max ? b.first > a.first : b.first < a.first;
       return take_b ? b : a;
     };
     auto write = [&](int64_t o, std::pair<Acc, int64_t> r) {
-      if (arg) y.ptr<int64_t>()[o] = r.second;
-      else if (op == ReduceOp::Mean) y.ptr<T>()[o] = static_cast<T>(static_cast<double>(r.first) / static_cast<double>(m));
-      else y.ptr<T>()[o] = static_cast<T>(r.first);
+      if (arg)
+        y.ptr<int64_t>()[o] = r.second;
+      else if (op == ReduceOp::Mean)
+        y.ptr<T>()[o] = static_cast<T>(static_cast<double>(r.first) / static_cast<double>(m));
+      else
+        y.ptr<T>()[o] = static_cast<T>(r.first);
     };
     const int64_t nchunk = std::max<int64_t>(1, (m + kChunk - 1) / kChunk);
     auto chunk = [&](int64_t o, int64_t c) {

@@ -1,7 +1,7 @@
-// The CUDA backend (first part), built by the host compiler: memory, host/device copies and fill on the GPU. The compute
-// kernels arrive with the CUDA issue; until then each one throws a clear "not implemented"
-// Error, which the cross-backend tests see. The interface is backends/backend.h, the same one the
-// CPU implements.
+// The CUDA backend (first part), built by the host compiler: memory, host/device copies and fill on
+// the GPU. The compute kernels arrive with the CUDA issue; until then each one throws a clear "not
+// implemented" Error, which the cross-backend tests see. The interface is backends/backend.h, the
+// same one the CPU implements.
 #include <cuda_runtime.h>
 
 #include "backends/backend.h"
@@ -16,8 +16,10 @@ void check(cudaError_t e, const char* what) {
 }
 
 [[noreturn]] void unsupported(const char* kernel) {
-  fail("cuda: the {} kernel is not implemented yet in this build (CUDA backend, part 1: memory "
-       "and copies); run on the CPU", kernel);
+  fail(
+      "cuda: the {} kernel is not implemented yet in this build (CUDA backend, part 1: memory "
+      "and copies); run on the CPU",
+      kernel);
 }
 
 }  // namespace
@@ -37,7 +39,8 @@ class CudaBackend final : public Backend {
   void copy(const Strided& src, const Strided& dst) override {
     if (src.dtype == dst.dtype && src.is_contiguous() && dst.is_contiguous()) {
       check(cudaMemcpy(dst.data, src.data, src.numel() * dtype_size(src.dtype),
-                       cudaMemcpyDeviceToDevice), "cudaMemcpy");
+                       cudaMemcpyDeviceToDevice),
+            "cudaMemcpy");
       return;
     }
     unsupported("strided copy");
@@ -54,39 +57,85 @@ class CudaBackend final : public Backend {
     if (n == 0) return;
     cudaError_t e = cudaSuccess;
     switch (dst.dtype) {
-      case DType::Float32: e = fill_f32(dst.ptr<float>(), n, static_cast<float>(value)); break;
-      case DType::Float64: e = fill_f64(dst.ptr<double>(), n, value); break;
-      case DType::Int64: e = fill_i64(dst.ptr<int64_t>(), n, static_cast<int64_t>(value)); break;
-      case DType::Bool: e = fill_bool(dst.ptr<bool>(), n, value != 0); break;
-      default: unsupported("16-bit fill");
+      case DType::Float32:
+        e = fill_f32(dst.ptr<float>(), n, static_cast<float>(value));
+        break;
+      case DType::Float64:
+        e = fill_f64(dst.ptr<double>(), n, value);
+        break;
+      case DType::Int64:
+        e = fill_i64(dst.ptr<int64_t>(), n, static_cast<int64_t>(value));
+        break;
+      case DType::Bool:
+        e = fill_bool(dst.ptr<bool>(), n, value != 0);
+        break;
+      default:
+        unsupported("16-bit fill");
     }
     check(e, "fill kernel launch");
   }
   void arange(const Strided&, double, double) override { unsupported("arange"); }
-  void uniform(const Strided&, uint64_t, uint64_t, double, double) override { unsupported("uniform"); }
-  void normal(const Strided&, uint64_t, uint64_t, double, double) override { unsupported("normal"); }
-  void randint(const Strided&, uint64_t, uint64_t, int64_t, int64_t) override { unsupported("randint"); }
-  void unary(UnaryOp, const Strided&, const Strided&, double, double) override { unsupported("unary"); }
-  void binary(BinaryOp, const Strided&, const Strided&, const Strided&) override { unsupported("binary"); }
-  void where(const Strided&, const Strided&, const Strided&, const Strided&) override { unsupported("where"); }
+  void uniform(const Strided&, uint64_t, uint64_t, double, double) override {
+    unsupported("uniform");
+  }
+  void normal(const Strided&, uint64_t, uint64_t, double, double) override {
+    unsupported("normal");
+  }
+  void randint(const Strided&, uint64_t, uint64_t, int64_t, int64_t) override {
+    unsupported("randint");
+  }
+  void unary(UnaryOp, const Strided&, const Strided&, double, double) override {
+    unsupported("unary");
+  }
+  void binary(BinaryOp, const Strided&, const Strided&, const Strided&) override {
+    unsupported("binary");
+  }
+  void where(const Strided&, const Strided&, const Strided&, const Strided&) override {
+    unsupported("where");
+  }
   void reduce(ReduceOp, const Strided&, const Strided&) override { unsupported("reduce"); }
   void gemm(const Strided&, const Strided&, const Strided&, bool) override { unsupported("gemm"); }
-  void index_select(const Strided&, int, const Strided&, const Strided&) override { unsupported("index_select"); }
-  void index_add(const Strided&, int, const Strided&, const Strided&) override { unsupported("index_add"); }
-  void gather(const Strided&, int, const Strided&, const Strided&) override { unsupported("gather"); }
-  void scatter_add(const Strided&, int, const Strided&, const Strided&) override { unsupported("scatter_add"); }
+  void index_select(const Strided&, int, const Strided&, const Strided&) override {
+    unsupported("index_select");
+  }
+  void index_add(const Strided&, int, const Strided&, const Strided&) override {
+    unsupported("index_add");
+  }
+  void gather(const Strided&, int, const Strided&, const Strided&) override {
+    unsupported("gather");
+  }
+  void scatter_add(const Strided&, int, const Strided&, const Strided&) override {
+    unsupported("scatter_add");
+  }
   void softmax(const Strided&, const Strided&, bool) override { unsupported("softmax"); }
-  void softmax_backward(const Strided&, const Strided&, const Strided&, bool) override { unsupported("softmax_backward"); }
-  void layer_norm(const Strided&, const Strided&, const Strided&, double, const Strided&, const Strided&,
-                  const Strided&) override { unsupported("layer_norm"); }
-  void layer_norm_backward(const Strided&, const Strided&, const Strided&, const Strided&, const Strided&,
-                           const Strided&, const Strided&, const Strided&) override { unsupported("layer_norm_backward"); }
-  void cross_entropy(const Strided&, const Strided&, int64_t, double, const Strided&) override { unsupported("cross_entropy"); }
+  void softmax_backward(const Strided&, const Strided&, const Strided&, bool) override {
+    unsupported("softmax_backward");
+  }
+  void layer_norm(const Strided&, const Strided&, const Strided&, double, const Strided&,
+                  const Strided&, const Strided&) override {
+    unsupported("layer_norm");
+  }
+  void layer_norm_backward(const Strided&, const Strided&, const Strided&, const Strided&,
+                           const Strided&, const Strided&, const Strided&,
+                           const Strided&) override {
+    unsupported("layer_norm_backward");
+  }
+  void cross_entropy(const Strided&, const Strided&, int64_t, double, const Strided&) override {
+    unsupported("cross_entropy");
+  }
   void cross_entropy_backward(const Strided&, const Strided&, int64_t, double, const Strided&,
-                              const Strided&) override { unsupported("cross_entropy_backward"); }
-  void im2col(const Strided&, const Strided&, const ConvGeometry&) override { unsupported("im2col"); }
-  void col2im(const Strided&, const Strided&, const ConvGeometry&) override { unsupported("col2im"); }
-  void interpolate(const Strided&, const Strided&, const InterpGeometry&) override { unsupported("interpolate"); }
+                              const Strided&) override {
+    unsupported("cross_entropy_backward");
+  }
+  void im2col(const Strided&, const Strided&, const ConvGeometry&) override {
+    unsupported("im2col");
+  }
+  void col2im(const Strided&, const Strided&, const ConvGeometry&) override {
+    unsupported("col2im");
+  }
+  void interpolate(const Strided&, const Strided&, const InterpGeometry&) override {
+    unsupported("interpolate");
+  }
   void interpolate_backward(const Strided&, const Strided&, const InterpGeometry&) override {
     unsupported("interpolate_backward");
   }

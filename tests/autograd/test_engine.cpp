@@ -67,14 +67,14 @@ TEST_CASE("backward: retain_graph allows a second backward") {
 TEST_CASE("backward: in-place change of a saved tensor raises the documented error") {
   Tensor x = ops::tensor({1, 2});
   x.requires_grad_();
-  Tensor a = x * 2.0;   // a is saved by the mul below
+  Tensor a = x * 2.0;  // a is saved by the mul below
   Tensor y = (a * a).sum();
   {
     NoGradGuard ng;
     a.mul_(3.0);
   }
-  CHECK_ERROR_CONTAINS(y.backward(), "backward of mul", "modified by an in-place operation", "version 0",
-                       "now version 1");
+  CHECK_ERROR_CONTAINS(y.backward(), "backward of mul", "modified by an in-place operation",
+                       "version 0", "now version 1");
 }
 
 TEST_CASE("in-place: a leaf that requires grad cannot be changed while grad mode is on") {
@@ -137,10 +137,10 @@ TEST_CASE("hooks: read and replace gradients on leaves and non-leaves") {
   x.requires_grad_();
   Tensor h = x * 2.0;
   Tensor seen;
-  h.register_hook([&](const Tensor& g) { seen = g.detach().clone(); });           // read
-  x.register_hook([](const Tensor& g) { return g * 10.0; });                     // replace
+  h.register_hook([&](const Tensor& g) { seen = g.detach().clone(); });  // read
+  x.register_hook([](const Tensor& g) { return g * 10.0; });             // replace
   (h * h).sum().backward();
-  check_close(seen, {4, 8});       // d(h^2)/dh = 2h
+  check_close(seen, {4, 8});         // d(h^2)/dh = 2h
   check_close(x.grad(), {80, 160});  // 2h * 2 * 10
   CHECK_ERROR_CONTAINS(ops::ones({1}).register_hook([](const Tensor&) {}), "register_hook",
                        "does not require grad");
@@ -167,10 +167,12 @@ TEST_CASE("second derivative: tanh") {
   Tensor g = grad({ops::sum(ops::tanh(x))}, {x}, {}, true, true)[0];
   Tensor h = grad({ops::sum(g)}, {x})[0];
   std::vector<double> expect;
-  for (double v : {0.3, -0.7}) expect.push_back(-2 * std::tanh(v) * (1 - std::tanh(v) * std::tanh(v)));
+  for (double v : {0.3, -0.7})
+    expect.push_back(-2 * std::tanh(v) * (1 - std::tanh(v) * std::tanh(v)));
   check_close(h, expect, 1e-12);
-  check_grad([](const V& v) { return grad({ops::sum(ops::tanh(v[0]))}, {v[0]}, {}, true, true)[0]; },
-             {rand64({3}, 1)});
+  check_grad(
+      [](const V& v) { return grad({ops::sum(ops::tanh(v[0]))}, {v[0]}, {}, true, true)[0]; },
+      {rand64({3}, 1)});
 }
 
 TEST_CASE("second derivative: mul") {
@@ -183,26 +185,33 @@ TEST_CASE("second derivative: mul") {
   ops::sum(gx).backward();
   check_close(y.grad(), {2, 4});
   check_close(x.grad(), {6, 10});  // d/dx sum(2xy) = 2y
-  check_grad([](const V& v) { return grad({ops::sum(v[0] * v[0] * v[1])}, {v[0]}, {}, true, true)[0]; },
-             {rand64({3}, 2), rand64({3}, 3)});
+  check_grad(
+      [](const V& v) { return grad({ops::sum(v[0] * v[0] * v[1])}, {v[0]}, {}, true, true)[0]; },
+      {rand64({3}, 2), rand64({3}, 3)});
 }
 
 TEST_CASE("second derivative: matmul") {
-  check_grad([](const V& v) {
-    Tensor y = ops::matmul(v[0], v[1]);
-    return grad({ops::sum(y * y)}, {v[0]}, {}, true, true)[0];
-  }, {rand64({2, 3}, 4), rand64({3, 2}, 5)});
+  check_grad(
+      [](const V& v) {
+        Tensor y = ops::matmul(v[0], v[1]);
+        return grad({ops::sum(y * y)}, {v[0]}, {}, true, true)[0];
+      },
+      {rand64({2, 3}, 4), rand64({3, 2}, 5)});
 }
 
 TEST_CASE("second derivative: sum and mean") {
-  check_grad([](const V& v) {
-    Tensor s = ops::sum(v[0], {1});
-    return grad({ops::sum(s * s * s)}, {v[0]}, {}, true, true)[0];
-  }, {rand64({2, 3}, 6)});
-  check_grad([](const V& v) {
-    Tensor m = ops::mean(v[0] * v[0]);
-    return grad({m * m}, {v[0]}, {}, true, true)[0];
-  }, {rand64({4}, 7)});
+  check_grad(
+      [](const V& v) {
+        Tensor s = ops::sum(v[0], {1});
+        return grad({ops::sum(s * s * s)}, {v[0]}, {}, true, true)[0];
+      },
+      {rand64({2, 3}, 6)});
+  check_grad(
+      [](const V& v) {
+        Tensor m = ops::mean(v[0] * v[0]);
+        return grad({m * m}, {v[0]}, {}, true, true)[0];
+      },
+      {rand64({4}, 7)});
 }
 
 TEST_CASE("second derivative: fused ops refuse with a clear error") {
@@ -226,7 +235,7 @@ TEST_CASE("stack depth: destroying a 100,000-op chain does not recurse") {
   {
     Tensor y = x;
     for (int i = 0; i < 100000; ++i) y = ops::tanh(y) * 1.0;  // Saved tensors link the nodes too
-  }  // the whole chain dies here
+  }                                                           // the whole chain dies here
   Tensor z = x * 2.0;
   CHECK(z.requires_grad());
 }
@@ -254,6 +263,7 @@ TEST_CASE("gradcheck: reports the worst element of a wrong gradient") {
   CHECK(r.message.find("analytic") != std::string::npos);
   CHECK(r.message.find("numeric") != std::string::npos);
   CHECK(gradcheck([](const V& v) { return v[0] * v[0]; }, {rand64({3}, 9)}).ok);
-  CHECK_ERROR_CONTAINS(gradcheck([](const V& v) { return v[0]; }, {ops::ones({1}).requires_grad_()}),
-                       "gradcheck", "float64");
+  CHECK_ERROR_CONTAINS(
+      gradcheck([](const V& v) { return v[0]; }, {ops::ones({1}).requires_grad_()}), "gradcheck",
+      "float64");
 }

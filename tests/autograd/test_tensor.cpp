@@ -35,11 +35,12 @@ TEST_CASE("dtype: conversions between all dtypes") {
 TEST_CASE("dtype: 16-bit rounding matches PyTorch (round to nearest even)") {
   // Values from torch: torch.tensor([...]).to(torch.bfloat16 / torch.float16).float()
   Tensor x = ops::tensor({1.00390625, 1.01171875, 3.14159265, 65520.0, 1e-8, 6.1e-5}, kFloat32);
-  check_close(x.to(kBFloat16).to(kFloat32), {1.0, 1.015625, 3.140625, 65536.0, 1.0011717677116394e-08,
-                                             6.103515625e-05}, 0, 0);
-  Tensor h = ops::tensor({1.00048828125, 1.00146484375, 3.14159265, 65520.0, 1e-8, 6.1e-5}, kFloat32);
-  check_close(h.to(kFloat16).to(kFloat32), {1.0, 1.001953125, 3.140625, INFINITY, 0.0,
-                                            6.097555160522461e-05}, 0, 0);
+  check_close(x.to(kBFloat16).to(kFloat32),
+              {1.0, 1.015625, 3.140625, 65536.0, 1.0011717677116394e-08, 6.103515625e-05}, 0, 0);
+  Tensor h =
+      ops::tensor({1.00048828125, 1.00146484375, 3.14159265, 65520.0, 1e-8, 6.1e-5}, kFloat32);
+  check_close(h.to(kFloat16).to(kFloat32),
+              {1.0, 1.001953125, 3.140625, INFINITY, 0.0, 6.097555160522461e-05}, 0, 0);
 }
 
 TEST_CASE("factories: values") {
@@ -52,8 +53,8 @@ TEST_CASE("factories: values") {
   check_close(ops::from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}), {1, 2, 3, 4});
   CHECK(ops::from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}).shape() == Dims{2, 2});
   CHECK(ops::scalar(3).dim() == 0);
-  CHECK_ERROR_CONTAINS(ops::from_vector(std::vector<double>{1, 2, 3}, {2, 2}), "from_vector", "3 values",
-                       "[2, 2]");
+  CHECK_ERROR_CONTAINS(ops::from_vector(std::vector<double>{1, 2, 3}, {2, 2}), "from_vector",
+                       "3 values", "[2, 2]");
   CHECK_ERROR_CONTAINS(ops::arange(0, 5, 0), "arange", "step");
 }
 

@@ -14,7 +14,8 @@ TEST_CASE("cuda: round trip and fill, or a clear error without a GPU") {
   } catch (const Error& e) {
     std::string msg = e.what();
     MESSAGE("skipped: " << msg);
-    CHECK((msg.find("no backend") != std::string::npos || msg.find("no usable GPU") != std::string::npos));
+    CHECK((msg.find("no backend") != std::string::npos ||
+           msg.find("no usable GPU") != std::string::npos));
     return;
   }
   CHECK(g.device() == gpu);

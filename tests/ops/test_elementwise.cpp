@@ -9,8 +9,8 @@ namespace {
 const char* kFile = "core_ops.json";
 }
 
-#define OP_CASE(NAME, FN)                                             \
-  TEST_CASE(NAME ": forward") { check_forward(kFile, NAME, FN); }     \
+#define OP_CASE(NAME, FN)                                         \
+  TEST_CASE(NAME ": forward") { check_forward(kFile, NAME, FN); } \
   TEST_CASE(NAME ": gradcheck") { check_grad_at(kFile, NAME, FN); }
 
 using V = std::vector<Tensor>;
@@ -34,7 +34,8 @@ OP_CASE("gelu_tanh", [](const V& x) { return ops::gelu(x[0], true); })
 OP_CASE("clamp", [](const V& x) { return ops::clamp(x[0], -0.5, 0.75); })
 OP_CASE("maximum", [](const V& x) { return ops::maximum(x[0], x[1]); })
 OP_CASE("minimum", [](const V& x) { return ops::minimum(x[0], x[1]); })
-OP_CASE("where", [](const V& x) { return ops::where(ops::gt(x[0], ops::zeros_like(x[0])), x[0], x[1]); })
+OP_CASE("where",
+        [](const V& x) { return ops::where(ops::gt(x[0], ops::zeros_like(x[0])), x[0], x[1]); })
 
 TEST_CASE("add: alpha and scalar forms") {
   Tensor a = ops::tensor({1, 2, 3}), b = ops::tensor({10, 20, 30});
@@ -95,7 +96,8 @@ TEST_CASE("elementwise: int64 arithmetic works, float-only ops refuse ints") {
   check_close(i + i, {2, 4, 6});
   CHECK((i * i).dtype() == kInt64);
   CHECK_ERROR_CONTAINS(ops::exp(i), "exp", "int64", "float32 or float64");
-  CHECK_ERROR_CONTAINS(ops::tanh(ops::tensor({1}).to(kBFloat16)), "tanh", "bfloat16", "to(kFloat32)");
+  CHECK_ERROR_CONTAINS(ops::tanh(ops::tensor({1}).to(kBFloat16)), "tanh", "bfloat16",
+                       "to(kFloat32)");
 }
 
 TEST_CASE("elementwise: bad calls name the op and the shapes") {

@@ -21,7 +21,9 @@ TEST_CASE("matmul: gradcheck batched with broadcast batch dims") {
 TEST_CASE("matmul: forward vector @ batched matrix") { check_forward(kFile, "matmul_vec", mm); }
 TEST_CASE("matmul: gradcheck vector @ batched matrix") { check_grad_at(kFile, "matmul_vec", mm); }
 TEST_CASE("matmul: forward batched matrix @ vector") { check_forward(kFile, "matmul_mat_vec", mm); }
-TEST_CASE("matmul: gradcheck batched matrix @ vector") { check_grad_at(kFile, "matmul_mat_vec", mm); }
+TEST_CASE("matmul: gradcheck batched matrix @ vector") {
+  check_grad_at(kFile, "matmul_mat_vec", mm);
+}
 
 TEST_CASE("matmul: transposed and sliced operands give the same result as contiguous ones") {
   Generator g(3);
@@ -46,14 +48,16 @@ TEST_CASE("matmul: many small batched products (parallel over the batch)") {
   Generator g(9);
   Tensor a = ops::randn({64, 8, 8}, g, kFloat64), b = ops::randn({64, 8, 8}, g, kFloat64);
   Tensor y = ops::matmul(a, b);
-  for (int64_t i : {0, 17, 63}) check_close(y.select(0, i), ops::matmul(a.select(0, i), b.select(0, i)), 1e-12);
+  for (int64_t i : {0, 17, 63})
+    check_close(y.select(0, i), ops::matmul(a.select(0, i), b.select(0, i)), 1e-12);
 }
 
 TEST_CASE("matmul: bad calls name the shapes") {
-  CHECK_ERROR_CONTAINS(ops::matmul(ops::zeros({2, 3}), ops::zeros({4, 5})), "matmul", "[2, 3]", "[4, 5]",
-                       "3 != 4");
-  CHECK_ERROR_CONTAINS(ops::matmul(ops::zeros({2, 2, 3}), ops::zeros({3, 3, 1})), "matmul", "broadcast");
-  CHECK_ERROR_CONTAINS(ops::matmul(ops::arange(4).reshape({2, 2}), ops::arange(4).reshape({2, 2})), "matmul",
-                       "int64");
+  CHECK_ERROR_CONTAINS(ops::matmul(ops::zeros({2, 3}), ops::zeros({4, 5})), "matmul", "[2, 3]",
+                       "[4, 5]", "3 != 4");
+  CHECK_ERROR_CONTAINS(ops::matmul(ops::zeros({2, 2, 3}), ops::zeros({3, 3, 1})), "matmul",
+                       "broadcast");
+  CHECK_ERROR_CONTAINS(ops::matmul(ops::arange(4).reshape({2, 2}), ops::arange(4).reshape({2, 2})),
+                       "matmul", "int64");
   CHECK_ERROR_CONTAINS(ops::matmul(ops::scalar(1), ops::zeros({2})), "matmul", "at least 1 dim");
 }

@@ -27,14 +27,20 @@ TEST_CASE("view: forward and refusal") {
   check_close(x.view({4, 3}).select(0, 1), {3, 4, 5});
   CHECK_ERROR_CONTAINS(x.mT().view({12}), "view", "[4, 3]", "reshape");
 }
-TEST_CASE("view: gradcheck") { check_grad([](const V& x) { return x[0].view({6}); }, {rand64({2, 3}, 2)}); }
+TEST_CASE("view: gradcheck") {
+  check_grad([](const V& x) { return x[0].view({6}); }, {rand64({2, 3}, 2)});
+}
 TEST_CASE("flatten: forward and gradcheck") {
   CHECK(ops::zeros({2, 3, 4}).flatten(1).shape() == Dims{2, 12});
   check_grad([](const V& x) { return x[0].flatten(); }, {rand64({2, 2, 2}, 3)});
 }
 
-TEST_CASE("permute: forward") { check_forward(kFile, "permute", [](const V& x) { return x[0].permute({2, 0, 1}); }); }
-TEST_CASE("permute: gradcheck") { check_grad_at(kFile, "permute", [](const V& x) { return x[0].permute({2, 0, 1}); }); }
+TEST_CASE("permute: forward") {
+  check_forward(kFile, "permute", [](const V& x) { return x[0].permute({2, 0, 1}); });
+}
+TEST_CASE("permute: gradcheck") {
+  check_grad_at(kFile, "permute", [](const V& x) { return x[0].permute({2, 0, 1}); });
+}
 TEST_CASE("transpose: forward and gradcheck") {
   Tensor x = ops::arange(0, 6, 1, kFloat32).reshape({2, 3});
   check_close(x.transpose(0, 1), {0, 3, 1, 4, 2, 5});
@@ -51,15 +57,25 @@ TEST_CASE("squeeze/unsqueeze: forward and gradcheck") {
   check_grad([](const V& v) { return v[0].unsqueeze(1).squeeze(2); }, {rand64({2, 1, 3}, 5)});
   CHECK_ERROR_CONTAINS(x.unsqueeze(5), "unsqueeze", "dim 5", "out of range");
 }
-TEST_CASE("expand: forward") { check_forward(kFile, "expand", [](const V& x) { return x[0].expand({2, 3, 4}); }); }
-TEST_CASE("expand: gradcheck") { check_grad_at(kFile, "expand", [](const V& x) { return x[0].expand({2, -1, 4}); }); }
+TEST_CASE("expand: forward") {
+  check_forward(kFile, "expand", [](const V& x) { return x[0].expand({2, 3, 4}); });
+}
+TEST_CASE("expand: gradcheck") {
+  check_grad_at(kFile, "expand", [](const V& x) { return x[0].expand({2, -1, 4}); });
+}
 TEST_CASE("expand: stride 0, and bad shapes") {
   Tensor x = ops::zeros({3, 1});
   CHECK(x.expand({3, 5}).strides()[1] == 0);
   CHECK_ERROR_CONTAINS(x.expand({4, 5}), "expand", "[3, 1]", "[4, 5]");
 }
-TEST_CASE("slice: forward") { check_forward(kFile, "slice_step", [](const V& x) { return x[0].slice(1, 1, 3).slice(2, 0, kEnd, 2); }); }
-TEST_CASE("slice: gradcheck") { check_grad_at(kFile, "slice_step", [](const V& x) { return x[0].slice(1, -2, 3).slice(2, 0, kEnd, 2); }); }
+TEST_CASE("slice: forward") {
+  check_forward(kFile, "slice_step",
+                [](const V& x) { return x[0].slice(1, 1, 3).slice(2, 0, kEnd, 2); });
+}
+TEST_CASE("slice: gradcheck") {
+  check_grad_at(kFile, "slice_step",
+                [](const V& x) { return x[0].slice(1, -2, 3).slice(2, 0, kEnd, 2); });
+}
 TEST_CASE("slice: out of range is an error") {
   Tensor x = ops::zeros({3, 4});
   CHECK_ERROR_CONTAINS(x.slice(1, 5, 6), "slice", "start 5", "dim 1 of size 4", "[3, 4]");
@@ -87,22 +103,36 @@ TEST_CASE("contiguous: forward and gradcheck") {
   check_close(c, {0, 3, 1, 4, 2, 5});
   check_grad([](const V& v) { return v[0].mT().contiguous(); }, {rand64({2, 3}, 8)});
 }
-TEST_CASE("cat: forward") { check_forward(kFile, "cat", [](const V& x) { return ops::cat({x[0], x[1]}, 1); }); }
-TEST_CASE("cat: gradcheck") { check_grad_at(kFile, "cat", [](const V& x) { return ops::cat({x[0], x[1]}, -2); }); }
+TEST_CASE("cat: forward") {
+  check_forward(kFile, "cat", [](const V& x) { return ops::cat({x[0], x[1]}, 1); });
+}
+TEST_CASE("cat: gradcheck") {
+  check_grad_at(kFile, "cat", [](const V& x) { return ops::cat({x[0], x[1]}, -2); });
+}
 TEST_CASE("cat: bad shapes") {
-  CHECK_ERROR_CONTAINS(ops::cat({ops::zeros({2, 3}), ops::zeros({3, 3})}, 1), "cat", "[3, 3]", "[2, 3]");
+  CHECK_ERROR_CONTAINS(ops::cat({ops::zeros({2, 3}), ops::zeros({3, 3})}, 1), "cat", "[3, 3]",
+                       "[2, 3]");
   CHECK_ERROR_CONTAINS(ops::cat({}, 0), "cat", "non-empty");
 }
-TEST_CASE("stack: forward") { check_forward(kFile, "stack", [](const V& x) { return ops::stack({x[0], x[1]}, 1); }); }
-TEST_CASE("stack: gradcheck") { check_grad_at(kFile, "stack", [](const V& x) { return ops::stack({x[0], x[1]}, -1); }); }
-TEST_CASE("pad: forward") { check_forward(kFile, "pad", [](const V& x) { return ops::pad(x[0], {1, 2, 0, 1}, 0.5); }); }
-TEST_CASE("pad: gradcheck") { check_grad_at(kFile, "pad", [](const V& x) { return ops::pad(x[0], {1, 2, 0, 1}, 0.5); }); }
+TEST_CASE("stack: forward") {
+  check_forward(kFile, "stack", [](const V& x) { return ops::stack({x[0], x[1]}, 1); });
+}
+TEST_CASE("stack: gradcheck") {
+  check_grad_at(kFile, "stack", [](const V& x) { return ops::stack({x[0], x[1]}, -1); });
+}
+TEST_CASE("pad: forward") {
+  check_forward(kFile, "pad", [](const V& x) { return ops::pad(x[0], {1, 2, 0, 1}, 0.5); });
+}
+TEST_CASE("pad: gradcheck") {
+  check_grad_at(kFile, "pad", [](const V& x) { return ops::pad(x[0], {1, 2, 0, 1}, 0.5); });
+}
 TEST_CASE("pad: bad calls") {
   CHECK_ERROR_CONTAINS(ops::pad(ops::zeros({2}), {1, 1, 1, 1}), "pad", "4 pad values");
   CHECK_ERROR_CONTAINS(ops::pad(ops::zeros({2}), {-1, 0}), "pad", "negative");
 }
 TEST_CASE("reshape: wrong element count is an error") {
-  CHECK_ERROR_CONTAINS(ops::zeros({2, 3}).reshape({4, 2}), "reshape", "[4, 2]", "[2, 3]", "6 elements");
+  CHECK_ERROR_CONTAINS(ops::zeros({2, 3}).reshape({4, 2}), "reshape", "[4, 2]", "[2, 3]",
+                       "6 elements");
   CHECK_ERROR_CONTAINS(ops::zeros({2, 3}).reshape({-1, -1}), "reshape", "-1");
   CHECK_ERROR_CONTAINS(ops::zeros({2, 3}).reshape({-1, 4}), "reshape", "[-1, 4]");
 }

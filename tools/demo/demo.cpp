@@ -17,8 +17,10 @@ void print_graph(const std::shared_ptr<vt::Node>& node, int depth) {
   std::string pad(2 * depth + 4, ' ');
   fmt::print("{}{}\n", pad, node->name);
   for (const vt::Edge& e : node->inputs) {
-    if (e.node) print_graph(e.node, depth + 1);
-    else if (e.leaf) fmt::print("{}  leaf {}\n", pad, vt::Dims(e.shape));
+    if (e.node)
+      print_graph(e.node, depth + 1);
+    else if (e.leaf)
+      fmt::print("{}  leaf {}\n", pad, vt::Dims(e.shape));
   }
 }
 }  // namespace
@@ -51,7 +53,8 @@ int main() {
     print_graph(loss.grad_fn(), 0);
 
     loss.backward();
-    fmt::print("\nbackward (the engine runs each node's rule once, in reverse topological order)\n");
+    fmt::print(
+        "\nbackward (the engine runs each node's rule once, in reverse topological order)\n");
     fmt::print("  dloss/dy = {:.6f}\n", y.grad().item());
     fmt::print("  dloss/dz = {:.6f}\n", z.grad().item());
     fmt::print("  dloss/dw = {}\n", w.grad());
@@ -59,8 +62,8 @@ int main() {
 
     // The same numbers by hand: the chain rule, one factor per node.
     double yv = y.item(), zv = z.item();
-    double dy = 2 * (yv - t);          // pow:  d(u^2)/du = 2u
-    double dz = dy * (1 - yv * yv);    // tanh: 1 - tanh(z)^2
+    double dy = 2 * (yv - t);        // pow:  d(u^2)/du = 2u
+    double dz = dy * (1 - yv * yv);  // tanh: 1 - tanh(z)^2
     fmt::print("by hand\n");
     fmt::print("  dloss/dy = 2 (y - t)             = {:.6f}\n", dy);
     fmt::print("  dloss/dz = dloss/dy (1 - y^2)    = {:.6f}\n", dz);
