@@ -105,6 +105,20 @@ struct InterpGeometry {
   double scale_h, scale_w;  // input/output ratio to use when align_corners is false
 };
 
+/// Options of one Adam/AdamW step (PyTorch's single-tensor implementation, amsgrad off).
+struct AdamStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step;    // 1 on the first update (after incrementing)
+  bool decoupled;  // AdamW: p *= 1 - lr * wd; Adam: g += wd * p
+};
+
+/// Options of one SGD step (PyTorch's rule: dampening, nesterov, weight decay added to g).
+struct SgdStep {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+  bool first;  // the momentum buffer starts as g on the first step
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -187,6 +201,14 @@ class Backend {
   /// The adjoint: dx (zeroed here) from dy.
   virtual void interpolate_backward(const Strided& dy, const Strided& dx,
                                     const InterpGeometry& g) = 0;
+
+  // Optimizer updates, in place, elementwise; all tensors contiguous and of the param's shape.
+  /// Adam/AdamW: updates param, exp_avg and exp_avg_sq from grad.
+  virtual void adam_step(const Strided& param, const Strided& grad, const Strided& exp_avg,
+                         const Strided& exp_avg_sq, const AdamStep& o) = 0;
+  /// SGD: updates param (and momentum_buf when momentum != 0) from grad.
+  virtual void sgd_step(const Strided& param, const Strided& grad, const Strided& momentum_buf,
+                        const SgdStep& o) = 0;
 };
 
 /// The backend of a device; throws Error when this build has none for it.

@@ -139,6 +139,13 @@ class CudaBackend final : public Backend {
   void interpolate_backward(const Strided&, const Strided&, const InterpGeometry&) override {
     unsupported("interpolate_backward");
   }
+  void adam_step(const Strided&, const Strided&, const Strided&, const Strided&,
+                 const AdamStep&) override {
+    unsupported("adam_step");
+  }
+  void sgd_step(const Strided&, const Strided&, const Strided&, const SgdStep&) override {
+    unsupported("sgd_step");
+  }
 };
 
 }  // namespace cuda

@@ -1,0 +1,89 @@
+// Module: the base of every layer and model, as torch.nn.Module. A module owns named parameters
+// (tensors that train), buffers (tensors that do not) and child modules; names compose into
+// hierarchical keys ("blocks.0.attn.qkv.weight") for state dicts and checkpoints.
+//
+// A subclass registers what it owns in its constructor and keeps the returned handles as members:
+//   weight = register_parameter("weight", ops::empty({out, in}));
+//   fc1 = register_module("fc1", std::make_shared<Linear>(in, hidden));
+// Tensor handles share their TensorImpl, so to(device) and load_state_dict update the members too.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace vitrine::nn {
+
+/// (name, tensor) pairs in registration order.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  /// The single-input forward most layers have; modules with other signatures define their own.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// The type's name, for summaries and errors ("Linear").
+  virtual std::string type_name() const { return "Module"; }
+  /// One line describing the hyperparameters ("in=4, out=3, bias=true").
+  virtual std::string extra_repr() const { return ""; }
+
+  // Registration (call from constructors).
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+
+  // Access. recurse = true walks children depth-first in registration order.
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  /// This module ("") and every descendant, with their prefixed names.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  /// A child by name; throws Error naming the module and the children it has.
+  std::shared_ptr<Module> child(const std::string& name) const;
+  /// Parameters then buffers under their full names (what checkpoints store).
+  NamedTensors state_dict() const;
+
+  /// Sets training mode here and in every descendant (dropout and drop-path act only in training).
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  /// Clears (set_to_none) or zeroes every parameter's gradient.
+  void zero_grad(bool set_to_none = true);
+  /// Number of parameter elements (only those with requires_grad when trainable_only).
+  int64_t num_parameters(bool trainable_only = false) const;
+  /// Freezes (false) or unfreezes (true) every parameter of this module and its descendants.
+  void requires_grad_(bool on);
+  /// Moves every parameter and buffer to a device / converts floating ones to a dtype, in place.
+  void to(const Device& device);
+  void to(DType dtype);
+
+  /// A printable tree: type, hyperparameters, children, parameter counts.
+  std::string summary() const;
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  void collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out) const;
+  bool training_ = true;
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+/// Replaces a tensor's storage and layout with another's (dtype and device may change), keeping
+/// its identity: every handle to it sees the new data (libtorch's set_data).
+void set_data(const Tensor& target, const Tensor& source);
+
+}  // namespace vitrine::nn
