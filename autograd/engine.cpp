@@ -63,16 +63,28 @@ void accumulate(TensorImpl& t, const Tensor& g, bool create_graph) {
   }
 }
 
-void leaf_arrives(const std::shared_ptr<TensorImpl>& leaf, Tensor g, bool create_graph,
-                  Targets& targets) {
-  g = apply_hooks(leaf->hooks, std::move(g));
-  if (targets.active()) {
-    auto it = targets.leaves.find(leaf.get());
-    if (it != targets.leaves.end())
-      (*targets.results)[it->second] = sum_grads((*targets.results)[it->second], g);
-    return;
+/// Gradients reaching leaves are summed first; hooks then see the total once (as PyTorch's
+/// AccumulateGrad), after which it goes into .grad() (or, for grad(), into the results).
+struct LeafSums {
+  std::vector<std::shared_ptr<TensorImpl>> order;
+  std::unordered_map<const TensorImpl*, Tensor> sums;
+  void add(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+    auto [it, fresh] = sums.try_emplace(leaf.get(), Tensor());
+    if (fresh) order.push_back(leaf);
+    it->second = sum_grads(it->second, g);
   }
-  accumulate(*leaf, g, create_graph);
+};
+
+void finish_leaves(LeafSums& leaves, bool create_graph, Targets& targets) {
+  for (const auto& leaf : leaves.order) {
+    Tensor g = apply_hooks(leaf->hooks, leaves.sums[leaf.get()]);
+    if (targets.active()) {
+      auto it = targets.leaves.find(leaf.get());
+      if (it != targets.leaves.end()) (*targets.results)[it->second] = g;
+      continue;
+    }
+    accumulate(*leaf, g, create_graph);
+  }
 }
 
 void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in, bool retain_graph,
@@ -85,6 +97,7 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
   // Seed gradients.
   std::unordered_map<Node*, Tensor> pending;
   std::vector<Node*> roots;
+  LeafSums leaves;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& y = outputs[i];
     VT_CHECK(y.defined() && y.requires_grad(),
@@ -104,7 +117,7 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
     VT_CHECK(g.dtype() == y.dtype(), "backward: gradient dtype {} for output {} of dtype {}",
              dtype_name(g.dtype()), i, dtype_name(y.dtype()));
     if (y.is_leaf()) {
-      leaf_arrives(y.impl_ptr(), g, create_graph, targets);
+      leaves.add(y.impl_ptr(), g);
       continue;
     }
     Node* n = y.grad_fn().get();
@@ -175,13 +188,14 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
         if (!(gi.shape() == e.shape)) gi = ops::sum_to(gi, e.shape);
         VT_ASSERT(gi.dtype() == e.dtype);
         if (e.leaf)
-          leaf_arrives(e.leaf, gi, create_graph, targets);
+          leaves.add(e.leaf, gi);
         else
           pending[e.node.get()] = sum_grads(pending[e.node.get()], gi);
       }
       if (e.node && --deps[e.node.get()] == 0) ready.push_back(e.node.get());
     }
   }
+  finish_leaves(leaves, create_graph, targets);
 }
 
 }  // namespace

@@ -115,7 +115,8 @@ class Tensor {
   std::vector<T> to_vector() const;
   /// A copy in another dtype (the same tensor when it already has it); differentiable.
   Tensor to(DType dtype) const;
-  /// A copy on another device (the same tensor when it is already there).
+  /// A copy on another device (the same tensor when it is already there). Not differentiable yet:
+  /// the copy is a leaf (move parameters with Module::to, data before the forward).
   Tensor to(const Device& device) const;
   /// A contiguous tensor with the same values (this one when already contiguous).
   Tensor contiguous() const;

@@ -135,9 +135,9 @@ std::array<Backend*, 2>& registry() {
 }
 }  // namespace
 
-Backend* cpu_backend();  // backends/cpu/cpu_backend.cpp
+Backend* cpu_backend();  // backends/cpu/memory.cpp
 #ifdef VITRINE_WITH_CUDA
-Backend* cuda_backend();  // backends/cuda/cuda_backend.cu
+Backend* cuda_backend();  // backends/cuda/cuda_backend.cpp
 #endif
 
 void register_backend(DeviceType type, Backend* backend) {

@@ -205,23 +205,22 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   });
 }
 
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_kernel(BinaryOp::Maximum, a, b, "maximum");
-  return record(y, "maximum", {a, b},
-                [sa = save(a), sb = save(b)](const Tensor& dy, const Needs&) -> Grads {
-                  Tensor w = win_share(sa.get(), sb.get(), true);
-                  return {mul(dy, w), mul(dy, sub(ones_like(w), w))};
-                });
+namespace {
+/// maximum/minimum: y = a where a wins, b where b wins; the gradient follows the winner.
+Tensor extreme_pair(const Tensor& a, const Tensor& b, bool is_max) {
+  Tensor y = binary_kernel(is_max ? BinaryOp::Maximum : BinaryOp::Minimum, a, b,
+                           is_max ? "maximum" : "minimum");
+  return record(
+      y, is_max ? "maximum" : "minimum", {a, b},
+      [sa = save(a), sb = save(b), is_max](const Tensor& dy, const Needs& n) -> Grads {
+        Tensor w = win_share(sa.get(), sb.get(), is_max);
+        return {n[0] ? mul(dy, w) : Tensor(), n[1] ? mul(dy, sub(ones_like(w), w)) : Tensor()};
+      });
 }
+}  // namespace
 
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  Tensor y = binary_kernel(BinaryOp::Minimum, a, b, "minimum");
-  return record(y, "minimum", {a, b},
-                [sa = save(a), sb = save(b)](const Tensor& dy, const Needs&) -> Grads {
-                  Tensor w = win_share(sa.get(), sb.get(), false);
-                  return {mul(dy, w), mul(dy, sub(ones_like(w), w))};
-                });
-}
+Tensor maximum(const Tensor& a, const Tensor& b) { return extreme_pair(a, b, true); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return extreme_pair(a, b, false); }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Eq, a, b, "eq"); }
 Tensor ne(const Tensor& a, const Tensor& b) { return binary_kernel(BinaryOp::Ne, a, b, "ne"); }

@@ -42,8 +42,9 @@ Strided broadcast_view(const Tensor& t, const Dims& shape) {
 
 Tensor no_double_backward(Tensor y, std::string_view op, const std::vector<Tensor>& inputs) {
   return record(std::move(y), op, inputs, [op](const Tensor&, const Needs&) -> Grads {
+    // The engine prefixes "backward of <op>: ".
     fail(
-        "{}: double backward is not supported (its backward is a fused kernel); use "
+        "double backward is not supported ({} is the output of a fused backward kernel); use "
         "create_graph only through ops with differentiable backward rules",
         op);
   });

@@ -53,6 +53,11 @@ class CpuBackend final : public Backend {
   // interpolate.cpp
   void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) override;
   void interpolate_backward(const Strided& dy, const Strided& dx, const InterpGeometry& g) override;
+  // optim.cpp
+  void adam_step(const Strided& param, const Strided& grad, const Strided& exp_avg,
+                 const Strided& exp_avg_sq, const AdamStep& o) override;
+  void sgd_step(const Strided& param, const Strided& grad, const Strided& momentum_buf,
+                const SgdStep& o) override;
 };
 
 }  // namespace vitrine::cpu

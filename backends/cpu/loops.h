@@ -70,7 +70,7 @@ struct Loop {
   }
 };
 
-/// Splits [0, n) into chunks of `grain` and runs f(begin, end) in parallel when n * cost is large.
+/// Runs f(i) for i in [0, n), in parallel (static schedule) when n * work_per_item is large.
 template <typename F>
 void parallel_for(int64_t n, int64_t work_per_item, F&& f) {
   const bool par = n > 1 && n * work_per_item >= kParallelGrain;

@@ -267,3 +267,19 @@ TEST_CASE("gradcheck: reports the worst element of a wrong gradient") {
       gradcheck([](const V& v) { return v[0]; }, {ops::ones({1}).requires_grad_()}), "gradcheck",
       "float64");
 }
+
+TEST_CASE("hooks: a leaf's hook sees the summed gradient once, as PyTorch") {
+  Tensor u = ops::tensor({1.5}, kFloat64);
+  u.requires_grad_();
+  int calls = 0;
+  double seen = 0;
+  u.register_hook([&](const Tensor& g) {
+    ++calls;
+    seen = g.item();
+    return ops::clamp(g, std::nullopt, 2.0);  // a non-linear replacement
+  });
+  (u * u).sum().backward();  // two paths into u: 1.5 + 1.5
+  CHECK(calls == 1);
+  CHECK(seen == 3.0);
+  CHECK(u.grad().item() == 2.0);
+}

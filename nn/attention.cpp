@@ -1,0 +1,48 @@
+#include "nn/attention.h"
+
+#include <cmath>
+
+#include "ops/ops.h"
+
+namespace vitrine::nn {
+
+MultiheadSelfAttention::MultiheadSelfAttention(int64_t d, int64_t heads, bool qkv_bias,
+                                               double attn_p, double proj_p, Generator& gen)
+    : dim(d), num_heads(heads) {
+  VT_CHECK(heads > 0 && d % heads == 0,
+           "MultiheadSelfAttention: dim {} is not divisible by num_heads {}", d, heads);
+  head_dim = d / heads;
+  scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  qkv = register_module("qkv", std::make_shared<Linear>(d, 3 * d, qkv_bias, gen));
+  attn_drop = register_module("attn_drop", std::make_shared<Dropout>(attn_p, gen));
+  proj = register_module("proj", std::make_shared<Linear>(d, d, true, gen));
+  proj_drop = register_module("proj_drop", std::make_shared<Dropout>(proj_p, gen));
+}
+
+Tensor MultiheadSelfAttention::forward(const Tensor& x) {
+  VT_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim,
+           "MultiheadSelfAttention: expected input [B, N, {}], got {}", dim,
+           x.defined() ? x.shape() : Dims{});
+  const int64_t B = x.size(0), N = x.size(1);
+  // [B, N, 3D] -> [B, N, 3, H, Dh] -> [3, B, H, N, Dh]
+  Tensor qkv_t = qkv->forward(x).reshape({B, N, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
+  Tensor q = qkv_t.select(0, 0), k = qkv_t.select(0, 1), v = qkv_t.select(0, 2);
+  Tensor attn = ops::softmax(ops::matmul(q * scale, k.mT()), -1);  // [B, H, N, N]
+  if (capture_probs_) {
+    attn_ = attn;
+    *attn_grad_ = Tensor();
+    if (capture_grads_ && attn.requires_grad()) {
+      std::shared_ptr<Tensor> slot = attn_grad_;
+      attn.register_hook([slot](const Tensor& g) { *slot = g.detach(); });
+    }
+  }
+  Tensor out = ops::matmul(attn_drop->forward(attn), v);  // [B, H, N, Dh]
+  out = out.transpose(1, 2).reshape({B, N, dim});
+  return proj_drop->forward(proj->forward(out));
+}
+
+std::string MultiheadSelfAttention::extra_repr() const {
+  return fmt::format("dim={}, heads={}, qkv_bias={}", dim, num_heads, qkv->bias.defined());
+}
+
+}  // namespace vitrine::nn

@@ -1,0 +1,43 @@
+// Multi-head self-attention as timm's Attention: one fused qkv projection, scaled dot-product
+// attention per head, attention dropout, output projection. For explanation methods it can keep
+// its attention probabilities (after softmax, before dropout) and their gradient.
+#pragma once
+#include "nn/layers.h"
+
+namespace vitrine::nn {
+
+/// x: [B, N, D] -> [B, N, D]
+///   q, k, v = split(qkv(x)) per head: [B, H, N, D/H]
+///   attn = softmax((q * (D/H)^-1/2) k^T)           [B, H, N, N]
+///   y = proj(attn_drop(attn) v, heads merged)
+class MultiheadSelfAttention : public Module {
+ public:
+  MultiheadSelfAttention(int64_t dim, int64_t num_heads, bool qkv_bias = true, double attn_drop = 0,
+                         double proj_drop = 0, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "MultiheadSelfAttention"; }
+  std::string extra_repr() const override;
+
+  /// Keep the attention probabilities of each forward (and, with grads, their gradient, which a
+  /// hook stores when backward reaches them).
+  void capture(bool probs, bool grads = false) {
+    capture_probs_ = probs || grads;
+    capture_grads_ = grads;
+  }
+  /// The last forward's attention probabilities [B, H, N, N] (undefined unless capturing).
+  const Tensor& attention() const { return attn_; }
+  /// d(target)/d(attention) from the last backward (undefined unless capturing grads).
+  Tensor attention_grad() const { return *attn_grad_; }
+
+  std::shared_ptr<Linear> qkv, proj;
+  std::shared_ptr<Dropout> attn_drop, proj_drop;
+  int64_t dim, num_heads, head_dim;
+  double scale;
+
+ private:
+  bool capture_probs_ = false, capture_grads_ = false;
+  Tensor attn_;
+  std::shared_ptr<Tensor> attn_grad_ = std::make_shared<Tensor>();
+};
+
+}  // namespace vitrine::nn

@@ -1,0 +1,98 @@
+#include "nn/layers.h"
+
+#include <cmath>
+
+#include "nn/init.h"
+#include "ops/ops.h"
+
+namespace vitrine::nn {
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen)
+    : in_features(in), out_features(out) {
+  VT_CHECK(in > 0 && out > 0, "Linear: sizes must be positive (got in={}, out={})", in, out);
+  weight = register_parameter("weight", ops::empty({out, in}));
+  init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
+  if (with_bias) {
+    bias = register_parameter("bias", ops::empty({out}));
+    double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    init::uniform_(bias, -bound, bound, gen);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  VT_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features,
+           "Linear: input shape {} does not end in in_features = {}",
+           x.defined() ? x.shape() : Dims{}, in_features);
+  // Flatten leading dims so the product is one GEMM (a view for contiguous inputs).
+  Dims out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = out_features;
+  Tensor y = ops::matmul(x.reshape({-1, in_features}), weight.mT());
+  if (bias.defined()) y = y + bias;
+  return y.reshape(out_shape);
+}
+
+std::string Linear::extra_repr() const {
+  return fmt::format("in={}, out={}, bias={}", in_features, out_features, bias.defined());
+}
+
+LayerNorm::LayerNorm(int64_t d, double e, bool affine) : dim(d), eps(e) {
+  if (affine) {
+    weight = register_parameter("weight", ops::ones({d}));
+    bias = register_parameter("bias", ops::zeros({d}));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return ops::layer_norm(x, {dim}, weight, bias, eps); }
+
+std::string LayerNorm::extra_repr() const { return fmt::format("{}, eps={}", dim, eps); }
+
+Dropout::Dropout(double prob, Generator& gen) : p(prob), gen_(&gen) {
+  VT_CHECK(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got {}", p);
+}
+
+Tensor Dropout::forward(const Tensor& x) { return ops::dropout(x, p, is_training(), *gen_); }
+
+std::string Dropout::extra_repr() const { return fmt::format("p={}", p); }
+
+DropPath::DropPath(double prob, Generator& gen) : p(prob), gen_(&gen) {
+  VT_CHECK(p >= 0 && p < 1, "DropPath: p must be in [0, 1), got {}", p);
+}
+
+Tensor DropPath::forward(const Tensor& x) {
+  if (!is_training() || p == 0) return x;
+  Dims mask_shape = Dims::filled(x.dim(), 1);
+  mask_shape[0] = x.size(0);
+  Tensor keep = ops::ge(ops::rand(mask_shape, *gen_, x.dtype()), ops::scalar(p, x.dtype()));
+  Tensor mask = keep.to(x.dtype()).to(x.device()) * (1.0 / (1.0 - p));
+  return x * mask;
+}
+
+std::string DropPath::extra_repr() const { return fmt::format("p={}", p); }
+
+Tensor GELU::forward(const Tensor& x) { return ops::gelu(x, tanh_approx); }
+
+Conv2d::Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> k,
+               std::pair<int64_t, int64_t> s, std::pair<int64_t, int64_t> pad, bool with_bias,
+               Generator& gen)
+    : in_channels(in), out_channels(out), kernel(k), stride(s), padding(pad) {
+  VT_CHECK(in > 0 && out > 0 && k.first > 0 && k.second > 0,
+           "Conv2d: channels and kernel sizes must be positive (got {}, {}, {}x{})", in, out,
+           k.first, k.second);
+  weight = register_parameter("weight", ops::empty({out, in, k.first, k.second}));
+  init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
+  if (with_bias) {
+    bias = register_parameter("bias", ops::empty({out}));
+    double bound = 1.0 / std::sqrt(static_cast<double>(in * k.first * k.second));
+    init::uniform_(bias, -bound, bound, gen);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return ops::conv2d(x, weight, bias, stride, padding); }
+
+std::string Conv2d::extra_repr() const {
+  return fmt::format("{}, {}, kernel={}x{}, stride={}x{}, padding={}x{}", in_channels, out_channels,
+                     kernel.first, kernel.second, stride.first, stride.second, padding.first,
+                     padding.second);
+}
+
+}  // namespace vitrine::nn

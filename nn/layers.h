@@ -1,0 +1,91 @@
+// The basic layers, as torch.nn: Linear, LayerNorm, Dropout, DropPath, GELU, Conv2d, Identity.
+// Parameter names follow PyTorch/timm ("weight", "bias") so foreign checkpoints map directly.
+#pragma once
+#include "nn/module.h"
+
+namespace vitrine::nn {
+
+/// y = x W^T + b, W: [out, in]; init as PyTorch (U(-1/sqrt(in), 1/sqrt(in)) for W and b)
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true,
+         Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;  // x: [..., in] -> [..., out]
+  std::string type_name() const override { return "Linear"; }
+  std::string extra_repr() const override;
+  Tensor weight, bias;  // bias undefined when disabled
+  int64_t in_features, out_features;
+};
+
+/// y = (x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight 1, bias 0)
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LayerNorm"; }
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+  int64_t dim;
+  double eps;
+};
+
+/// Training: zeroes each element with probability p and scales the rest by 1 / (1 - p).
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Dropout"; }
+  std::string extra_repr() const override;
+  void set_generator(Generator& gen) { gen_ = &gen; }
+  double p;
+
+ private:
+  Generator* gen_;
+};
+
+/// Stochastic depth (timm's DropPath): training drops a whole sample's branch with probability p
+/// and scales kept samples by 1 / (1 - p): y = x * mask[b] / (1 - p), mask[b] ~ Bernoulli(1 - p).
+class DropPath : public Module {
+ public:
+  explicit DropPath(double p = 0, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "DropPath"; }
+  std::string extra_repr() const override;
+  void set_generator(Generator& gen) { gen_ = &gen; }
+  double p;
+
+ private:
+  Generator* gen_;
+};
+
+/// y = gelu(x) (exact erf form, or the tanh approximation)
+class GELU : public Module {
+ public:
+  explicit GELU(bool tanh_approx = false) : tanh_approx(tanh_approx) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "GELU"; }
+  bool tanh_approx;
+};
+
+/// y = x
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string type_name() const override { return "Identity"; }
+};
+
+/// 2-D convolution, x [B, Cin, H, W] -> [B, Cout, OH, OW]; init as PyTorch
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel,
+         std::pair<int64_t, int64_t> stride = {1, 1}, std::pair<int64_t, int64_t> padding = {0, 0},
+         bool bias = true, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv2d"; }
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+  int64_t in_channels, out_channels;
+  std::pair<int64_t, int64_t> kernel, stride, padding;
+};
+
+}  // namespace vitrine::nn

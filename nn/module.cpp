@@ -1,0 +1,189 @@
+#include "nn/module.h"
+
+#include <algorithm>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "ops/ops.h"
+
+namespace vitrine::nn {
+
+namespace {
+void check_name(const std::string& name, const std::string& what, const std::string& owner) {
+  VT_CHECK(!name.empty() && name.find('.') == std::string::npos,
+           "{}: {} name '{}' is invalid (non-empty, without '.')", owner, what, name);
+}
+template <typename V>
+bool has_name(const V& v, const std::string& name) {
+  return std::any_of(v.begin(), v.end(), [&](const auto& p) { return p.first == name; });
+}
+}  // namespace
+
+Tensor Module::forward(const Tensor&) {
+  fail("{}: this module has no single-input forward (call its own forward method)", type_name());
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_name(name, "parameter", type_name());
+  VT_CHECK(!has_name(params_, name) && !has_name(buffers_, name) && !has_name(children_, name),
+           "{}: '{}' is already registered", type_name(), name);
+  VT_CHECK(t.defined(), "{}: parameter '{}' is an undefined tensor", type_name(), name);
+  if (!t.is_leaf()) t = t.detach();
+  if (requires_grad) t.requires_grad_(true);
+  params_.emplace_back(name, t);
+  return t;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t) {
+  check_name(name, "buffer", type_name());
+  VT_CHECK(!has_name(params_, name) && !has_name(buffers_, name) && !has_name(children_, name),
+           "{}: '{}' is already registered", type_name(), name);
+  buffers_.emplace_back(name, t.defined() ? t.detach() : t);
+  return buffers_.back().second;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  check_name(name, "module", type_name());
+  VT_CHECK(m != nullptr, "{}: child module '{}' is null", type_name(), name);
+  VT_CHECK(!has_name(params_, name) && !has_name(buffers_, name) && !has_name(children_, name),
+           "{}: '{}' is already registered", type_name(), name);
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::collect(const std::string& prefix, bool params, bool recurse,
+                     NamedTensors& out) const {
+  for (const auto& [n, t] : params ? params_ : buffers_)
+    if (t.defined()) out.emplace_back(prefix + n, t);
+  if (!recurse) return;
+  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", params, true, out);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  collect("", true, recurse, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  collect("", false, recurse, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
+  return children_;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  std::vector<std::pair<std::string, Module*>> stack{{"", this}};
+  while (!stack.empty()) {
+    auto [name, m] = stack.back();
+    stack.pop_back();
+    out.emplace_back(name, m);
+    for (auto it = m->children_.rbegin(); it != m->children_.rend(); ++it)
+      stack.emplace_back(name.empty() ? it->first : name + "." + it->first, it->second.get());
+  }
+  return out;
+}
+
+std::shared_ptr<Module> Module::child(const std::string& name) const {
+  for (const auto& [n, c] : children_)
+    if (n == name) return c;
+  std::vector<std::string> names;
+  for (const auto& [n, c] : children_) names.push_back(n);
+  fail("{}: no child module '{}' (children: {})", type_name(), name,
+       names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")));
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out = named_parameters();
+  for (auto& b : named_buffers()) out.push_back(b);
+  return out;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (Tensor& p : parameters()) {
+    if (!p.grad().defined()) continue;
+    if (set_to_none) {
+      p.set_grad(Tensor());
+    } else {
+      NoGradGuard ng;
+      p.grad().zero_();
+    }
+  }
+}
+
+int64_t Module::num_parameters(bool trainable_only) const {
+  int64_t n = 0;
+  for (auto& [name, p] : named_parameters())
+    if (!trainable_only || p.requires_grad()) n += p.numel();
+  return n;
+}
+
+void Module::requires_grad_(bool on) {
+  for (Tensor& p : parameters()) p.requires_grad_(on);
+}
+
+void set_data(const Tensor& target, const Tensor& source) {
+  TensorImpl& t = target.impl();
+  const TensorImpl& s = source.impl();
+  t.storage = s.storage;
+  t.offset = s.offset;
+  t.shape = s.shape;
+  t.strides = s.strides;
+  t.dtype = s.dtype;
+  t.grad.reset();
+}
+
+void Module::to(const Device& device) {
+  NoGradGuard ng;
+  for (auto& [n, t] : state_dict())
+    if (t.device() != device) set_data(t, t.to(device));
+}
+
+void Module::to(DType dtype) {
+  VT_CHECK(is_floating_point(dtype), "{}.to: dtype {} is not a floating-point type", type_name(),
+           dtype_name(dtype));
+  NoGradGuard ng;
+  for (auto& [n, t] : state_dict())
+    if (is_floating_point(t.dtype()) && t.dtype() != dtype) set_data(t, t.to(dtype));
+}
+
+std::string Module::summary() const {
+  std::string out;
+  struct Item {
+    const Module* m;
+    std::string name;
+    int depth;
+  };
+  std::vector<Item> stack{{this, "", 0}};
+  while (!stack.empty()) {
+    Item it = stack.back();
+    stack.pop_back();
+    std::string extra = it.m->extra_repr();
+    int64_t own = 0;
+    for (const auto& [n, p] : it.m->params_) own += p.numel();
+    out += fmt::format("{}{}{}({}){}\n", std::string(2 * it.depth, ' '),
+                       it.name.empty() ? "" : it.name + ": ", it.m->type_name(), extra,
+                       own ? fmt::format("  [{} params]", own) : "");
+    for (auto c = it.m->children_.rbegin(); c != it.m->children_.rend(); ++c)
+      stack.push_back({c->second.get(), c->first, it.depth + 1});
+  }
+  out +=
+      fmt::format("total parameters: {} ({} trainable)\n", num_parameters(), num_parameters(true));
+  return out;
+}
+
+}  // namespace vitrine::nn
