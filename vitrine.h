@@ -7,4 +7,5 @@
 #include "autograd/tensor.h"
 #include "backends/backend.h"
 #include "backends/generator.h"
+#include "nn/nn.h"
 #include "ops/ops.h"

@@ -7,3 +7,8 @@
 #include "nn/loss.h"
 #include "nn/mlp.h"
 #include "nn/module.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/clip.h"
+#include "nn/optim/schedule.h"
+#include "nn/optim/sgd.h"
+#include "nn/state.h"

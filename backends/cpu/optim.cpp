@@ -2,13 +2,13 @@
 // and in place. All operands are contiguous, of the parameter's shape and dtype.
 //
 // Each update repeats PyTorch's sequence of tensor ops in the same order and in the parameter's
-// own dtype (float arithmetic for float32, never double), so trajectories match PyTorch's to the
-// last bit or close to it. The scalars (bias corrections, step size, 1 - beta, ...) are computed in
-// double as PyTorch's Python code does, then rounded once to the dtype, as PyTorch's kernels do
-// with a Python scalar. PyTorch's vectorised CPU kernels (AVX2) compute `a.add(b, alpha=s)` as
-// fma(b, s, a) and `a.addcmul(b, c, value=s)` as fma(s * b, c, a); std::fma gives the same single
-// rounding. Chunks run in parallel; every element is independent, so results do not depend on the
-// thread count.
+// own dtype (float arithmetic for float32, never double): one step from the same state gives
+// PyTorch's CPU result bit for bit (tests/nn/test_optim.cpp). The scalars (bias corrections, step
+// size, 1 - beta, ...) are computed in double as PyTorch's Python code does, then rounded once to
+// the dtype, as PyTorch's kernels do with a Python scalar. PyTorch's vectorised CPU kernels (AVX2)
+// compute `a.add(b, alpha=s)` as fma(b, s, a) and `a.addcmul(b, c, value=s)` as fma(s * b, c, a);
+// std::fma gives the same single rounding. Chunks run in parallel; every element is independent, so
+// results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>

@@ -24,9 +24,9 @@ struct ParamGroup {
 /// Two groups, as timm / most ViT recipes: weight decay on weights with >= 2 dims, none on biases,
 /// norms (1-D), and on parameters whose name contains any of no_decay_names (e.g. "pos_embed",
 /// "cls_token"). Frozen parameters (requires_grad false) are left out.
-std::vector<ParamGroup> param_groups_with_decay(
-    const Module& model, double lr, double weight_decay,
-    const std::vector<std::string>& no_decay_names = {"pos_embed", "cls_token", "register_tokens"});
+std::vector<ParamGroup> param_groups_with_decay(const Module& model, double lr, double weight_decay,
+                                                const std::vector<std::string>& no_decay_names = {
+                                                    "pos_embed", "cls_token", "register_tokens"});
 
 class Optimizer {
  public:
