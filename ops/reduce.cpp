@@ -62,26 +62,28 @@ Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
   return mul(sum(mul(centered, centered), dims, keepdim), 1.0 / denom);
 }
 
-ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
-  check_reducible(x, "max");
-  int d = wrap_dim(dim, x.dim(), "max");
+namespace {
+/// max/min over one dim: the index of the first extreme, and its value gathered from x (so the
+/// gradient goes to exactly that element).
+ValuesIndices extreme_dim(const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
+  const char* name = is_max ? "max" : "min";
+  check_reducible(x, name);
+  int d = wrap_dim(dim, x.dim(), name);
   if (x.dim() == 0) return {x, zeros({}, kInt64, x.device())};
-  VT_CHECK(x.shape()[d] > 0, "max: dim {} of shape {} is empty", d, x.shape());
-  Tensor idx = reduce_kernel(ReduceOp::ArgMax, x, Dims{d}, true, kInt64);
-  Tensor values = gather(x, d, idx);  // differentiable: the gradient goes to the argmax
-  if (!keepdim) return {squeeze(values, d), squeeze(idx, d)};
-  return {values, idx};
-}
-
-ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
-  check_reducible(x, "min");
-  int d = wrap_dim(dim, x.dim(), "min");
-  if (x.dim() == 0) return {x, zeros({}, kInt64, x.device())};
-  VT_CHECK(x.shape()[d] > 0, "min: dim {} of shape {} is empty", d, x.shape());
-  Tensor idx = reduce_kernel(ReduceOp::ArgMin, x, Dims{d}, true, kInt64);
+  VT_CHECK(x.shape()[d] > 0, "{}: dim {} of shape {} is empty", name, d, x.shape());
+  Tensor idx =
+      reduce_kernel(is_max ? ReduceOp::ArgMax : ReduceOp::ArgMin, x, Dims{d}, true, kInt64);
   Tensor values = gather(x, d, idx);
   if (!keepdim) return {squeeze(values, d), squeeze(idx, d)};
   return {values, idx};
+}
+}  // namespace
+
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
+  return extreme_dim(x, dim, keepdim, true);
+}
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+  return extreme_dim(x, dim, keepdim, false);
 }
 
 namespace {

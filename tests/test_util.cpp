@@ -42,14 +42,7 @@ Tensor rand64(const Dims& shape, uint64_t seed, double scale, double shift) {
 
 std::string fixture(const std::string& name) { return std::string(VITRINE_FIXTURES) + "/" + name; }
 
-namespace {
-Tensor decode(const nlohmann::json& j) {
-  Dims shape(j.at("shape").get<std::vector<int64_t>>());
-  return ops::from_vector(j.at("values").get<std::vector<double>>(), shape, kFloat64);
-}
-}  // namespace
-
-RefCase load_case(const std::string& file, const std::string& name) {
+const nlohmann::json& fixture_json(const std::string& file) {
   static std::map<std::string, nlohmann::json> cache;
   auto it = cache.find(file);
   if (it == cache.end()) {
@@ -57,11 +50,22 @@ RefCase load_case(const std::string& file, const std::string& name) {
     REQUIRE_MESSAGE(in.good(), "cannot open fixture " << fixture(file));
     it = cache.emplace(file, nlohmann::json::parse(in)).first;
   }
-  const auto& cases = it->second.at("cases");
+  return it->second;
+}
+
+Tensor fixture_tensor(const nlohmann::json& j, DType dtype) {
+  Dims shape(j.at("shape").get<std::vector<int64_t>>());
+  const nlohmann::json& v = j.contains("values") ? j.at("values") : j.at("data");
+  if (dtype == kInt64) return ops::from_vector(v.get<std::vector<int64_t>>(), shape);
+  return ops::from_vector(v.get<std::vector<double>>(), shape, dtype);
+}
+
+RefCase load_case(const std::string& file, const std::string& name) {
+  const auto& cases = fixture_json(file).at("cases");
   REQUIRE_MESSAGE(cases.contains(name), "fixture " << file << " has no case " << name);
   RefCase c;
-  for (const auto& j : cases.at(name).at("inputs")) c.inputs.push_back(decode(j));
-  c.output = decode(cases.at(name).at("output"));
+  for (const auto& j : cases.at(name).at("inputs")) c.inputs.push_back(fixture_tensor(j));
+  c.output = fixture_tensor(cases.at(name).at("output"));
   return c;
 }
 

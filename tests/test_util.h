@@ -2,6 +2,8 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -22,6 +24,11 @@ void check_grad(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
 Tensor rand64(const Dims& shape, uint64_t seed, double scale = 1.0, double shift = 0.0);
 /// The path of a file under tests/fixtures.
 std::string fixture(const std::string& name);
+
+/// A fixture file's JSON (tests/fixtures/<file>), parsed once per process.
+const nlohmann::json& fixture_json(const std::string& file);
+/// A fixture tensor {"shape": [...], "values" (or "data"): [...]} in dtype.
+Tensor fixture_tensor(const nlohmann::json& j, DType dtype = kFloat64);
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 /// A reference case from a fixture JSON file ({"cases": {name: {"inputs": [...], "output": ...}}}).

@@ -13,18 +13,10 @@ namespace nn = vitrine::nn;
 namespace {
 
 const nlohmann::json& fixture_case(const std::string& name) {
-  static nlohmann::json j = [] {
-    std::ifstream in(fixture("nn_modules.json"));
-    REQUIRE(in.good());
-    return nlohmann::json::parse(in);
-  }();
-  return j.at("cases").at(name);
+  return fixture_json("nn_modules.json").at("cases").at(name);
 }
 
-Tensor decode(const nlohmann::json& j) {
-  return ops::from_vector(j.at("values").get<std::vector<double>>(),
-                          Dims(j.at("shape").get<std::vector<int64_t>>()), kFloat64);
-}
+Tensor decode(const nlohmann::json& j) { return fixture_tensor(j); }
 
 /// Loads the fixture's weights into m (float64) by name, runs sum(m(x) * r).backward() and checks
 /// output, input gradient and every parameter gradient against PyTorch.

@@ -26,19 +26,9 @@ using nn::NamedTensors;
 
 namespace {
 
-const json& fx() {
-  static json j = [] {
-    std::ifstream in(fixture("optim.json"));
-    REQUIRE_MESSAGE(in.good(), "cannot open fixture " << fixture("optim.json"));
-    return json::parse(in);
-  }();
-  return j;
-}
+const json& fx() { return fixture_json("optim.json"); }
 
-Tensor decode(const json& j, DType dtype = kFloat64) {
-  return ops::from_vector(j.at("data").get<std::vector<double>>(),
-                          Dims(j.at("shape").get<std::vector<int64_t>>()), dtype);
-}
+Tensor decode(const json& j, DType dtype = kFloat64) { return fixture_tensor(j, dtype); }
 
 std::string dtype_key(DType dtype) { return dtype == kFloat64 ? "float64" : "float32"; }
 

@@ -86,14 +86,7 @@ const Tensor& find(const nn::NamedTensors& ts, const std::string& name) {
   return none;
 }
 
-const json& expected() {
-  static const json j = [] {
-    std::ifstream in(fixture("foreign_expected.json"));
-    REQUIRE_MESSAGE(in.good(), "cannot open fixture " << fixture("foreign_expected.json"));
-    return json::parse(in);
-  }();
-  return j;
-}
+const json& expected() { return fixture_json("foreign_expected.json"); }
 
 std::vector<uint64_t> expected_bits(const std::string& name, const char* key = "bits") {
   std::vector<uint64_t> out;

@@ -16,19 +16,12 @@ namespace {
 const char* kFile = "conv_interp.json";
 
 const nlohmann::json& case_json(const std::string& name) {
-  static const nlohmann::json j = [] {
-    std::ifstream in(fixture(kFile));
-    REQUIRE_MESSAGE(in.good(), "cannot open fixture " << fixture(kFile));
-    return nlohmann::json::parse(in);
-  }();
-  REQUIRE_MESSAGE(j.at("cases").contains(name), "no case " << name << " in " << kFile);
-  return j.at("cases").at(name);
+  const nlohmann::json& cases = fixture_json(kFile).at("cases");
+  REQUIRE_MESSAGE(cases.contains(name), "no case " << name << " in " << kFile);
+  return cases.at(name);
 }
 
-Tensor decode(const nlohmann::json& j) {
-  return ops::from_vector(j.at("values").get<std::vector<double>>(),
-                          Dims(j.at("shape").get<std::vector<int64_t>>()), kFloat64);
-}
+Tensor decode(const nlohmann::json& j) { return fixture_tensor(j); }
 
 Opts options_of(const std::string& name) {
   const auto& p = case_json(name).at("params");

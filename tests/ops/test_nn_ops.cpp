@@ -16,14 +16,7 @@ using namespace vt_test;
 using json = nlohmann::json;
 using ops::Reduction;
 
-const json& fixtures() {
-  static const json j = [] {
-    std::ifstream f(fixture("nn_ops.json"));
-    REQUIRE_MESSAGE(f.good(), "cannot open " << fixture("nn_ops.json"));
-    return json::parse(f);
-  }();
-  return j;
-}
+const json& fixtures() { return fixture_json("nn_ops.json"); }
 
 Dims dims_of(const json& a) {
   Dims d;
@@ -32,11 +25,7 @@ Dims dims_of(const json& a) {
 }
 
 /// A fixture tensor {"shape", "data"} in dtype (float64 by default, or int64).
-Tensor tensor_of(const json& j, DType dtype = kFloat64) {
-  const Dims shape = dims_of(j["shape"]);
-  if (dtype == kInt64) return ops::from_vector(j["data"].get<std::vector<int64_t>>(), shape);
-  return ops::from_vector(j["data"].get<std::vector<double>>(), shape, dtype);
-}
+Tensor tensor_of(const json& j, DType dtype = kFloat64) { return fixture_tensor(j, dtype); }
 
 std::vector<double> values_of(const json& j) { return j["data"].get<std::vector<double>>(); }
 
