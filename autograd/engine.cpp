@@ -46,16 +46,21 @@ Tensor apply_hooks(const std::vector<GradHook>& hooks, Tensor g) {
 }
 
 /// Stores g as (or adds it to) a tensor's .grad(): detached and private unless create_graph.
+/// A gradient may alias other tensors (add passes dy to both inputs; expand's rule returns a
+/// view), so the first one stored is always a private contiguous copy: a clone that stays in the
+/// graph with create_graph (as PyTorch's AccumulateGrad), a detached one otherwise.
 void accumulate(TensorImpl& t, const Tensor& g, bool create_graph) {
   if (!t.grad) {
-    t.grad = (create_graph ? g : ops::contiguous(g.detach()).detach()).impl_ptr();
-    // A gradient may alias another tensor (add passes dy through to both inputs): own a copy.
-    if (!create_graph && t.grad.get() != nullptr && t.grad->storage.use_count() > 1)
-      t.grad = Tensor(t.grad).clone().impl_ptr();
+    if (create_graph) {
+      t.grad = g.clone().impl_ptr();
+    } else {
+      t.grad = ops::contiguous(g.detach()).detach().impl_ptr();
+      if (t.grad->storage.use_count() > 1) t.grad = Tensor(t.grad).clone().impl_ptr();
+    }
     return;
   }
   Tensor cur(t.grad);
-  if (create_graph) {
+  if (create_graph || cur.requires_grad()) {  // never modify a gradient that is in a graph
     t.grad = ops::add(cur, g).impl_ptr();
   } else {
     NoGradGuard ng;
@@ -161,7 +166,8 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
     Grads grads;
     if (g.defined()) {
       g = apply_hooks(n->hooks, std::move(g));
-      if (auto out = n->retained.lock()) accumulate(*out, g, create_graph);
+      if (auto out = n->retained.lock(); out && !targets.active())
+        accumulate(*out, g, create_graph);
       if (targets.active()) {
         if (auto it = targets.nodes.find(n); it != targets.nodes.end())
           (*targets.results)[it->second] = sum_grads((*targets.results)[it->second], g);

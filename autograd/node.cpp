@@ -17,8 +17,6 @@ Tensor record(Tensor y, std::string_view name, const std::vector<Tensor>& inputs
   auto node = std::make_shared<Node>();
   node->name = name;
   node->fn = std::move(fn);
-  node->out_shape = y.shape();
-  node->out_dtype = y.dtype();
   node->inputs.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     Edge e;

@@ -34,8 +34,6 @@ struct Node {
   BackwardFn fn;                       // empty once freed (after a backward without retain_graph)
   std::vector<GradHook> hooks;         // hooks on the output's gradient
   std::weak_ptr<TensorImpl> retained;  // the output, when it asked to retain its grad
-  Dims out_shape;
-  DType out_dtype = kFloat32;
 
   Node() = default;
   Node(const Node&) = delete;

@@ -179,7 +179,7 @@ class Backend {
   /// x: [R, C]; y = (x - mean) * rstd * w + b; mean, rstd: [R]. w, b may be null (data == null).
   virtual void layer_norm(const Strided& x, const Strided& w, const Strided& b, double eps,
                           const Strided& y, const Strided& mean, const Strided& rstd) = 0;
-  /// dx, and dw/db (accumulated from zero) when their data is non-null.
+  /// Writes dx, dw and db (sums over the rows), each only when its data is non-null.
   virtual void layer_norm_backward(const Strided& x, const Strided& w, const Strided& mean,
                                    const Strided& rstd, const Strided& dy, const Strided& dx,
                                    const Strided& dw, const Strided& db) = 0;

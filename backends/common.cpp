@@ -42,6 +42,7 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
 }
 
 bool Strided::is_contiguous() const {
+  if (numel() == 0) return true;
   int64_t expect = 1;
   for (int i = shape.size() - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != expect) return false;

@@ -1,6 +1,7 @@
 #include "nn/module.h"
 
 #include <algorithm>
+#include <set>
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -59,8 +60,13 @@ void Module::collect(const std::string& prefix, bool params, bool recurse,
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {
-  NamedTensors out;
-  collect("", true, recurse, out);
+  NamedTensors all, out;
+  collect("", true, recurse, all);
+  // A tensor shared by two modules (weight tying) is listed once, under its first name, as in
+  // PyTorch; state_dict() keeps every name.
+  std::set<const TensorImpl*> seen;
+  for (auto& [n, t] : all)
+    if (seen.insert(t.impl_ptr().get()).second) out.emplace_back(n, t);
   return out;
 }
 
@@ -103,8 +109,9 @@ std::shared_ptr<Module> Module::child(const std::string& name) const {
 }
 
 NamedTensors Module::state_dict() const {
-  NamedTensors out = named_parameters();
-  for (auto& b : named_buffers()) out.push_back(b);
+  NamedTensors out;
+  collect("", true, true, out);
+  collect("", false, true, out);
   return out;
 }
 
@@ -113,17 +120,24 @@ void Module::train(bool on) {
   for (auto& [n, c] : children_) c->train(on);
 }
 
-void Module::zero_grad(bool set_to_none) {
-  for (Tensor& p : parameters()) {
-    if (!p.grad().defined()) continue;
+void zero_grad(const std::vector<Tensor>& params, bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
     if (set_to_none) {
       p.set_grad(Tensor());
-    } else {
-      NoGradGuard ng;
-      p.grad().zero_();
+      continue;
     }
+    if (g.requires_grad() || !g.is_leaf()) {  // a create_graph gradient: drop its history
+      g = g.detach();
+      p.set_grad(g);
+    }
+    g.zero_();
   }
 }
+
+void Module::zero_grad(bool set_to_none) { nn::zero_grad(parameters(), set_to_none); }
 
 int64_t Module::num_parameters(bool trainable_only) const {
   int64_t n = 0;

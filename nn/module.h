@@ -43,7 +43,9 @@ class Module {
     return m;
   }
 
-  // Access. recurse = true walks children depth-first in registration order.
+  // Access. recurse = true walks children depth-first in registration order. A parameter shared
+  // by two modules appears once in named_parameters()/parameters() and under both names in
+  // state_dict().
   NamedTensors named_parameters(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
   NamedTensors named_buffers(bool recurse = true) const;
@@ -81,6 +83,10 @@ class Module {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
+
+/// Clears (set_to_none) or zeroes the gradients of params; a gradient made with create_graph is
+/// detached first (so zeroing never writes into a graph). Module and Optimizer zero_grad call it.
+void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);
 
 /// Replaces a tensor's storage and layout with another's (dtype and device may change), keeping
 /// its identity: every handle to it sees the new data (libtorch's set_data).

@@ -26,6 +26,13 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
+/// A short description of an untrusted JSON value for messages: scalars as text, containers by
+/// type and size (dump() of a deeply nested value from a hostile file would recurse too deep).
+std::string brief(const nlohmann::json& v) {
+  if (v.is_primitive()) return v.dump().substr(0, 80);
+  return fmt::format("{} of {} items", v.type_name(), v.size());
+}
+
 using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
@@ -124,16 +131,17 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     // nlohmann parses non-negative integers as unsigned, negative ones as signed.
     VT_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
              "{}: tensor '{}' has shape {}: entries must be non-negative integers", path, name,
-             shape.dump());
+             brief(shape));
     e.shape.push_back(d.get<int64_t>());
     has_zero = has_zero || d.get<int64_t>() == 0;
   }
 
-  json off = v.contains("data_offsets") ? v.at("data_offsets") : json();
+  static const json kNone;
+  const json& off = v.contains("data_offsets") ? v.at("data_offsets") : kNone;
   VT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
                off[1].is_number_unsigned(),
            "{}: tensor '{}': \"data_offsets\" must be two non-negative integers, got {}", path,
-           name, off.dump());
+           name, brief(off));
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
   VT_CHECK(e.begin <= e.end && e.end <= data_size,
@@ -160,7 +168,7 @@ Metadata parse_metadata(const std::string& path, const json& v) {
   Metadata md;
   for (const auto& [key, value] : v.items()) {
     VT_CHECK(value.is_string(), "{}: __metadata__ value of '{}' is not a string (got {} {})", path,
-             key, value.type_name(), value.dump());
+             key, value.type_name(), brief(value));
     md[key] = value.get<std::string>();
   }
   return md;
@@ -211,12 +219,25 @@ std::string join(const std::vector<std::string>& items, const char* sep = ", ", 
   return s;
 }
 
-LoadResult load_into(Module& m, const NamedTensors& state, bool strict, const std::string& where) {
+/// What loading a state into a module will do: checked in full (strict: throws on any problem)
+/// before anything is copied, so that a caller can check other things before applying it.
+struct LoadPlan {
+  LoadResult result;
+  std::vector<std::pair<Tensor, Tensor>> copies;  // (module tensor, source)
+  void apply() const {
+    NoGradGuard no_grad;
+    for (const auto& [dst, src] : copies)  // converting on the host: backends copy equal dtypes
+      Tensor(dst).copy_(src.dtype() == dst.dtype() ? src : src.to(dst.dtype()));
+  }
+};
+
+LoadPlan plan_load(Module& m, const NamedTensors& state, bool strict, const std::string& where) {
   NamedTensors targets = m.state_dict();
   std::map<std::string, Tensor> by_name(targets.begin(), targets.end());
   std::set<std::string> seen;
-  LoadResult r;
-  std::vector<std::pair<Tensor, Tensor>> copies;  // (module tensor, source)
+  LoadPlan plan;
+  LoadResult& r = plan.result;
+  auto& copies = plan.copies;
   for (const auto& [name, src] : state) {
     auto it = by_name.find(name);
     if (it == by_name.end()) {
@@ -251,12 +272,13 @@ LoadResult load_into(Module& m, const NamedTensors& state, bool strict, const st
     if (!r.mismatched.empty()) msg += "\n  mismatched: " + join(r.mismatched, "; ");
     throw Error(msg);
   }
-  NoGradGuard no_grad;
-  for (auto& [dst, src] : copies) {
-    // Convert on the host: every backend copies between equal dtypes.
-    dst.copy_(src.dtype() == dst.dtype() ? src : src.to(dst.dtype()));
-  }
-  return r;
+  return plan;
+}
+
+LoadResult load_into(Module& m, const NamedTensors& state, bool strict, const std::string& where) {
+  LoadPlan plan = plan_load(m, state, strict, where);
+  plan.apply();
+  return plan.result;
 }
 
 }  // namespace
@@ -457,7 +479,9 @@ LoadResult load_checkpoint(const std::string& path, Module& m, optim::Optimizer*
     opt_json = j["state"];
   }
 
-  LoadResult r = load_into(m, model_state, strict, path);
+  // Everything is checked before anything changes: the model's plan first, then the optimizer
+  // (whose load_state checks before it changes itself), then the model's copies.
+  LoadPlan plan = plan_load(m, model_state, strict, path);
   if (opt) {
     try {
       opt->load_state(opt_state, opt_json);
@@ -465,6 +489,8 @@ LoadResult load_checkpoint(const std::string& path, Module& m, optim::Optimizer*
       fail("{}: {}", path, e.what());
     }
   }
+  plan.apply();
+  LoadResult r = plan.result;
   if (metadata_out) *metadata_out = std::move(f.metadata);
   return r;
 }

@@ -38,6 +38,12 @@ Tensor unary_kernel(UnaryOp op, const Tensor& x, const char* name, bool float_on
     VT_CHECK(is_float(x.dtype()) || x.dtype() == kInt64,
              "{}: expected a float32, float64 or int64 tensor, got {}", name,
              dtype_name(x.dtype()));
+  if (x.dtype() == kInt64)  // no silent truncation of a fractional scalar
+    for (double s : {alpha, beta})
+      VT_CHECK(!std::isfinite(s) || s == std::trunc(s),
+               "{}: the scalar {} is not an integer, and the tensor is int64 (shape {}); convert "
+               "it with to(kFloat32) first",
+               name, s, x.shape());
   Tensor y = detail::empty_on(x, x.shape(), x.dtype());
   x.backend().unary(op, x.strided(), y.strided(), alpha, beta);
   return y;
@@ -76,6 +82,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  VT_CHECK(!a.defined() || a.dtype() != kInt64,
+           "div: int64 tensors (shapes {} and {}) cannot be divided: PyTorch's true division gives "
+           "floats; convert with to(kFloat32) first",
+           a.shape(), b.defined() ? b.shape() : Dims{});
   Tensor y = binary_kernel(BinaryOp::Div, a, b, "div");
   return record(
       y, "div", {a, b}, [sa = save(a), sb = save(b)](const Tensor& dy, const Needs& n) -> Grads {
@@ -108,7 +118,13 @@ Tensor pow(const Tensor& a, const Tensor& b) {
       y, "pow", {a, b}, [sa = save(a), sb = save(b)](const Tensor& dy, const Needs& n) -> Grads {
         const Tensor &a = sa.get(), &b = sb.get();
         Tensor da = n[0] ? mul(dy, mul(b, pow(a, sub(b, ones_like(b))))) : Tensor();  // b a^(b-1)
-        Tensor db = n[1] ? mul(dy, mul(pow(a, b), log(a))) : Tensor();                // a^b ln a
+        Tensor db;
+        if (n[1]) {  // a^b ln a, defined as 0 where a == 0 and b >= 0 (as PyTorch)
+          db = mul(dy, mul(pow(a, b), log(a)));
+          Tensor zero_base = mul(to_dtype(eq(a, zeros_like(a)), a.dtype()),
+                                 to_dtype(ge(b, zeros_like(b)), b.dtype()));
+          db = where(gt(zero_base, zeros_like(zero_base)), zeros_like(db), db);
+        }
         return {da, db};
       });
 }

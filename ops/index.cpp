@@ -40,10 +40,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_defined(x, "index_select", "x");
   check_index(index, x, "index_select");
   VT_CHECK(index.dim() <= 1, "index_select: index must be 1-D, got shape {}", index.shape());
+  VT_CHECK(x.dim() > 0, "index_select: the input is 0-dim; unsqueeze it first");
   int d = wrap_dim(dim, x.dim(), "index_select");
   Tensor idx = index.dim() == 0 ? index.as_strided_view({1}, {1}, index.offset()) : index;
   Dims shape = x.shape();
-  if (x.dim() == 0) shape.push_back(1);
   shape[d] = idx.numel();
   Tensor y = empty_on(x, shape, x.dtype());
   x.backend().index_select(x.strided(), d, idx.strided(), y.strided());

@@ -21,10 +21,23 @@ void check_inplace(const Tensor& self, const char* op) {
              op, self.shape(), self.strides());
 }
 
+/// other, or a private copy of it when it shares memory with self in another layout
+/// (x.add_(x.mT()), overlapping slices): an elementwise in-place kernel must never read what it
+/// already wrote.
+Tensor unaliased(const Tensor& self, const Tensor& other) {
+  if (other.storage() != self.storage()) return other;
+  if (other.offset() == self.offset() && other.shape() == self.shape() &&
+      other.strides() == self.strides())
+    return other;  // the very same elements: each is read before it is written
+  NoGradGuard ng;
+  return other.clone();
+}
+
 /// self = self (op) other, other broadcast to self's shape.
-void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other, const char* name) {
+void binary_inplace(BinaryOp op, Tensor& self, const Tensor& other_in, const char* name) {
   check_inplace(self, name);
-  ops::detail::check_same(self, other, name);
+  ops::detail::check_same(self, other_in, name);
+  Tensor other = unaliased(self, other_in);
   Dims b = broadcast_shapes(self.shape(), other.shape(), name);
   VT_CHECK(b == self.shape(), "{}: the other tensor's shape {} does not broadcast to {}", name,
            other.shape(), self.shape());
@@ -73,7 +86,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   ops::detail::check_defined(src, "copy_", "src");
   Dims b = broadcast_shapes(shape(), src.shape(), "copy_");
   VT_CHECK(b == shape(), "copy_: source shape {} does not broadcast to {}", src.shape(), shape());
-  Tensor s = src.device() == device() ? src : src.to(device());
+  Tensor s = src.device() == device() ? unaliased(*this, src) : src.to(device());
   backend().copy(ops::detail::broadcast_view(s, shape()), strided());
   bump_version();
   return *this;

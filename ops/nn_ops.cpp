@@ -117,17 +117,17 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
         const Tensor& x = sx.get();
         const Tensor& w = sw.get();
         Tensor xc = plain(x), dyc = plain(dy), wc = plain(w);
-        Tensor dx = empty_on(x, x.shape(), x.dtype());
+        Tensor dx = needs[0] ? empty_on(x, x.shape(), x.dtype()) : Tensor();
         Tensor dw = needs[1] ? empty_on(x, normalized_shape, x.dtype()) : Tensor();
         Tensor db = needs[2] ? empty_on(x, normalized_shape, x.dtype()) : Tensor();
         x.backend().layer_norm_backward(rows_view(xc, rows, cols), optional_view(wc), mu.strided(),
                                         rstd.strided(), rows_view(dyc, rows, cols),
-                                        rows_view(dx, rows, cols), optional_view(dw),
-                                        optional_view(db));
+                                        dx.defined() ? rows_view(dx, rows, cols) : Strided(),
+                                        optional_view(dw), optional_view(db));
         auto refuse = [&](const Tensor& g) {
           return g.defined() ? no_double_backward(g, "layer_norm_backward", {x, w, dy}) : g;
         };
-        return {needs[0] ? refuse(dx) : Tensor(), refuse(dw), refuse(db)};
+        return {refuse(dx), refuse(dw), refuse(db)};
       });
 }
 

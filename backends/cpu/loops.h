@@ -81,9 +81,10 @@ void parallel_for(int64_t n, int64_t work_per_item, F&& f) {
 /// Offsets of flat indices [begin, end) of a (shape, strides) space, visited in row-major order.
 template <typename F>
 void for_offsets(const Dims& shape, const Dims& strides, int64_t begin, int64_t end, F&& f) {
+  if (begin >= end) return;  // also keeps a zero-size dim out of the divisions below
   const int nd = shape.size();
   if (nd == 0) {
-    if (begin < end) f(int64_t{0}, int64_t{0});
+    f(int64_t{0}, int64_t{0});
     return;
   }
   Dims idx = Dims::filled(nd, 0);

@@ -69,6 +69,8 @@ void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
       if (a.second < 0) return b;
       if (b.second < 0) return a;
       bool take_b = is_max ? b.first > a.first : b.first < a.first;
+      if constexpr (std::is_floating_point_v<T>)  // a NaN wins, whichever chunk it is in
+        take_b = std::isnan(b.first) ? !std::isnan(a.first) : take_b && !std::isnan(a.first);
       return take_b ? b : a;
     };
     auto write = [&](int64_t o, std::pair<Acc, int64_t> r) {

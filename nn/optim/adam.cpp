@@ -12,14 +12,6 @@ namespace vitrine::nn::optim {
 
 namespace {
 
-std::vector<ParamGroup> one_group(std::vector<Tensor> params, double lr, double weight_decay) {
-  ParamGroup group;
-  group.params = std::move(params);
-  group.lr = lr;
-  group.weight_decay = weight_decay;
-  return {std::move(group)};
-}
-
 AdamOptions adam_options(const AdamWOptions& o) {
   return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
 }
@@ -27,7 +19,8 @@ AdamOptions adam_options(const AdamWOptions& o) {
 }  // namespace
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
-    : Adam(one_group(std::move(params), options.lr, options.weight_decay), options, false) {}
+    : Adam(detail::one_group(std::move(params), options.lr, options.weight_decay), options, false) {
+}
 
 Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options)
     : Adam(std::move(groups), options, false) {}
@@ -45,8 +38,8 @@ Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool deco
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)
-    : Adam(one_group(std::move(params), options.lr, options.weight_decay), adam_options(options),
-           true) {}
+    : Adam(detail::one_group(std::move(params), options.lr, options.weight_decay),
+           adam_options(options), true) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
     : Adam(std::move(groups), adam_options(options), true) {}
@@ -127,6 +120,10 @@ void Adam::load_state(const NamedTensors& tensors, const nlohmann::json& j) {
     beta1 = j.at("beta1").get<double>();
     beta2 = j.at("beta2").get<double>();
     eps = j.at("eps").get<double>();
+    VT_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1 && eps >= 0,
+             "{}: load_state: invalid hyperparameters (beta1 {}, beta2 {}, eps {}; expected betas "
+             "in [0, 1) and eps >= 0)",
+             type, beta1, beta2, eps);
     detail::StateReader reader(type, tensors);
     for (size_t g = 0; g < groups_.size(); ++g) {
       const auto& steps = j["groups"][g].at("steps");

@@ -16,6 +16,9 @@ namespace vitrine::nn::optim::detail {
 /// tensors, none twice) with errors that start with `type`; sets initial_lr = lr where unset.
 std::vector<ParamGroup> validated(const std::string& type, std::vector<ParamGroup> groups);
 
+/// A single group holding params (the constructors that take a plain parameter list).
+std::vector<ParamGroup> one_group(std::vector<Tensor> params, double lr, double weight_decay);
+
 /// "param group 1 (\"no_decay\")", for messages.
 std::string group_label(const ParamGroup& group, size_t g);
 

@@ -13,6 +13,14 @@ namespace vitrine::nn::optim {
 
 namespace detail {
 
+std::vector<ParamGroup> one_group(std::vector<Tensor> params, double lr, double weight_decay) {
+  ParamGroup group;
+  group.params = std::move(params);
+  group.lr = lr;
+  group.weight_decay = weight_decay;
+  return {std::move(group)};
+}
+
 std::string group_label(const ParamGroup& group, size_t g) {
   return group.name.empty() ? fmt::format("param group {}", g)
                             : fmt::format("param group {} (\"{}\")", g, group.name);
@@ -88,9 +96,11 @@ nlohmann::json group_json(const ParamGroup& group) {
 
 void check_state_groups(const std::string& type, const std::vector<ParamGroup>& groups,
                         const nlohmann::json& j) {
-  VT_CHECK(j.is_object() && j.contains("type") && j.contains("groups") && j["groups"].is_array(),
-           "{}: load_state: the state JSON needs \"type\" and \"groups\" (got {})", type,
-           j.dump().substr(0, 200));
+  VT_CHECK(j.is_object() && j.contains("type") && j["type"].is_string() && j.contains("groups") &&
+               j["groups"].is_array(),
+           "{}: load_state: the state JSON needs a string \"type\" and an array \"groups\" (got "
+           "a JSON {})",
+           type, j.type_name());
   const std::string saved = j["type"].get<std::string>();
   VT_CHECK(saved == type, "{}: load_state: the state was saved by {}, not {}", type, saved, type);
   const auto& js = j["groups"];
@@ -151,22 +161,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups)
     : groups_(detail::validated("optimizer", std::move(groups))) {}
 
 void Optimizer::zero_grad(bool set_to_none) {
-  NoGradGuard no_grad;
-  for (ParamGroup& group : groups_) {
-    for (const Tensor& p : group.params) {
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      if (set_to_none) {
-        p.set_grad(Tensor());
-        continue;
-      }
-      if (g.requires_grad() || !g.is_leaf()) {  // a create_graph gradient: drop its history
-        g = g.detach();
-        p.set_grad(g);
-      }
-      g.zero_();
-    }
-  }
+  for (ParamGroup& group : groups_) nn::zero_grad(group.params, set_to_none);
 }
 
 void Optimizer::scale_lr(double factor) {

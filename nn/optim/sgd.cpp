@@ -11,14 +11,6 @@ namespace vitrine::nn::optim {
 
 namespace {
 
-std::vector<ParamGroup> one_group(std::vector<Tensor> params, double lr, double weight_decay) {
-  ParamGroup group;
-  group.params = std::move(params);
-  group.lr = lr;
-  group.weight_decay = weight_decay;
-  return {std::move(group)};
-}
-
 void check_options(double momentum, double dampening, bool nesterov) {
   VT_CHECK(momentum >= 0, "SGD: momentum must be >= 0, got {}", momentum);
   VT_CHECK(!nesterov || (momentum > 0 && dampening == 0),
@@ -30,7 +22,7 @@ void check_options(double momentum, double dampening, bool nesterov) {
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
-    : SGD(one_group(std::move(params), options.lr, options.weight_decay), options) {}
+    : SGD(detail::one_group(std::move(params), options.lr, options.weight_decay), options) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options)
     : Optimizer(detail::validated("SGD", std::move(groups))),

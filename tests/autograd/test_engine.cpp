@@ -229,15 +229,21 @@ TEST_CASE("stack depth: backward through a 10,000-op chain") {
   CHECK(x.grad().item() == doctest::Approx(std::pow(1.0001, 10000)).epsilon(1e-9));
 }
 
-TEST_CASE("stack depth: destroying a 100,000-op chain does not recurse") {
+TEST_CASE("stack depth: destroying a 100,000-op chain does not recurse, and frees it all") {
   Tensor x = ops::tensor({1.0});
   x.requires_grad_();
+  std::weak_ptr<Node> first, last;
   {
     Tensor y = x;
-    for (int i = 0; i < 100000; ++i) y = ops::tanh(y) * 1.0;  // Saved tensors link the nodes too
-  }                                                           // the whole chain dies here
-  Tensor z = x * 2.0;
-  CHECK(z.requires_grad());
+    for (int i = 0; i < 100000; ++i) {
+      y = ops::tanh(y) * 1.0;  // Saved tensors link the nodes too
+      if (i == 0) first = y.grad_fn();
+    }
+    last = y.grad_fn();
+    CHECK(!first.expired());
+  }  // the whole chain dies here (a recursive teardown would overflow the stack)
+  CHECK(last.expired());
+  CHECK(first.expired());  // nothing kept alive by a cycle
 }
 
 TEST_CASE("requires_grad_: only on float leaves") {
@@ -282,4 +288,32 @@ TEST_CASE("hooks: a leaf's hook sees the summed gradient once, as PyTorch") {
   CHECK(calls == 1);
   CHECK(seen == 3.0);
   CHECK(u.grad().item() == 2.0);
+}
+
+TEST_CASE("create_graph: leaf gradients are private copies (no aliasing between leaves)") {
+  Tensor a = ops::tensor({1, 2}), b = ops::tensor({3, 4}), c = ops::tensor({5, 6});
+  a.requires_grad_();
+  b.requires_grad_();
+  ops::sum((a + b) * c).backward({}, false, /*create_graph=*/true);
+  CHECK(a.grad().storage() != b.grad().storage());
+  ops::sum((a + b) * c).backward();  // plain backward accumulates into both
+  check_close(a.grad(), {10, 12});
+  check_close(b.grad(), {10, 12});
+  // A broadcast gradient (expand's rule returns a stride-0 view) is stored contiguous.
+  Tensor s = ops::tensor({2});
+  s.requires_grad_();
+  ops::sum(ops::expand(s, {3}) * ops::tensor({1, 2, 3})).backward({}, false, true);
+  CHECK(s.grad().is_contiguous());
+  ops::sum(s * 1.0).backward();
+  check_close(s.grad(), {7});
+}
+
+TEST_CASE("grad(): does not fill .grad() of tensors that retain their gradient") {
+  Tensor x = ops::tensor({1, 2});
+  x.requires_grad_();
+  Tensor h = x * 2.0;
+  h.retain_grad();
+  auto g = grad({ops::sum(h * h)}, {x});
+  check_close(g[0], {8, 16});
+  CHECK(!h.grad().defined());
 }

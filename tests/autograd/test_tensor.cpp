@@ -148,3 +148,9 @@ TEST_CASE("devices: parsing, and a clear error for a backend this build lacks") 
     CHECK_ERROR_CONTAINS(ops::zeros({2}).to(Device::parse("cuda")), "cuda", "no backend");
   }
 }
+
+TEST_CASE("tensor: a shape whose byte count overflows is an error, not a small allocation") {
+  CHECK_ERROR_CONTAINS(ops::empty({int64_t{1} << 40, int64_t{1} << 40}), "empty",
+                       "too many elements");
+  CHECK_ERROR_CONTAINS(ops::empty({int64_t{1} << 62}, kFloat64), "empty", "bytes");
+}

@@ -229,8 +229,28 @@ TEST_CASE("losses: mse and the cross-entropy module") {
   check_grad([](const std::vector<Tensor>& v) { return nn::mse_loss(v[0], v[1]); },
              {rand64({4}, 1), rand64({4}, 2)});
   nn::CrossEntropyLoss ce(0.1);
-  Tensor logits = ops::zeros({2, 4});
+  Tensor logits = ops::tensor({2, 0, -1, 0.5, 0, 1, 0, 3}).reshape({2, 4});
   Tensor target = ops::from_vector(std::vector<int64_t>{1, 3});
-  CHECK(ce.forward(logits, target).item() == doctest::Approx(std::log(4.0)));
+  double smoothed = ops::cross_entropy(logits, target, ops::Reduction::Mean, 0.1).item();
+  CHECK(ce.forward(logits, target).item() == smoothed);
+  CHECK(smoothed != doctest::Approx(ops::cross_entropy(logits, target).item()));
   CHECK_ERROR_CONTAINS(nn::mse_loss(a, ops::zeros({2})), "mse_loss", "[3]", "[2]");
+}
+
+TEST_CASE("module: a tied parameter is listed once, state_dict keeps both names") {
+  struct Owner : nn::Module {
+    Owner() {
+      w = register_parameter("w", ops::zeros({2}));
+      first = register_module("first", std::make_shared<nn::Identity>());
+      first->register_parameter("w", w);  // the same tensor under a second name
+    }
+    Tensor w;
+    std::shared_ptr<nn::Identity> first;
+  };
+  Owner o;
+  CHECK(o.named_parameters().size() == 1);
+  CHECK(o.state_dict().size() == 2);
+  CHECK(o.num_parameters() == 2);
+  nn::optim::AdamW opt(o.parameters());  // no "appears more than once"
+  CHECK(opt.param_groups()[0].params.size() == 1);
 }

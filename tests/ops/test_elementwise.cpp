@@ -116,3 +116,31 @@ TEST_CASE("to: dtype conversion is differentiable between floats") {
   CHECK(x.grad().dtype() == kFloat64);
   check_close(x.grad(), {2, 2, 2});
 }
+
+TEST_CASE("elementwise: int64 refuses fractional scalars and division instead of truncating") {
+  Tensor i = ops::arange(4);
+  CHECK_ERROR_CONTAINS(i / 2.0, "mul", "0.5", "int64");
+  CHECK_ERROR_CONTAINS(i + 0.5, "add", "0.5", "to(kFloat32)");
+  CHECK_ERROR_CONTAINS(ops::div(i, i), "div", "int64", "to(kFloat32)");
+  check_close(i * 3.0, {0, 3, 6, 9});  // integral scalars are fine
+  check_close(ops::clamp(i, 1.0, 2.0), {1, 1, 2, 2});
+}
+
+TEST_CASE("pow: the exponent's gradient is 0 where the base is 0, as PyTorch") {
+  Tensor a = ops::tensor({0, 2}, kFloat64), b = ops::tensor({2, 3}, kFloat64);
+  b.requires_grad_();
+  ops::sum(ops::pow(a, b)).backward();
+  check_close(b.grad(), {0, 8 * std::log(2.0)}, 1e-12);
+}
+
+TEST_CASE("in-place: overlapping source and destination read the old values") {
+  Tensor x = ops::tensor({1, 2, 3, 4}).reshape({2, 2});
+  x.add_(x.mT());
+  check_close(x, {2, 5, 5, 8});
+  Tensor y = ops::arange(0, 6, 1, kFloat32);
+  y.slice(0, 1, 6).copy_(y.slice(0, 0, 5));  // shift right by one
+  check_close(y, {0, 0, 1, 2, 3, 4});
+  Tensor z = ops::tensor({1, 2});
+  z.add_(z);  // the very same elements: fine without a copy
+  check_close(z, {2, 4});
+}

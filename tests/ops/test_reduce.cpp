@@ -85,3 +85,21 @@ TEST_CASE("reductions: bad calls") {
   CHECK_ERROR_CONTAINS(ops::max(ops::zeros({0, 2}), 0), "max", "empty");
   CHECK_ERROR_CONTAINS(ops::mean(ops::arange(3)), "mean", "int64");
 }
+
+TEST_CASE("max/argmax: a NaN anywhere wins, even past the first 16384-element chunk") {
+  Tensor x = ops::zeros({20000});
+  x.select(0, 17000).fill_(NAN);
+  CHECK(std::isnan(ops::max(x).item()));
+  CHECK(ops::argmax(x, 0).item() == 17000);
+  CHECK(std::isnan(ops::min(x).item()));
+}
+
+TEST_CASE("reductions and matmul: zero-size dims give empty results, not errors") {
+  Tensor e = ops::zeros({2, 0});
+  CHECK(e.is_contiguous());
+  Tensor m = ops::matmul(ops::ones({2, 3}), ops::zeros({3, 0}));
+  CHECK(m.shape() == Dims{2, 0});
+  check_close(ops::matmul(ops::ones({2, 0}), ops::ones({0, 3})), std::vector<double>(6, 0.0));
+  check_close(ops::sum(e, {1}), {0, 0});
+  CHECK(ops::softmax(ops::zeros({0, 4}), -1).shape() == Dims{0, 4});
+}
