@@ -60,12 +60,17 @@ Tensor fixture_tensor(const nlohmann::json& j, DType dtype) {
   return ops::from_vector(v.get<std::vector<double>>(), shape, dtype);
 }
 
-RefCase load_case(const std::string& file, const std::string& name) {
+const nlohmann::json& fixture_case(const std::string& file, const std::string& name) {
   const auto& cases = fixture_json(file).at("cases");
   REQUIRE_MESSAGE(cases.contains(name), "fixture " << file << " has no case " << name);
+  return cases.at(name);
+}
+
+RefCase load_case(const std::string& file, const std::string& name) {
+  const nlohmann::json& j = fixture_case(file, name);
   RefCase c;
-  for (const auto& j : cases.at(name).at("inputs")) c.inputs.push_back(fixture_tensor(j));
-  c.output = fixture_tensor(cases.at(name).at("output"));
+  for (const auto& in : j.at("inputs")) c.inputs.push_back(fixture_tensor(in));
+  c.output = fixture_tensor(j.at("output"));
   return c;
 }
 

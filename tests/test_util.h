@@ -27,6 +27,8 @@ std::string fixture(const std::string& name);
 
 /// A fixture file's JSON (tests/fixtures/<file>), parsed once per process.
 const nlohmann::json& fixture_json(const std::string& file);
+/// One case of a fixture file ({"cases": {name: ...}}); fails the test when it is missing.
+const nlohmann::json& fixture_case(const std::string& file, const std::string& name);
 /// A fixture tensor {"shape": [...], "values" (or "data"): [...]} in dtype.
 Tensor fixture_tensor(const nlohmann::json& j, DType dtype = kFloat64);
 

@@ -12,8 +12,8 @@ namespace nn = vitrine::nn;
 
 namespace {
 
-const nlohmann::json& fixture_case(const std::string& name) {
-  return fixture_json("nn_modules.json").at("cases").at(name);
+const nlohmann::json& module_case(const std::string& name) {
+  return fixture_case("nn_modules.json", name);
 }
 
 Tensor decode(const nlohmann::json& j) { return fixture_tensor(j); }
@@ -21,7 +21,7 @@ Tensor decode(const nlohmann::json& j) { return fixture_tensor(j); }
 /// Loads the fixture's weights into m (float64) by name, runs sum(m(x) * r).backward() and checks
 /// output, input gradient and every parameter gradient against PyTorch.
 void check_parity(nn::Module& m, const std::string& name, double tol = 1e-10) {
-  const auto& c = fixture_case(name);
+  const auto& c = module_case(name);
   m.to(kFloat64);
   auto params = m.named_parameters();
   REQUIRE(params.size() == c.at("params").size());
@@ -159,7 +159,7 @@ TEST_CASE("attention: PyTorch parity (timm's Attention), probabilities captured"
   nn::MultiheadSelfAttention m(8, 2, true);
   m.capture(true);
   check_parity(m, "attention");
-  check_close(m.attention(), decode(fixture_case("attention").at("attention")), 1e-12, 1e-12);
+  check_close(m.attention(), decode(module_case("attention").at("attention")), 1e-12, 1e-12);
 }
 TEST_CASE("attention: PyTorch parity without qkv bias") {
   nn::MultiheadSelfAttention m(12, 3, false);

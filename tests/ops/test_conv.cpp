@@ -13,13 +13,7 @@ namespace {
 
 const char* kFile = "conv_interp.json";
 
-const nlohmann::json& case_json(const std::string& name) {
-  const nlohmann::json& cases = fixture_json(kFile).at("cases");
-  REQUIRE_MESSAGE(cases.contains(name), "no case " << name << " in " << kFile);
-  return cases.at(name);
-}
-
-Tensor decode(const nlohmann::json& j) { return fixture_tensor(j); }
+const nlohmann::json& case_json(const std::string& name) { return fixture_case(kFile, name); }
 
 /// conv2d with the case's stride and padding; inputs are [x, weight] or [x, weight, bias].
 Fn conv_fn(const std::string& name) {
@@ -35,12 +29,12 @@ Fn conv_fn(const std::string& name) {
 void check_backward(const std::string& name) {
   RefCase c = load_case(kFile, name);
   for (Tensor& t : c.inputs) t.requires_grad_();
-  Tensor r = decode(case_json(name).at("r"));
+  Tensor r = fixture_tensor(case_json(name).at("r"));
   ops::sum(conv_fn(name)(c.inputs) * r).backward();
   const auto& grads = case_json(name).at("grads");
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     INFO("input " << i);
-    check_close(c.inputs[i].grad(), decode(grads[i]), 1e-10, 1e-10);
+    check_close(c.inputs[i].grad(), fixture_tensor(grads[i]), 1e-10, 1e-10);
   }
 }
 
@@ -95,12 +89,12 @@ TEST_CASE("conv2d: patch embedding (input without grad) gets weight and bias gra
   RefCase c = load_case(kFile, "conv2d_patch4");
   c.inputs[1].requires_grad_();
   c.inputs[2].requires_grad_();
-  Tensor r = decode(case_json("conv2d_patch4").at("r"));
+  Tensor r = fixture_tensor(case_json("conv2d_patch4").at("r"));
   ops::sum(conv_fn("conv2d_patch4")(c.inputs) * r).backward();
   CHECK_FALSE(c.inputs[0].grad().defined());
   const auto& grads = case_json("conv2d_patch4").at("grads");
-  check_close(c.inputs[1].grad(), decode(grads[1]), 1e-10, 1e-10);
-  check_close(c.inputs[2].grad(), decode(grads[2]), 1e-10, 1e-10);
+  check_close(c.inputs[1].grad(), fixture_tensor(grads[1]), 1e-10, 1e-10);
+  check_close(c.inputs[2].grad(), fixture_tensor(grads[2]), 1e-10, 1e-10);
 }
 
 TEST_CASE("conv2d: non-contiguous input") {

@@ -15,13 +15,7 @@ namespace {
 
 const char* kFile = "conv_interp.json";
 
-const nlohmann::json& case_json(const std::string& name) {
-  const nlohmann::json& cases = fixture_json(kFile).at("cases");
-  REQUIRE_MESSAGE(cases.contains(name), "no case " << name << " in " << kFile);
-  return cases.at(name);
-}
-
-Tensor decode(const nlohmann::json& j) { return fixture_tensor(j); }
+const nlohmann::json& case_json(const std::string& name) { return fixture_case(kFile, name); }
 
 Opts options_of(const std::string& name) {
   const auto& p = case_json(name).at("params");
@@ -46,8 +40,8 @@ void check_case(const std::string& name) {
   check_forward(kFile, name, interp_fn(name), 1e-10, 1e-5);
   RefCase c = load_case(kFile, name);
   c.inputs[0].requires_grad_();
-  ops::sum(interp_fn(name)(c.inputs) * decode(case_json(name).at("r"))).backward();
-  check_close(c.inputs[0].grad(), decode(case_json(name).at("grads")[0]), 1e-10, 1e-10);
+  ops::sum(interp_fn(name)(c.inputs) * fixture_tensor(case_json(name).at("r"))).backward();
+  check_close(c.inputs[0].grad(), fixture_tensor(case_json(name).at("grads")[0]), 1e-10, 1e-10);
 }
 
 }  // namespace
