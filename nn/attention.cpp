@@ -19,7 +19,7 @@ MultiheadSelfAttention::MultiheadSelfAttention(int64_t d, int64_t heads, bool qk
   proj_drop = register_module("proj_drop", std::make_shared<Dropout>(proj_p, gen));
 }
 
-Tensor MultiheadSelfAttention::forward(const Tensor& x) {
+Tensor MultiheadSelfAttention::attend(const Tensor& x) {
   VT_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim,
            "MultiheadSelfAttention: expected input [B, N, {}], got {}", dim,
            x.defined() ? x.shape() : Dims{});
@@ -36,8 +36,12 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x) {
       attn.register_hook([slot](const Tensor& g) { *slot = g.detach(); });
     }
   }
-  Tensor out = ops::matmul(attn_drop->forward(attn), v);  // [B, H, N, Dh]
-  out = out.transpose(1, 2).reshape({B, N, dim});
+  return ops::matmul(attn_drop->forward(attn), v);  // [B, H, N, Dh]
+}
+
+Tensor MultiheadSelfAttention::forward(const Tensor& x) {
+  const int64_t B = x.size(0), N = x.size(1);
+  Tensor out = attend(x).transpose(1, 2).reshape({B, N, dim});  // heads merged: [B, N, D]
   return proj_drop->forward(proj->forward(out));
 }
 

@@ -15,6 +15,8 @@ class MultiheadSelfAttention : public Module {
   MultiheadSelfAttention(int64_t dim, int64_t num_heads, bool qkv_bias = true, double attn_drop = 0,
                          double proj_drop = 0, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  /// The heads' outputs before they are merged and projected: attn_drop(attn) v, [B, H, N, D/H].
+  Tensor attend(const Tensor& x);
   std::string type_name() const override { return "MultiheadSelfAttention"; }
   std::string extra_repr() const override;
 
@@ -24,6 +26,8 @@ class MultiheadSelfAttention : public Module {
     capture_probs_ = probs || grads;
     capture_grads_ = grads;
   }
+  bool capturing_probs() const { return capture_probs_; }
+  bool capturing_grads() const { return capture_grads_; }
   /// The last forward's attention probabilities [B, H, N, N] (undefined unless capturing).
   const Tensor& attention() const { return attn_; }
   /// d(target)/d(attention) from the last backward (undefined unless capturing grads).

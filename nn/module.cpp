@@ -51,6 +51,16 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   children_.emplace_back(name, std::move(m));
 }
 
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> m) {
+  VT_CHECK(m != nullptr, "{}: child module '{}' is null", type_name(), name);
+  for (auto& [n, c] : children_)
+    if (n == name) {
+      c = std::move(m);
+      return;
+    }
+  add_child(name, std::move(m));
+}
+
 void Module::collect(const std::string& prefix, bool params, bool recurse,
                      NamedTensors& out) const {
   for (const auto& [n, t] : params ? params_ : buffers_)

@@ -42,6 +42,12 @@ class Module {
     add_child(name, m);
     return m;
   }
+  /// Replaces the child called name (or adds it), e.g. a new head for transfer learning.
+  template <typename M>
+  std::shared_ptr<M> set_module(const std::string& name, std::shared_ptr<M> m) {
+    replace_child(name, m);
+    return m;
+  }
 
   // Access. recurse = true walks children depth-first in registration order. A parameter shared
   // by two modules appears once in named_parameters()/parameters() and under both names in
@@ -77,6 +83,7 @@ class Module {
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
+  void replace_child(const std::string& name, std::shared_ptr<Module> m);
   void collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out) const;
   bool training_ = true;
   NamedTensors params_;

@@ -1,0 +1,175 @@
+// The Vision Transformer (Dosovitskiy et al.), computed exactly as timm's VisionTransformer (and
+// torchvision's, Hugging Face's, DINO's and DINOv2's, which are the same network under other
+// names): patch embedding by a strided convolution, class token, optional register tokens,
+// learned position embedding, pre-norm encoder blocks
+//     x = x + drop_path(ls1(attn(norm1(x))));  x = x + drop_path(ls2(mlp(norm2(x))))
+// then the final norm, pooling (class token, or mean of the patch tokens), optional fc_norm,
+// optional representation layer (pre_logits: Linear + tanh) and the head.
+// Parameter names are timm's, so a timm checkpoint loads as is; vit_import.cpp maps the others.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/nn.h"
+
+namespace vitrine::models {
+
+struct ViTConfig {
+  int64_t image_h = 224, image_w = 224;
+  int64_t patch = 16;
+  int64_t channels = 3;
+  int64_t num_classes = 1000;  // 0: no head (a feature extractor, as DINO)
+  int64_t dim = 768;
+  int64_t depth = 12;
+  int64_t heads = 12;
+  int64_t mlp_dim = 3072;
+  double dropout = 0;         // after the MLP's activations and projections (timm proj_drop)
+  double attn_dropout = 0;    // on the attention probabilities
+  double embed_dropout = 0;   // after adding the position embedding (timm pos_drop)
+  double drop_path = 0;       // stochastic depth, linearly increasing over the blocks
+  std::string pool = "cls";   // "cls" or "mean"
+  int64_t representation = 0; // pre_logits size (torchvision's representation_size), 0: none
+  bool qkv_bias = true;
+  double eps = 1e-6;          // LayerNorm eps (timm 1e-6, torchvision 1e-6, Hugging Face 1e-12)
+  int64_t registers = 0;      // register tokens (DINOv2 with registers)
+  bool layer_scale = false;   // DINOv2's ls1/ls2 gamma
+  double layer_scale_init = 1e-5;
+  bool no_embed_class = false;  // timm: pos_embed covers the patches only
+  bool fc_norm = false;       // timm: mean pooling over the patch tokens, then a norm
+
+  int64_t grid_h() const { return image_h / patch; }
+  int64_t grid_w() const { return image_w / patch; }
+  int64_t num_patches() const { return grid_h() * grid_w(); }
+  /// Tokens before the patches: class token and registers.
+  int64_t prefix_tokens() const { return 1 + registers; }
+  /// Rows of pos_embed: the patches, plus the class token unless no_embed_class.
+  int64_t pos_tokens() const { return num_patches() + (no_embed_class ? 0 : 1); }
+
+  /// Throws Error naming the first inconsistent field.
+  void validate() const;
+  nlohmann::json to_json() const;
+  /// Reads our own JSON (unknown keys are errors; missing keys keep defaults); "image_size" may
+  /// be one number or [h, w].
+  static ViTConfig from_json(const nlohmann::json& j);
+  /// timm's names (vit_{tiny,small,base,large}_patch{8,16,32}_224) and ours (fmnist, cifar10).
+  static ViTConfig preset(const std::string& name);
+  static std::vector<std::string> preset_names();
+};
+
+/// How the position embedding is resized for another input size.
+enum class PosInterp {
+  Size,  // timm: bicubic to the target grid
+  Dino,  // DINO's interpolate_pos_encoding: bicubic with scale factor (grid + 0.1) / old grid
+};
+
+struct ViTForwardOptions {
+  PosInterp pos_interp = PosInterp::Size;
+  /// Crop the input to a multiple of the patch size (top-left) instead of failing.
+  bool crop = false;
+};
+
+/// One encoder block (timm's Block): names norm1, attn, ls1, norm2, mlp, ls2.
+class ViTBlock : public nn::Module {
+ public:
+  ViTBlock(const ViTConfig& c, double drop_path, Generator& gen);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Block"; }
+  std::shared_ptr<nn::LayerNorm> norm1, norm2;
+  std::shared_ptr<nn::MultiheadSelfAttention> attn;
+  std::shared_ptr<nn::MLP> mlp;
+  std::shared_ptr<nn::DropPath> drop_path1, drop_path2;
+  Tensor ls1, ls2;  // LayerScale gammas [dim] (registered as ls1.gamma / ls2.gamma), or undefined
+};
+
+class VisionTransformer : public nn::Module {
+ public:
+  explicit VisionTransformer(const ViTConfig& config, Generator& gen = default_generator());
+  std::string type_name() const override { return "VisionTransformer"; }
+  std::string extra_repr() const override;
+
+  /// images [B, C, H, W] -> logits [B, num_classes] (or features [B, dim] without a head).
+  Tensor forward(const Tensor& images) override;
+  Tensor forward(const Tensor& images, const ViTForwardOptions& options);
+  /// Tokens after the last block and the final norm: [B, prefix + patches, dim].
+  Tensor forward_features(const Tensor& images, const ViTForwardOptions& options = {});
+  /// Pooling, fc_norm, pre_logits and head applied to forward_features' output.
+  Tensor forward_head(const Tensor& tokens);
+
+  /// The position embedding for a patch grid (interpolated when it differs from the config's).
+  Tensor pos_embed_for(int64_t grid_h, int64_t grid_w, PosInterp mode) const;
+
+  // Introspection for explanation methods. With capture on, every forward keeps, per layer, the
+  // attention probabilities [B, heads, N, N] and the block's output tokens [B, N, dim]; with
+  // grads, the probabilities' gradients arrive there during backward.
+  void capture(bool attention, bool grads = false);
+  std::vector<Tensor> attentions() const;
+  std::vector<Tensor> attention_grads() const;
+  const std::vector<Tensor>& block_outputs() const { return block_outputs_; }
+  /// The patch grid of the last forward (height, width in patches).
+  std::pair<int64_t, int64_t> last_grid() const { return last_grid_; }
+  /// The last block's attention probabilities [B, heads, N, N], without running the head or the
+  /// last MLP (DINO's get_last_selfattention).
+  Tensor get_last_selfattention(const Tensor& images, const ViTForwardOptions& options = {});
+  /// One head's output (attention-weighted values) of one layer: [B, N, head_dim].
+  Tensor get_attention_output(const Tensor& images, int64_t layer, int64_t head,
+                              const ViTForwardOptions& options = {});
+  /// A torchinfo-like table: each top-level module's output shape and parameter count, totals.
+  std::string summary_table(int64_t batch = 1);
+
+  /// Replaces the head for another number of classes (transfer learning), freshly initialised.
+  void reset_head(int64_t num_classes, Generator& gen = default_generator());
+
+  const ViTConfig& config() const { return config_; }
+
+  std::shared_ptr<nn::Conv2d> patch_embed;  // registered as patch_embed.proj
+  Tensor cls_token;                         // [1, 1, dim]
+  Tensor register_tokens;                   // [1, registers, dim] or undefined
+  Tensor pos_embed;                         // [1, pos_tokens, dim]
+  std::shared_ptr<nn::Dropout> pos_drop;
+  std::shared_ptr<nn::ModuleList> blocks;
+  std::shared_ptr<nn::LayerNorm> norm;      // undefined-equivalent (Identity) when fc_norm
+  std::shared_ptr<nn::LayerNorm> fc_norm;   // only with fc_norm
+  std::shared_ptr<nn::Linear> pre_logits;   // registered as pre_logits.fc; only with representation
+  std::shared_ptr<nn::Linear> head;         // only with num_classes > 0
+
+ private:
+  /// Patch embedding + prefix tokens + position embedding: [B, N, dim].
+  Tensor embed(const Tensor& images, const ViTForwardOptions& options);
+  ViTConfig config_;
+  std::vector<Tensor> block_outputs_;
+  bool capture_tokens_ = false;
+  std::pair<int64_t, int64_t> last_grid_{0, 0};
+};
+
+// ---- foreign weights (vit_import.cpp) --------------------------------------------------------
+
+/// The naming schemes the loader recognises.
+enum class ViTNaming { Vitrine, Timm, Torchvision, HuggingFace, Dinov2 };
+std::string naming_name(ViTNaming n);
+
+/// Which naming a state dict uses, from its tensor names; throws Error naming an unrecognised
+/// key when none fits.
+ViTNaming detect_naming(const nn::NamedTensors& state);
+
+/// Maps a foreign state dict to Vitrine's (timm) names: splits Hugging Face's query/key/value into
+/// qkv, drops the keys listed in docs/vit.md (mask_token, HF pooler when unused, ...). The result
+/// still has to fit the config (load_vit checks).
+nn::NamedTensors to_vitrine_names(const nn::NamedTensors& state, ViTNaming naming);
+
+/// A config from a Hugging Face config.json (ViTConfig fields of transformers).
+ViTConfig config_from_hf(const nlohmann::json& hf);
+
+/// Reads a safetensors checkpoint in any supported naming into a model built from its metadata
+/// ("vitrine.config"), or from the given config when the file has none. The first tensor whose
+/// shape does not fit is named in the error together with the expected shape.
+std::shared_ptr<VisionTransformer> load_vit(const std::string& path,
+                                            const std::optional<ViTConfig>& config = std::nullopt);
+
+/// Saves in timm naming (what timm's / DINO's create_model loads), with the config in metadata.
+void save_vit_timm(const std::string& path, const VisionTransformer& model,
+                   const nn::Metadata& extra = {});
+
+}  // namespace vitrine::models
