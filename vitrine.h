@@ -7,5 +7,6 @@
 #include "autograd/tensor.h"
 #include "backends/backend.h"
 #include "backends/generator.h"
+#include "models/vit.h"
 #include "nn/nn.h"
 #include "ops/ops.h"

@@ -21,8 +21,8 @@ void ViTConfig::validate() const {
            "ViTConfig: image size {}x{} is not a multiple of the patch size {}", image_h, image_w,
            patch);
   VT_CHECK(dim > 0 && depth > 0 && heads > 0 && mlp_dim > 0,
-           "ViTConfig: dim {}, depth {}, heads {} and mlp_dim {} must be positive", dim, depth, heads,
-           mlp_dim);
+           "ViTConfig: dim {}, depth {}, heads {} and mlp_dim {} must be positive", dim, depth,
+           heads, mlp_dim);
   VT_CHECK(dim % heads == 0, "ViTConfig: dim {} is not divisible by heads {}", dim, heads);
   VT_CHECK(num_classes >= 0 && representation >= 0 && registers >= 0,
            "ViTConfig: num_classes, representation and registers must be >= 0");
@@ -73,27 +73,48 @@ ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
         } else {
           c.image_h = c.image_w = num(k, v).get<int64_t>();
         }
-      } else if (k == "patch") c.patch = num(k, v).get<int64_t>();
-      else if (k == "channels") c.channels = num(k, v).get<int64_t>();
-      else if (k == "num_classes") c.num_classes = num(k, v).get<int64_t>();
-      else if (k == "dim") c.dim = num(k, v).get<int64_t>();
-      else if (k == "depth") c.depth = num(k, v).get<int64_t>();
-      else if (k == "heads") c.heads = num(k, v).get<int64_t>();
-      else if (k == "mlp_dim") c.mlp_dim = num(k, v).get<int64_t>();
-      else if (k == "dropout") c.dropout = num(k, v).get<double>();
-      else if (k == "attn_dropout") c.attn_dropout = num(k, v).get<double>();
-      else if (k == "embed_dropout") c.embed_dropout = num(k, v).get<double>();
-      else if (k == "drop_path") c.drop_path = num(k, v).get<double>();
-      else if (k == "pool") c.pool = v.get<std::string>();
-      else if (k == "representation") c.representation = num(k, v).get<int64_t>();
-      else if (k == "qkv_bias") c.qkv_bias = v.get<bool>();
-      else if (k == "eps") c.eps = num(k, v).get<double>();
-      else if (k == "registers") c.registers = num(k, v).get<int64_t>();
-      else if (k == "layer_scale") c.layer_scale = v.get<bool>();
-      else if (k == "layer_scale_init") c.layer_scale_init = num(k, v).get<double>();
-      else if (k == "no_embed_class") c.no_embed_class = v.get<bool>();
-      else if (k == "fc_norm") c.fc_norm = v.get<bool>();
-      else fail("ViTConfig: unknown key '{}'", k);
+      } else if (k == "patch")
+        c.patch = num(k, v).get<int64_t>();
+      else if (k == "channels")
+        c.channels = num(k, v).get<int64_t>();
+      else if (k == "num_classes")
+        c.num_classes = num(k, v).get<int64_t>();
+      else if (k == "dim")
+        c.dim = num(k, v).get<int64_t>();
+      else if (k == "depth")
+        c.depth = num(k, v).get<int64_t>();
+      else if (k == "heads")
+        c.heads = num(k, v).get<int64_t>();
+      else if (k == "mlp_dim")
+        c.mlp_dim = num(k, v).get<int64_t>();
+      else if (k == "dropout")
+        c.dropout = num(k, v).get<double>();
+      else if (k == "attn_dropout")
+        c.attn_dropout = num(k, v).get<double>();
+      else if (k == "embed_dropout")
+        c.embed_dropout = num(k, v).get<double>();
+      else if (k == "drop_path")
+        c.drop_path = num(k, v).get<double>();
+      else if (k == "pool")
+        c.pool = v.get<std::string>();
+      else if (k == "representation")
+        c.representation = num(k, v).get<int64_t>();
+      else if (k == "qkv_bias")
+        c.qkv_bias = v.get<bool>();
+      else if (k == "eps")
+        c.eps = num(k, v).get<double>();
+      else if (k == "registers")
+        c.registers = num(k, v).get<int64_t>();
+      else if (k == "layer_scale")
+        c.layer_scale = v.get<bool>();
+      else if (k == "layer_scale_init")
+        c.layer_scale_init = num(k, v).get<double>();
+      else if (k == "no_embed_class")
+        c.no_embed_class = v.get<bool>();
+      else if (k == "fc_norm")
+        c.fc_norm = v.get<bool>();
+      else
+        fail("ViTConfig: unknown key '{}'", k);
     } catch (const nlohmann::json::exception& e) {
       fail("ViTConfig: key '{}' has the wrong type ({})", k, e.what());
     }
@@ -155,7 +176,9 @@ namespace {
 /// y = x * gamma (DINOv2's LayerScale), gamma: [dim]
 class LayerScale : public nn::Module {
  public:
-  LayerScale(int64_t dim, double init) { gamma = register_parameter("gamma", ops::full({dim}, init)); }
+  LayerScale(int64_t dim, double init) {
+    gamma = register_parameter("gamma", ops::full({dim}, init));
+  }
   Tensor forward(const Tensor& x) override { return x * gamma; }
   std::string type_name() const override { return "LayerScale"; }
   Tensor gamma;
@@ -164,7 +187,9 @@ class LayerScale : public nn::Module {
 /// Holds the patch projection under timm's name patch_embed.proj.
 class PatchEmbed : public nn::Module {
  public:
-  explicit PatchEmbed(std::shared_ptr<nn::Conv2d> p) { proj = register_module("proj", std::move(p)); }
+  explicit PatchEmbed(std::shared_ptr<nn::Conv2d> p) {
+    proj = register_module("proj", std::move(p));
+  }
   std::string type_name() const override { return "PatchEmbed"; }
   std::shared_ptr<nn::Conv2d> proj;
 };
@@ -188,13 +213,16 @@ ViTBlock::ViTBlock(const ViTConfig& c, double dp, Generator& gen) {
   norm1 = register_module("norm1", std::make_shared<nn::LayerNorm>(c.dim, c.eps));
   attn = register_module("attn", std::make_shared<nn::MultiheadSelfAttention>(
                                      c.dim, c.heads, c.qkv_bias, c.attn_dropout, c.dropout, gen));
-  if (c.layer_scale) ls1 = register_module("ls1", std::make_shared<LayerScale>(c.dim, c.layer_scale_init))->gamma;
+  if (c.layer_scale)
+    ls1 = register_module("ls1", std::make_shared<LayerScale>(c.dim, c.layer_scale_init))->gamma;
   drop_path1 = register_module("drop_path1", std::make_shared<nn::DropPath>(dp, gen));
   norm2 = register_module("norm2", std::make_shared<nn::LayerNorm>(c.dim, c.eps));
   mlp = register_module("mlp", std::make_shared<nn::MLP>(c.dim, c.mlp_dim, c.dim, c.dropout, gen));
-  if (c.layer_scale) ls2 = register_module("ls2", std::make_shared<LayerScale>(c.dim, c.layer_scale_init))->gamma;
+  if (c.layer_scale)
+    ls2 = register_module("ls2", std::make_shared<LayerScale>(c.dim, c.layer_scale_init))->gamma;
   drop_path2 = register_module("drop_path2", std::make_shared<nn::DropPath>(dp, gen));
-  for (auto* l : {attn->qkv.get(), attn->proj.get(), mlp->fc1.get(), mlp->fc2.get()}) init_linear(*l, gen);
+  for (auto* l : {attn->qkv.get(), attn->proj.get(), mlp->fc1.get(), mlp->fc2.get()})
+    init_linear(*l, gen);
 }
 
 Tensor ViTBlock::forward(const Tensor& x) {
@@ -209,8 +237,8 @@ Tensor ViTBlock::forward(const Tensor& x) {
 VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : config_(c) {
   c.validate();
   auto proj = std::make_shared<nn::Conv2d>(c.channels, c.dim, std::pair{c.patch, c.patch},
-                                           std::pair{c.patch, c.patch}, std::pair<int64_t, int64_t>{0, 0},
-                                           true, gen);
+                                           std::pair{c.patch, c.patch},
+                                           std::pair<int64_t, int64_t>{0, 0}, true, gen);
   register_module("patch_embed", std::make_shared<PatchEmbed>(proj));
   patch_embed = proj;
   cls_token = register_parameter("cls_token", ops::zeros({1, 1, c.dim}));
@@ -224,11 +252,14 @@ VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : confi
   pos_drop = register_module("pos_drop", std::make_shared<nn::Dropout>(c.embed_dropout, gen));
   blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
   for (int64_t i = 0; i < c.depth; ++i) {
-    double dp = c.depth > 1 ? c.drop_path * static_cast<double>(i) / static_cast<double>(c.depth - 1) : 0;
+    double dp =
+        c.depth > 1 ? c.drop_path * static_cast<double>(i) / static_cast<double>(c.depth - 1) : 0;
     blocks->push_back(std::make_shared<ViTBlock>(c, dp, gen));
   }
-  if (c.fc_norm) fc_norm = register_module("fc_norm", std::make_shared<nn::LayerNorm>(c.dim, c.eps));
-  else norm = register_module("norm", std::make_shared<nn::LayerNorm>(c.dim, c.eps));
+  if (c.fc_norm)
+    fc_norm = register_module("fc_norm", std::make_shared<nn::LayerNorm>(c.dim, c.eps));
+  else
+    norm = register_module("norm", std::make_shared<nn::LayerNorm>(c.dim, c.eps));
   if (c.representation > 0) {
     pre_logits = std::make_shared<nn::Linear>(c.dim, c.representation, true, gen);
     init_linear(*pre_logits, gen);
@@ -238,13 +269,14 @@ VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : confi
 }
 
 std::string VisionTransformer::extra_repr() const {
-  return fmt::format("image={}x{}, patch={}, dim={}, depth={}, heads={}, classes={}", config_.image_h,
-                     config_.image_w, config_.patch, config_.dim, config_.depth, config_.heads,
-                     config_.num_classes);
+  return fmt::format("image={}x{}, patch={}, dim={}, depth={}, heads={}, classes={}",
+                     config_.image_h, config_.image_w, config_.patch, config_.dim, config_.depth,
+                     config_.heads, config_.num_classes);
 }
 
 void VisionTransformer::reset_head(int64_t num_classes, Generator& gen) {
-  VT_CHECK(num_classes > 0, "VisionTransformer: reset_head needs num_classes > 0, got {}", num_classes);
+  VT_CHECK(num_classes > 0, "VisionTransformer: reset_head needs num_classes > 0, got {}",
+           num_classes);
   int64_t in = config_.representation > 0 ? config_.representation : config_.dim;
   head = set_module("head", std::make_shared<nn::Linear>(in, num_classes, true, gen));
   init_linear(*head, gen);
@@ -283,8 +315,8 @@ Tensor VisionTransformer::embed(const Tensor& images_in, const ViTForwardOptions
   if (H % c.patch != 0 || W % c.patch != 0) {
     VT_CHECK(options.crop && H >= c.patch && W >= c.patch,
              "VisionTransformer: image size {}x{} is not a multiple of the patch size {} (crop to "
-             "{}x{} with ViTForwardOptions::crop)", H, W, c.patch, H / c.patch * c.patch,
-             W / c.patch * c.patch);
+             "{}x{} with ViTForwardOptions::crop)",
+             H, W, c.patch, H / c.patch * c.patch, W / c.patch * c.patch);
     H = H / c.patch * c.patch;
     W = W / c.patch * c.patch;
     images = images.narrow(2, 0, H).narrow(3, 0, W);
@@ -303,7 +335,9 @@ Tensor VisionTransformer::embed(const Tensor& images_in, const ViTForwardOptions
   } else {
     x = ops::cat({cls, x}, 1) + pos;
     if (c.registers > 0)  // DINOv2: registers go after the class token, without position
-      x = ops::cat({x.slice(1, 0, 1), register_tokens.expand({B, c.registers, c.dim}), x.slice(1, 1, kEnd)}, 1);
+      x = ops::cat(
+          {x.slice(1, 0, 1), register_tokens.expand({B, c.registers, c.dim}), x.slice(1, 1, kEnd)},
+          1);
   }
   return pos_drop->forward(x);
 }
@@ -334,13 +368,15 @@ Tensor VisionTransformer::forward(const Tensor& images, const ViTForwardOptions&
 }
 
 void VisionTransformer::capture(bool attention, bool grads) {
-  for (const auto& b : *blocks) std::static_pointer_cast<ViTBlock>(b)->attn->capture(attention, grads);
+  for (const auto& b : *blocks)
+    std::static_pointer_cast<ViTBlock>(b)->attn->capture(attention, grads);
   capture_tokens_ = attention || grads;
 }
 
 std::vector<Tensor> VisionTransformer::attentions() const {
   std::vector<Tensor> out;
-  for (const auto& b : *blocks) out.push_back(std::static_pointer_cast<ViTBlock>(b)->attn->attention());
+  for (const auto& b : *blocks)
+    out.push_back(std::static_pointer_cast<ViTBlock>(b)->attn->attention());
   return out;
 }
 
@@ -351,7 +387,8 @@ std::vector<Tensor> VisionTransformer::attention_grads() const {
   return out;
 }
 
-Tensor VisionTransformer::get_last_selfattention(const Tensor& images, const ViTForwardOptions& options) {
+Tensor VisionTransformer::get_last_selfattention(const Tensor& images,
+                                                 const ViTForwardOptions& options) {
   Tensor x = embed(images, options);
   const size_t n = blocks->size();
   for (size_t i = 0; i + 1 < n; ++i) x = (*blocks)[i]->forward(x);
@@ -364,10 +401,11 @@ Tensor VisionTransformer::get_last_selfattention(const Tensor& images, const ViT
   return a;
 }
 
-Tensor VisionTransformer::get_attention_output(const Tensor& images, int64_t layer, int64_t head_index,
+Tensor VisionTransformer::get_attention_output(const Tensor& images, int64_t layer,
+                                               int64_t head_index,
                                                const ViTForwardOptions& options) {
-  VT_CHECK(layer >= 0 && layer < config_.depth, "get_attention_output: layer {} is out of range (depth {})",
-           layer, config_.depth);
+  VT_CHECK(layer >= 0 && layer < config_.depth,
+           "get_attention_output: layer {} is out of range (depth {})", layer, config_.depth);
   VT_CHECK(head_index >= 0 && head_index < config_.heads,
            "get_attention_output: head {} is out of range ({} heads)", head_index, config_.heads);
   Tensor x = embed(images, options);

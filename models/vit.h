@@ -26,19 +26,19 @@ struct ViTConfig {
   int64_t depth = 12;
   int64_t heads = 12;
   int64_t mlp_dim = 3072;
-  double dropout = 0;         // after the MLP's activations and projections (timm proj_drop)
-  double attn_dropout = 0;    // on the attention probabilities
-  double embed_dropout = 0;   // after adding the position embedding (timm pos_drop)
-  double drop_path = 0;       // stochastic depth, linearly increasing over the blocks
-  std::string pool = "cls";   // "cls" or "mean"
-  int64_t representation = 0; // pre_logits size (torchvision's representation_size), 0: none
+  double dropout = 0;          // after the MLP's activations and projections (timm proj_drop)
+  double attn_dropout = 0;     // on the attention probabilities
+  double embed_dropout = 0;    // after adding the position embedding (timm pos_drop)
+  double drop_path = 0;        // stochastic depth, linearly increasing over the blocks
+  std::string pool = "cls";    // "cls" or "mean"
+  int64_t representation = 0;  // pre_logits size (torchvision's representation_size), 0: none
   bool qkv_bias = true;
-  double eps = 1e-6;          // LayerNorm eps (timm 1e-6, torchvision 1e-6, Hugging Face 1e-12)
-  int64_t registers = 0;      // register tokens (DINOv2 with registers)
-  bool layer_scale = false;   // DINOv2's ls1/ls2 gamma
+  double eps = 1e-6;         // LayerNorm eps (timm 1e-6, torchvision 1e-6, Hugging Face 1e-12)
+  int64_t registers = 0;     // register tokens (DINOv2 with registers)
+  bool layer_scale = false;  // DINOv2's ls1/ls2 gamma
   double layer_scale_init = 1e-5;
   bool no_embed_class = false;  // timm: pos_embed covers the patches only
-  bool fc_norm = false;       // timm: mean pooling over the patch tokens, then a norm
+  bool fc_norm = false;         // timm: mean pooling over the patch tokens, then a norm
 
   int64_t grid_h() const { return image_h / patch; }
   int64_t grid_w() const { return image_w / patch; }
@@ -130,10 +130,10 @@ class VisionTransformer : public nn::Module {
   Tensor pos_embed;                         // [1, pos_tokens, dim]
   std::shared_ptr<nn::Dropout> pos_drop;
   std::shared_ptr<nn::ModuleList> blocks;
-  std::shared_ptr<nn::LayerNorm> norm;      // undefined-equivalent (Identity) when fc_norm
-  std::shared_ptr<nn::LayerNorm> fc_norm;   // only with fc_norm
-  std::shared_ptr<nn::Linear> pre_logits;   // registered as pre_logits.fc; only with representation
-  std::shared_ptr<nn::Linear> head;         // only with num_classes > 0
+  std::shared_ptr<nn::LayerNorm> norm;     // undefined-equivalent (Identity) when fc_norm
+  std::shared_ptr<nn::LayerNorm> fc_norm;  // only with fc_norm
+  std::shared_ptr<nn::Linear> pre_logits;  // registered as pre_logits.fc; only with representation
+  std::shared_ptr<nn::Linear> head;        // only with num_classes > 0
 
  private:
   /// Patch embedding + prefix tokens + position embedding: [B, N, dim].

@@ -1,14 +1,15 @@
 // The ViT model itself: config JSON and presets (parameter counts as timm's), shapes, token layout
 // with registers, position-embedding interpolation, cropping, introspection, and a float64
-// gradcheck of a tiny model. PyTorch parity is in test_vit_parity.cpp, loading in test_vit_import.cpp.
+// gradcheck of a tiny model. PyTorch parity is in test_vit_parity.cpp, loading in
+// test_vit_import.cpp.
 #include "models/vit.h"
 #include "test_util.h"
 
 using namespace vitrine;
 using namespace vt_test;
 using models::PosInterp;
-using models::ViTConfig;
 using models::VisionTransformer;
+using models::ViTConfig;
 
 namespace {
 ViTConfig tiny(int64_t h = 8, int64_t w = 8) {
@@ -26,8 +27,10 @@ TEST_CASE("vit config: JSON round trip, errors, presets") {
   ViTConfig back = ViTConfig::from_json(c.to_json());
   CHECK(back.to_json() == c.to_json());
   CHECK(ViTConfig::from_json({{"image_size", 32}, {"patch", 8}}).image_w == 32);
-  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"imgsize", 32}}), "ViTConfig", "unknown key 'imgsize'");
-  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"image_size", 30}, {"patch", 4}}), "30x30", "patch size 4");
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"imgsize", 32}}), "ViTConfig",
+                       "unknown key 'imgsize'");
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"image_size", 30}, {"patch", 4}}), "30x30",
+                       "patch size 4");
   CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"dim", 10}, {"heads", 3}}), "not divisible");
   CHECK_ERROR_CONTAINS(ViTConfig::preset("vit_huge"), "unknown preset", "vit_base_patch16_224");
   CHECK(ViTConfig::preset_names().size() == 14);
@@ -124,7 +127,8 @@ TEST_CASE("vit: introspection (attention, gradients, last self-attention, one he
   Tensor h1 = m.get_attention_output(x, 1, 1);
   CHECK(h1.shape() == Dims{2, 5, 4});
   Tensor y = blk->norm1->forward(m.block_outputs()[0]);
-  Tensor v = blk->attn->qkv->forward(y).reshape({2, 5, 3, 2, 4}).select(2, 2).select(2, 1);  // [B, N, Dh]
+  Tensor v =
+      blk->attn->qkv->forward(y).reshape({2, 5, 3, 2, 4}).select(2, 2).select(2, 1);  // [B, N, Dh]
   check_close(h1, ops::matmul(attn[1].select(1, 1), v), 1e-5);
   CHECK_ERROR_CONTAINS(m.get_attention_output(x, 2, 0), "layer 2", "depth 2");
 }
