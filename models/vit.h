@@ -162,6 +162,11 @@ nn::NamedTensors to_vitrine_names(const nn::NamedTensors& state, ViTNaming namin
 /// A config from a Hugging Face config.json (ViTConfig fields of transformers).
 ViTConfig config_from_hf(const nlohmann::json& hf);
 
+/// What a --model-config argument names: a preset ("vit_base_patch16_224", "fmnist"), or a JSON
+/// file holding either our config or a Hugging Face config.json (recognised by its
+/// "model_type" / "hidden_size" keys). Errors name the argument and what was tried.
+ViTConfig resolve_config(const std::string& spec);
+
 /// Reads a safetensors checkpoint in any supported naming into a model built from its metadata
 /// ("vitrine.config"), or from the given config when the file has none. The first tensor whose
 /// shape does not fit is named in the error together with the expected shape.

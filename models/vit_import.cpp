@@ -34,6 +34,7 @@
 // the class token, not the pooler, so putting the pooler before it would change the logits.
 #include <algorithm>
 #include <array>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string_view>
@@ -628,6 +629,27 @@ void save_vit_timm(const std::string& path, const VisionTransformer& model,
   nn::set_metadata_json(md, nn::kConfigKey, c.to_json());
   md["format"] = "pt";
   nn::write_safetensors(path, out, md);
+}
+
+ViTConfig resolve_config(const std::string& spec) {
+  const auto names = ViTConfig::preset_names();
+  if (std::find(names.begin(), names.end(), spec) != names.end()) return ViTConfig::preset(spec);
+  std::ifstream in(spec);
+  VT_CHECK(in.good(), "model config '{}': not a preset name ({}) and not a readable file", spec,
+           fmt::join(names, ", "));
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    fail("model config '{}': invalid JSON ({})", spec, e.what());
+  }
+  try {
+    if (j.is_object() && (j.contains("model_type") || j.contains("hidden_size")))
+      return config_from_hf(j);
+    return ViTConfig::from_json(j);
+  } catch (const Error& e) {
+    fail("model config '{}': {}", spec, e.what());
+  }
 }
 
 }  // namespace vitrine::models

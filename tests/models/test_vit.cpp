@@ -2,6 +2,9 @@
 // with registers, position-embedding interpolation, cropping, introspection, and a float64
 // gradcheck of a tiny model. PyTorch parity is in test_vit_parity.cpp, loading in
 // test_vit_import.cpp.
+#include <filesystem>
+#include <fstream>
+
 #include "models/vit.h"
 #include "test_util.h"
 
@@ -163,4 +166,31 @@ TEST_CASE("vit: summary table and a new head for transfer learning") {
   CHECK(m.config().num_classes == 4);
   CHECK(m.num_parameters(true) == 128 * 4 + 4);
   CHECK(m.forward(ops::zeros({1, 1, 28, 28})).shape() == Dims{1, 4});
+}
+
+TEST_CASE("vit config: resolve_config takes a preset, our JSON or a Hugging Face config.json") {
+  CHECK(models::resolve_config("fmnist").dim == 128);
+  std::string dir = std::filesystem::temp_directory_path() / "vt_resolve_config";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  CHECK(models::resolve_config(write("ours.json", R"({"image_size": [16, 24], "patch": 8, "dim": 32,
+      "heads": 2, "depth": 1, "mlp_dim": 64})"))
+            .image_w == 24);
+  ViTConfig hf =
+      models::resolve_config(write("config.json", R"({"model_type": "vit", "image_size": 32,
+      "patch_size": 8, "num_channels": 3, "hidden_size": 48, "num_hidden_layers": 2,
+      "num_attention_heads": 3, "intermediate_size": 96, "hidden_act": "gelu",
+      "layer_norm_eps": 1e-12, "qkv_bias": true, "num_labels": 5})"));
+  CHECK(hf.dim == 48);
+  CHECK(hf.eps == 1e-12);
+  CHECK(hf.num_classes == 5);
+  CHECK_ERROR_CONTAINS(models::resolve_config("no_such_thing"), "no_such_thing", "not a preset",
+                       "fmnist");
+  CHECK_ERROR_CONTAINS(models::resolve_config(write("bad.json", "{")), "bad.json", "invalid JSON");
+  CHECK_ERROR_CONTAINS(models::resolve_config(write("odd.json", R"({"dim": 10, "heads": 3})")),
+                       "odd.json", "not divisible");
+  std::filesystem::remove_all(dir);
 }
