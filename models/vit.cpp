@@ -416,6 +416,15 @@ Tensor VisionTransformer::get_attention_output(const Tensor& images, int64_t lay
 
 std::string VisionTransformer::summary_table(int64_t batch) {
   NoGradGuard no_grad;
+  // The table runs a forward on zeros: keep what the last real forward captured.
+  const auto saved_grid = last_grid_;
+  const auto saved_outputs = block_outputs_;
+  std::vector<std::pair<bool, bool>> saved_capture;
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    auto attn = blocks->at<ViTBlock>(i)->attn;
+    saved_capture.emplace_back(attn->capturing_probs(), attn->capturing_grads());
+    attn->capture(false);
+  }
   const ViTConfig& c = config_;
   struct Row {
     std::string name, shape;
@@ -458,6 +467,10 @@ std::string VisionTransformer::summary_table(int64_t batch) {
   for (const Row& r : rows) out += fmt::format("{:<36} {:<18} {:>12}\n", r.name, r.shape, r.params);
   out += std::string(68, '-') + "\n";
   out += fmt::format("total params: {} (trainable {})\n", num_parameters(), num_parameters(true));
+  last_grid_ = saved_grid;
+  block_outputs_ = saved_outputs;
+  for (size_t i = 0; i < blocks->size(); ++i)
+    blocks->at<ViTBlock>(i)->attn->capture(saved_capture[i].first, saved_capture[i].second);
   return out;
 }
 

@@ -130,7 +130,7 @@ class VisionTransformer : public nn::Module {
   Tensor pos_embed;                         // [1, pos_tokens, dim]
   std::shared_ptr<nn::Dropout> pos_drop;
   std::shared_ptr<nn::ModuleList> blocks;
-  std::shared_ptr<nn::LayerNorm> norm;     // undefined-equivalent (Identity) when fc_norm
+  std::shared_ptr<nn::LayerNorm> norm;     // null with fc_norm (timm's Identity)
   std::shared_ptr<nn::LayerNorm> fc_norm;  // only with fc_norm
   std::shared_ptr<nn::Linear> pre_logits;  // registered as pre_logits.fc; only with representation
   std::shared_ptr<nn::Linear> head;        // only with num_classes > 0

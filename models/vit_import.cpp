@@ -517,7 +517,10 @@ nn::NamedTensors to_vitrine_names(const nn::NamedTensors& state, ViTNaming namin
 }
 
 ViTConfig config_from_hf(const json& hf) {
-  VT_CHECK(hf.is_object(), "config_from_hf: expected a JSON object, got {}", hf.type_name());
+  VT_CHECK(hf.is_object() && (hf.contains("model_type") || hf.contains("hidden_size")),
+           "config_from_hf: expected a Hugging Face config.json object (with \"model_type\" or "
+           "\"hidden_size\"), got a JSON {}",
+           hf.type_name());
   std::string type = hf_get<std::string>(hf, "model_type", "vit");
   bool dinov2 = type == "dinov2" || type == "dinov2_with_registers";
   VT_CHECK(type == "vit" || dinov2,
@@ -563,9 +566,16 @@ ViTConfig config_from_hf(const json& hf) {
   bool classifier = true;
   if (hf.contains("architectures") && hf["architectures"].is_array()) {
     classifier = false;
-    for (const json& a : hf["architectures"])
-      classifier =
-          classifier || (a.is_string() && a.get<std::string>().ends_with("ForImageClassification"));
+    for (const json& a : hf["architectures"]) {
+      if (!a.is_string()) continue;
+      const std::string arch = a.get<std::string>();
+      // DINOv2's classifier reads [class token, mean patch token] (2 * dim inputs): not a ViT head.
+      VT_CHECK(!(dinov2 && arch.ends_with("ForImageClassification")),
+               "config_from_hf: {} is not supported (its classifier reads the class token and the "
+               "mean patch token together); load the backbone as Dinov2Model (num_classes 0)",
+               arch);
+      classifier = classifier || arch.ends_with("ForImageClassification");
+    }
   }
   c.num_classes = 0;
   if (classifier) {
@@ -592,7 +602,8 @@ std::shared_ptr<VisionTransformer> load_vit(const std::string& path,
 
   Generator gen(0);  // the initial values are all overwritten
   auto model = std::make_shared<VisionTransformer>(c, gen);
-  if (naming == ViTNaming::HuggingFace && !model->pre_logits)
+  // HF's pooler is a Linear + tanh on the class token: it is our pre_logits only with cls pooling.
+  if (naming == ViTNaming::HuggingFace && (!model->pre_logits || c.pool != "cls"))
     for (Entry& e : entries)
       if (e.target.name.starts_with("pre_logits.")) e.target = {};  // the unused pooler
   check_against(entries, *model, naming, path);

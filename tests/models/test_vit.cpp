@@ -194,3 +194,15 @@ TEST_CASE("vit config: resolve_config takes a preset, our JSON or a Hugging Face
                        "odd.json", "not divisible");
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("vit: summary_table leaves the last forward's captures alone") {
+  Generator g(7);
+  VisionTransformer m(tiny(), g);
+  m.capture(true);
+  m.forward(ops::randn({2, 2, 12, 8}, g));
+  Tensor a = m.attentions()[0];
+  m.summary_table();
+  CHECK(m.attentions()[0].same(a));
+  CHECK(m.last_grid() == std::pair<int64_t, int64_t>{3, 2});
+  CHECK(m.block_outputs().size() == 2);
+}

@@ -345,8 +345,8 @@ TEST_CASE("vit import: config_from_hf") {
   CHECK(c.num_classes == 0);
   CHECK(c.registers == 0);
 
-  CHECK_ERROR_CONTAINS(models::config_from_hf({{"hidden_act", "gelu_new"}}), "config_from_hf",
-                       "hidden_act 'gelu_new'", "\"gelu\"");
+  CHECK_ERROR_CONTAINS(models::config_from_hf({{"model_type", "vit"}, {"hidden_act", "gelu_new"}}),
+                       "config_from_hf", "hidden_act 'gelu_new'", "\"gelu\"");
   CHECK_ERROR_CONTAINS(models::config_from_hf({{"model_type", "swin"}}), "model_type 'swin'");
   CHECK_ERROR_CONTAINS(models::config_from_hf({{"hidden_size", "768"}}), "'hidden_size'",
                        "wrong type");
@@ -566,4 +566,12 @@ TEST_CASE("vit import: save_vit_timm -> load_vit is bit-exact") {
   folded->eval();
   Tensor x = images(d, 20);
   check_close(folded->forward(x), dino->forward(x), 1e-5, 1e-5);
+}
+
+TEST_CASE("vit import: config_from_hf refuses what is not a ViT config.json") {
+  CHECK_ERROR_CONTAINS(models::config_from_hf({{"dim", 3}}), "config_from_hf", "model_type");
+  CHECK_ERROR_CONTAINS(
+      models::config_from_hf(
+          {{"model_type", "dinov2"}, {"architectures", {"Dinov2ForImageClassification"}}}),
+      "Dinov2ForImageClassification", "num_classes 0");
 }

@@ -21,7 +21,7 @@ What it writes: the tensors under their own names (Vitrine detects the naming: t
 DINOv2, torchvision or Hugging Face), sorted, in their own dtypes, and the metadata
 {"format": "pt"} plus, with --config, {"vitrine.config": <the JSON>}, so that the file alone
 rebuilds its model. The config is Vitrine's JSON (see docs/vit.md); a Hugging Face config.json is
-not copied in: give it to Vitrine as --model-config instead, which reads it directly.
+not copied in: give it to Vitrine's models::resolve_config (the tools' --model-config) instead.
 
 The file is written by hand (no safetensors package is needed): an 8-byte little-endian header
 length, the JSON header padded with spaces to a multiple of 8 bytes, then the raw little-endian
@@ -143,7 +143,7 @@ def read_config(path):
     if any(k in config for k in HF_CONFIG_KEYS):
         raise ConvertError(
             f"{path}: this is a Hugging Face config.json, not Vitrine's config; convert without "
-            f"--config and give the config.json to Vitrine as --model-config")
+            f"--config and give the config.json to Vitrine's models::resolve_config (--model-config)")
     return config
 
 
