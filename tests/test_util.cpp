@@ -1,5 +1,8 @@
 #include "test_util.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -41,6 +44,27 @@ Tensor rand64(const Dims& shape, uint64_t seed, double scale, double shift) {
 }
 
 std::string fixture(const std::string& name) { return std::string(VITRINE_FIXTURES) + "/" + name; }
+
+TempDir::TempDir() {
+  static int counter = 0;
+  dir = std::filesystem::temp_directory_path() /
+        fmt::format("vitrine_test_{}_{}", ::getpid(), counter++);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+std::vector<std::string> TempDir::files() const {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 const nlohmann::json& fixture_json(const std::string& file) {
   static std::map<std::string, nlohmann::json> cache;

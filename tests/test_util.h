@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,19 @@ const nlohmann::json& fixture_json(const std::string& file);
 const nlohmann::json& fixture_case(const std::string& file, const std::string& name);
 /// A fixture tensor {"shape": [...], "values" (or "data"): [...]} in dtype.
 Tensor fixture_tensor(const nlohmann::json& j, DType dtype = kFloat64);
+
+/// A fresh directory under the system's temp folder, removed with everything in it at scope exit.
+struct TempDir {
+  std::filesystem::path dir;
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  /// The path of a file in the directory.
+  std::string operator/(const std::string& name) const { return (dir / name).string(); }
+  /// Names of the files in the directory, sorted.
+  std::vector<std::string> files() const;
+};
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 /// A reference case from a fixture JSON file ({"cases": {name: {"inputs": [...], "output": ...}}}).

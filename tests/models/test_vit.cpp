@@ -170,11 +170,10 @@ TEST_CASE("vit: summary table and a new head for transfer learning") {
 
 TEST_CASE("vit config: resolve_config takes a preset, our JSON or a Hugging Face config.json") {
   CHECK(models::resolve_config("fmnist").dim == 128);
-  std::string dir = std::filesystem::temp_directory_path() / "vt_resolve_config";
-  std::filesystem::create_directories(dir);
+  TempDir dir;
   auto write = [&](const std::string& name, const std::string& text) {
-    std::ofstream(dir + "/" + name) << text;
-    return dir + "/" + name;
+    std::ofstream(dir / name) << text;
+    return dir / name;
   };
   CHECK(models::resolve_config(write("ours.json", R"({"image_size": [16, 24], "patch": 8, "dim": 32,
       "heads": 2, "depth": 1, "mlp_dim": 64})"))
@@ -192,7 +191,6 @@ TEST_CASE("vit config: resolve_config takes a preset, our JSON or a Hugging Face
   CHECK_ERROR_CONTAINS(models::resolve_config(write("bad.json", "{")), "bad.json", "invalid JSON");
   CHECK_ERROR_CONTAINS(models::resolve_config(write("odd.json", R"({"dim": 10, "heads": 3})")),
                        "odd.json", "not divisible");
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("vit: summary_table leaves the last forward's captures alone") {

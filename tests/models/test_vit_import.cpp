@@ -21,23 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh directory, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static int counter = 0;
-    dir = fs::temp_directory_path() /
-          fmt::format("vitrine_test_vit_import_{}_{}", ::getpid(), counter++);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string operator/(const std::string& name) const { return (dir / name).string(); }
-};
-
 ViTConfig tiny() {
   ViTConfig c;
   c.image_h = 8, c.image_w = 12, c.patch = 4, c.channels = 2, c.num_classes = 3;
