@@ -1,6 +1,7 @@
 // Backend-independent helpers: shapes, errors, devices, 16-bit conversions, the backend registry.
 #include <array>
 #include <cmath>
+#include <mutex>
 
 #include "backends/backend.h"
 #include "backends/generator.h"
@@ -129,20 +130,28 @@ Generator& default_generator() {
 }
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
-namespace {
-std::array<Backend*, 2>& registry() {
-  static std::array<Backend*, 2> r{nullptr, nullptr};
-  return r;
-}
-}  // namespace
-
 Backend* cpu_backend();  // backends/cpu/memory.cpp
 #ifdef VITRINE_WITH_CUDA
 Backend* cuda_backend();  // backends/cuda/cuda_backend.cpp
 #endif
 
+namespace {
+/// The registry: filled on first use, thread-safely (the data loader's workers allocate tensors
+/// from their own threads). CUDA is looked up lazily, once, because it needs a GPU to succeed.
+struct Registry {
+  std::mutex mutex;
+  std::array<Backend*, 2> backends{cpu_backend(), nullptr};
+};
+Registry& registry() {
+  static Registry r;  // C++11 guarantees thread-safe initialisation of function-local statics
+  return r;
+}
+}  // namespace
+
 void register_backend(DeviceType type, Backend* backend) {
-  registry()[static_cast<int>(type)] = backend;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.backends[static_cast<int>(type)] = backend;
 }
 
 bool backend_available(DeviceType type) {
@@ -155,14 +164,13 @@ bool backend_available(DeviceType type) {
 }
 
 Backend& backend_for(const Device& device) {
-  auto& r = registry();
-  Backend*& b = r[static_cast<int>(device.type)];
-  if (!b) {
-    if (device.is_cpu()) b = cpu_backend();
+  Registry& r = registry();
+  if (device.is_cpu()) return *r.backends[0];  // set at initialisation: no lock on the hot path
+  std::lock_guard<std::mutex> lock(r.mutex);
+  Backend*& b = r.backends[static_cast<int>(device.type)];
 #ifdef VITRINE_WITH_CUDA
-    if (device.is_cuda()) b = cuda_backend();
+  if (!b && device.is_cuda()) b = cuda_backend();
 #endif
-  }
   VT_CHECK(b != nullptr,
            "device {}: this build of Vitrine has no backend for it (configure with "
            "-DVITRINE_CUDA=ON on a machine with nvcc)",

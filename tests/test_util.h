@@ -71,7 +71,7 @@ void check_grad_at(const std::string& file, const std::string& name, const Fn& f
     } catch (const vitrine::Error& e_) {                                               \
       thrown_ = true;                                                                  \
       std::string msg_ = e_.what();                                                    \
-      for (const char* s_ : {__VA_ARGS__}) {                                           \
+      for (const std::string& s_ : std::initializer_list<std::string>{__VA_ARGS__}) {  \
         INFO("message: " << msg_);                                                     \
         CHECK_MESSAGE(msg_.find(s_) != std::string::npos, "missing \"" << s_ << "\""); \
       }                                                                                \

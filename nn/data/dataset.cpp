@@ -40,7 +40,8 @@ std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> split(
   VT_CHECK(validation_fraction >= 0 && validation_fraction < 1,
            "split: validation fraction must be in [0, 1), got {}", validation_fraction);
   const int64_t n = dataset->size();
-  const int64_t nval = static_cast<int64_t>(std::llround(validation_fraction * static_cast<double>(n)));
+  const int64_t nval =
+      static_cast<int64_t>(std::llround(validation_fraction * static_cast<double>(n)));
   std::vector<int64_t> p = permutation(n, seed, /*stream=*/0xFFFFFFFFull);
   std::vector<int64_t> val(p.begin(), p.begin() + nval), train(p.begin() + nval, p.end());
   std::sort(val.begin(), val.end());

@@ -1,0 +1,8 @@
+// The data layer in one include: datasets and readers, transforms, the loader.
+#pragma once
+#include "nn/data/cifar.h"
+#include "nn/data/dataset.h"
+#include "nn/data/idx.h"
+#include "nn/data/image_folder.h"
+#include "nn/data/loader.h"
+#include "nn/data/transforms.h"

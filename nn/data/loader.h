@@ -1,0 +1,109 @@
+// DataLoader: batches of a Dataset, decoded and transformed on background threads.
+//
+// An epoch is a list of batches: the examples in order (shuffle: permutation(n, seed, epoch),
+// else 0..n-1) cut into runs of batch_size (the last one shorter unless drop_last). Worker
+// threads take whole batches in order, at most `prefetch` batches ahead of the one next()
+// returns, and next() hands them out in order. Example i's transforms draw from
+// Rng(seed, epoch, i) (i: its index in this dataset), so the batches, their contents and their
+// order depend only on (dataset, transforms, options, epoch), never on the number of workers.
+//
+// The loader is driven from one thread: start_epoch, then next() until it returns nullopt.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "autograd/tensor.h"
+#include "nn/data/dataset.h"
+#include "nn/data/transforms.h"
+
+namespace vitrine::nn::data {
+
+struct Batch {
+  Tensor images;                 // [B, C, H, W] float32
+  Tensor labels;                 // [B] int64
+  std::vector<int64_t> indices;  // [B] the examples' indices in the dataset
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  bool drop_last = false;
+  /// Seeds the shuffle and the random transforms.
+  uint64_t seed = 0;
+  /// Background threads; -1: default_workers(); 0: no thread, next() loads the batch itself.
+  int64_t workers = -1;
+  /// Batches loaded ahead of the training loop (queued or being loaded); 0: 2 * workers.
+  int64_t prefetch = 0;
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, Compose transforms,
+             LoaderOptions options = {});
+  /// Stops the workers (each finishes at most the example it is on) and joins them.
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  /// Starts epoch `epoch` (>= 0), dropping whatever was loaded for another epoch. The first
+  /// skip_batches batches are not loaded: next() continues as a run that has already taken them
+  /// (for --resume in the middle of an epoch).
+  void start_epoch(int64_t epoch, int64_t skip_batches = 0);
+  /// The next batch of the epoch, or nullopt at its end. An exception thrown while loading the
+  /// batch (an undecodable image, a transform error, images of different shapes) is re-thrown
+  /// here, and that batch is then skipped.
+  std::optional<Batch> next();
+  /// ceil(size / batch_size), or floor with drop_last.
+  int64_t batches_per_epoch() const;
+
+  int64_t size() const { return dataset_->size(); }
+  int64_t workers() const { return static_cast<int64_t>(threads_.size()); }
+  const LoaderOptions& options() const { return options_; }
+  const Compose& transforms() const { return transforms_; }
+  const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
+
+  /// min(8, max(1, hardware_concurrency - 1)): leaves a core to the training loop.
+  static int64_t default_workers();
+
+ private:
+  struct Plan {  // one epoch, shared with the workers that load its batches
+    uint64_t generation;
+    int64_t epoch;
+    std::vector<int64_t> order;
+  };
+  struct Slot {  // a loaded batch, or why it could not be loaded
+    Batch batch;
+    std::exception_ptr error;
+  };
+
+  /// Loads batch b of plan; throws Cancelled (loader.cpp) when stopped or the epoch changed.
+  Slot load(const Plan& plan, int64_t b);
+  void work();
+  void stop_workers();
+
+  std::shared_ptr<const Dataset> dataset_;
+  Compose transforms_;
+  LoaderOptions options_;
+  int64_t prefetch_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable work_cv_;   // workers wait for a batch to load, or stop
+  std::condition_variable ready_cv_;  // next() waits for its batch
+  bool stop_ = false;
+  uint64_t generation_ = 0;           // start_epoch increments it; stale loads are dropped
+  std::shared_ptr<const Plan> plan_;  // null before the first start_epoch
+  int64_t next_out_ = 0;              // the batch next() returns next
+  int64_t next_load_ = 0;             // the batch the next free worker loads
+  int64_t end_ = 0;                   // batches in the epoch
+  std::map<int64_t, Slot> ready_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace vitrine::nn::data

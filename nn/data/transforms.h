@@ -1,0 +1,182 @@
+// Transforms: functions from one Image (float CHW) to another, as torchvision's transforms on a
+// float tensor. Each transform is a pure function of its input and, for the random ones, of an
+// Rng made for one example from (seed, epoch, index) by Philox; nothing is drawn from shared
+// state, so an example's augmentation is the same on any number of threads and in any order.
+// Random transforms draw from the example's Rng in pipeline order, each a fixed number of draws.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "nn/data/dataset.h"
+
+namespace vitrine::nn::data {
+
+/// The random numbers of one example: Philox4x32 under key = seed, at counters
+/// (epoch << 40 | index << 8 | block), block = 0, 1, ... (four 32-bit words per block). Requires
+/// epoch < 2^24, index < 2^32 and at most 1024 words per example.
+class Rng {
+ public:
+  Rng(uint64_t seed, int64_t epoch, int64_t index);
+  /// The next 32 random bits.
+  uint32_t next_u32();
+  /// U[0, 1) with 53 random bits (two words).
+  double uniform();
+  /// A uniform integer in [0, n) (two words; bias below 2^-32 for n < 2^32).
+  int64_t below(int64_t n);
+
+ private:
+  uint64_t seed_, base_;
+  uint64_t block_ = 0;
+  std::array<uint32_t, 4> words_{};
+  int used_ = 4;
+};
+
+/// (channels, height, width).
+using ImageShape = std::array<int64_t, 3>;
+
+// ---- the operations, as plain functions ----------------------------------------------------
+
+/// Bilinear resize to (height, width), F.interpolate(mode="bilinear", align_corners=False,
+/// antialias=False) on the float image: for an output row y, the source row is
+/// sy = max(0, (y + 0.5) * H_in / H_out - 0.5), y0 = floor(sy), y1 = min(y0 + 1, H_in - 1),
+/// wy = sy - y0 (the same for columns), and
+/// out[c, y, x] = (1-wy)(1-wx) in[c,y0,x0] + (1-wy) wx in[c,y0,x1] + wy (1-wx) in[c,y1,x0]
+///              + wy wx in[c,y1,x1].
+Image resize(const Image& image, int64_t height, int64_t width);
+/// The window out[c, y, x] = in[c, top + y, left + x] of size (height, width); pixels outside
+/// the image (top or left negative, or the window past the border) are fill.
+Image crop(const Image& image, int64_t top, int64_t left, int64_t height, int64_t width,
+           float fill = 0);
+/// torchvision's CenterCrop: top = round((H - height) / 2), left = round((W - width) / 2), with
+/// Python's round (half to even); a crop larger than the image pads with zeros, the extra
+/// (size - H) // 2 rows above and the rest below (the same for columns).
+Image center_crop(const Image& image, int64_t height, int64_t width);
+/// out[c, y, x] = in[c, y, W - 1 - x].
+Image hflip(const Image& image);
+/// out[c, y, x] = (in[c, y, x] - mean[c]) / std[c]; mean and std must have one value per channel.
+Image normalize(const Image& image, const std::vector<float>& mean, const std::vector<float>& std);
+
+// ---- transforms as objects, composed -------------------------------------------------------
+
+class Transform {
+ public:
+  virtual ~Transform() = default;
+  virtual Image apply(Image image, Rng& rng) const = 0;
+  /// The shape an input of shape `in` has afterwards (checks what can be checked early).
+  virtual ImageShape output_shape(const ImageShape& in) const = 0;
+  /// Whether apply draws from the Rng.
+  virtual bool random() const { return false; }
+  /// Its name and parameters, e.g. "random_crop(28, 28, padding 2)".
+  virtual std::string describe() const = 0;
+};
+
+/// resize(image, height, width) (see above).
+class Resize : public Transform {
+ public:
+  Resize(int64_t height, int64_t width);
+  Image apply(Image image, Rng& rng) const override;
+  ImageShape output_shape(const ImageShape& in) const override;
+  std::string describe() const override;
+
+ private:
+  int64_t height_, width_;
+};
+
+/// center_crop(image, height, width) (see above).
+class CenterCrop : public Transform {
+ public:
+  CenterCrop(int64_t height, int64_t width);
+  Image apply(Image image, Rng& rng) const override;
+  ImageShape output_shape(const ImageShape& in) const override;
+  std::string describe() const override;
+
+ private:
+  int64_t height_, width_;
+};
+
+/// torchvision's RandomCrop(size, padding, fill=0): the image is padded with `padding` zeros on
+/// every side, then a window of (height, width) is taken at top = below(H + 2p - height + 1),
+/// left = below(W + 2p - width + 1) (in that order: two draws). A window larger than the padded
+/// image is an error.
+class RandomCrop : public Transform {
+ public:
+  RandomCrop(int64_t height, int64_t width, int64_t padding = 0);
+  Image apply(Image image, Rng& rng) const override;
+  ImageShape output_shape(const ImageShape& in) const override;
+  bool random() const override { return true; }
+  std::string describe() const override;
+
+ private:
+  int64_t height_, width_, padding_;
+};
+
+/// torchvision's RandomHorizontalFlip(p): hflip(image) when uniform() < p, else the image; one
+/// draw whatever p is.
+class RandomHorizontalFlip : public Transform {
+ public:
+  explicit RandomHorizontalFlip(double p = 0.5);
+  Image apply(Image image, Rng& rng) const override;
+  ImageShape output_shape(const ImageShape& in) const override { return in; }
+  bool random() const override { return true; }
+  std::string describe() const override;
+
+ private:
+  double p_;
+};
+
+/// normalize(image, mean, std) (see above); std values must be non-zero.
+class Normalize : public Transform {
+ public:
+  Normalize(std::vector<float> mean, std::vector<float> std);
+  Image apply(Image image, Rng& rng) const override;
+  ImageShape output_shape(const ImageShape& in) const override;
+  std::string describe() const override;
+  const std::vector<float>& mean() const { return mean_; }
+  const std::vector<float>& std() const { return std_; }
+
+ private:
+  std::vector<float> mean_, std_;
+};
+
+/// Transforms applied in order; empty is the identity.
+class Compose {
+ public:
+  Compose() = default;
+  explicit Compose(std::vector<std::shared_ptr<const Transform>> transforms)
+      : transforms_(std::move(transforms)) {}
+  /// Appends a transform: compose.add(std::make_shared<Resize>(32, 32)).
+  Compose& add(std::shared_ptr<const Transform> t);
+  /// Applies every transform with the example's Rng.
+  Image operator()(Image image, Rng& rng) const;
+  /// Applies the pipeline of example `index` in `epoch`: (*this)(image, Rng(seed, epoch, index)).
+  Image operator()(Image image, uint64_t seed, int64_t epoch, int64_t index) const;
+  /// Applies a pipeline without random transforms (an error otherwise).
+  Image operator()(Image image) const;
+  ImageShape output_shape(const ImageShape& in) const;
+  bool random() const;
+  /// "resize(32, 32) -> normalize(mean [0.5], std [0.25])", or "identity".
+  std::string describe() const;
+  const std::vector<std::shared_ptr<const Transform>>& transforms() const { return transforms_; }
+  size_t size() const { return transforms_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<const Transform>> transforms_;
+};
+
+/// The pipeline described by a config section, for images with `channels` channels. Keys (all
+/// optional; any other key is an error naming it), applied in this order whatever the JSON order:
+///   "resize": [h, w] or s                 -> Resize(h, w)
+///   "center_crop": [h, w] or s            -> CenterCrop(h, w)
+///   "random_crop": [h, w], s, or {"size": [h, w] or s, "padding": p}
+///                                         -> train: RandomCrop(h, w, p); eval: CenterCrop(h, w)
+///   "hflip": p                            -> train: RandomHorizontalFlip(p); eval: nothing
+///   "mean": [m...], "std": [s...]         -> Normalize(mean, std), `channels` values each
+/// train = false gives the evaluation pipeline: no random transform, and the same output size as
+/// the training one (a random crop becomes a centre crop of its size, no padding).
+Compose from_config(const nlohmann::json& config, int64_t channels, bool train);
+
+}  // namespace vitrine::nn::data
