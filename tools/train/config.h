@@ -1,0 +1,83 @@
+// vitrine-train's configuration: one JSON object with five sections, every key always present
+// (configs/fashion_mnist.json is the default and the reference for every key):
+//   "model":    a ViTConfig JSON (models/vit.h), or {"preset": "fmnist", ...fields overriding it}
+//   "data":     dataset ("fashion-mnist", "mnist", "cifar10", "cifar100", "imagefolder"), path
+//               ("" = the data set's default folder; only fashion-mnist has one),
+//               validation_fraction in [0, 1), batch_size, workers (-1 = a default, 0 = none),
+//               transforms (one object as nn::data::from_config takes: the training pipeline,
+//               and from the same object the evaluation one, random crops becoming centre crops)
+//   "optim":    name ("adamw", "adam", "sgd"), lr, weight_decay, betas [b1, b2], eps (Adam/AdamW),
+//               momentum, nesterov (SGD), label_smoothing, grad_clip (max global norm, 0 = off)
+//   "schedule": name ("constant", "step", "warmup_cosine"); warmup_epochs and min_lr_factor
+//               (warmup_cosine), step_epochs and gamma (step). Times are in epochs, fractions
+//               allowed, so a config keeps its meaning whatever the batch size and data set size;
+//               make_schedule turns them into optimizer steps.
+//   "train":    epochs, seed, eval_every (optimizer steps between validations, 0 = each epoch's
+//               end), log_every (steps), early_stopping_patience (validations without a better
+//               loss before stopping, 0 = off), accum_steps (batches per optimizer step),
+//               ema_decay (0 = no weight average), device ("cpu", "cuda", "cuda:N"), out (the
+//               run folder)
+// Keys starting with "_" ("_comment") are comments, at any level: validation skips them and
+// without_comments() drops them. Sections missing from a config file take the defaults; a
+// section given in part has its missing keys filled from the defaults, each key's value
+// replacing the default whole (the "model" section, a value of its own, is never merged).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/vit.h"
+#include "nn/optim/schedule.h"
+
+namespace vitrine::train {
+
+/// configs/fashion_mnist.json, built into the library.
+nlohmann::json default_config();
+
+/// Reads a config file and fills what it leaves out from default_config() (see above). Errors
+/// name the file: missing or unreadable, invalid JSON (with line and column), not an object.
+/// The result is not validated (overrides may follow): call validate_config.
+nlohmann::json load_config(const std::string& path);
+
+/// `config` with its missing sections and keys taken from default_config().
+nlohmann::json with_defaults(const nlohmann::json& config);
+
+/// Applies one "--set" assignment "section.key=value" (dotted path of any depth). The value is
+/// JSON when it parses as JSON (4, 5e-4, true, [32, 32], {"hflip": 0.5}), else the text as a
+/// string; a key holding a string takes the text as it is unless it is a quoted JSON string.
+/// The path must exist in the config (an Error names it, suggests the closest key and lists the
+/// keys valid at that level), except model fields absent under a preset (any ViTConfig field)
+/// and transforms absent from data.transforms (any key from_config knows). The value must have
+/// the old value's JSON type (all numbers are one type; a size, model.image_size or a crop or
+/// resize size, may be a number or [h, w]), else an Error names the key, its type and the value.
+void apply_override(nlohmann::json& config, const std::string& assignment);
+
+/// Checks every section: no unknown or missing key, every value's type and range, the model
+/// (ViTConfig::validate), the transforms (from_config), and that they fit together (the
+/// dataset's channels and classes against the model's, the transforms' output size against the
+/// model's image size). Errors start with "config: " and name the dotted key.
+void validate_config(const nlohmann::json& config);
+
+/// A copy without the keys starting with "_", at any depth.
+nlohmann::json without_comments(const nlohmann::json& j);
+
+/// The model section as a ViTConfig: the preset (ViTConfig's defaults without one), then the
+/// section's other fields. Errors start with "config: model: ".
+models::ViTConfig model_config(const nlohmann::json& config);
+
+/// data.path, or the data set's default folder when it is "" (Fashion-MNIST:
+/// nn::data::fashion_mnist_dir()); an Error for an empty path of a data set without a default.
+std::string data_path(const nlohmann::json& config);
+
+/// The learning-rate schedule, in optimizer steps, for updates_per_epoch optimizer steps per
+/// epoch (batches per epoch / accum_steps, rounded up):
+///   constant:       factor 1
+///   step:           StepSchedule(step_epochs * updates_per_epoch, gamma)
+///   warmup_cosine:  WarmupCosineSchedule(round(warmup_epochs * updates_per_epoch),
+///                                        epochs * updates_per_epoch, min_lr_factor)
+std::unique_ptr<nn::optim::Schedule> make_schedule(const nlohmann::json& config,
+                                                   int64_t updates_per_epoch);
+
+}  // namespace vitrine::train
