@@ -1,8 +1,8 @@
 // The nn layer in one include: modules, layers, init, losses, optimizers, schedules, checkpoints.
 #pragma once
 #include "nn/attention.h"
-#include "nn/data/data.h"
 #include "nn/containers.h"
+#include "nn/data/data.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
