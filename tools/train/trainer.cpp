@@ -1,0 +1,395 @@
+// Trainer: see trainer.h for the step, randomness and run-folder conventions.
+#include "tools/train/trainer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "autograd/grad_mode.h"
+#include "nn/data/transforms.h"
+#include "nn/layers.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/clip.h"
+#include "nn/optim/sgd.h"
+#include "nn/state.h"
+#include "ops/ops.h"
+#include "tools/train/config.h"
+
+namespace vitrine::train {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::unique_ptr<nn::optim::Optimizer> make_optimizer(const json& o, const nn::Module& model) {
+  auto groups = nn::optim::param_groups_with_decay(model, o.at("lr").get<double>(),
+                                                   o.at("weight_decay").get<double>());
+  const std::string name = o.at("name").get<std::string>();
+  if (name == "sgd") {
+    nn::optim::SGDOptions opt;
+    opt.momentum = o.at("momentum").get<double>();
+    opt.nesterov = o.at("nesterov").get<bool>();
+    return std::make_unique<nn::optim::SGD>(std::move(groups), opt);
+  }
+  nn::optim::AdamOptions opt;
+  opt.beta1 = o.at("betas").at(0).get<double>();
+  opt.beta2 = o.at("betas").at(1).get<double>();
+  opt.eps = o.at("eps").get<double>();
+  if (name == "adamw") {
+    nn::optim::AdamWOptions w;
+    w.beta1 = opt.beta1;
+    w.beta2 = opt.beta2;
+    w.eps = opt.eps;
+    return std::make_unique<nn::optim::AdamW>(std::move(groups), w);
+  }
+  VT_CHECK(name == "adam", "trainer: unknown optimizer \"{}\" (adamw, adam, sgd)", name);
+  return std::make_unique<nn::optim::Adam>(std::move(groups), opt);
+}
+
+/// Every Dropout and DropPath of the model draws from gen.
+void set_dropout_generator(nn::Module& model, Generator& gen) {
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* d = dynamic_cast<nn::Dropout*>(m)) d->set_generator(gen);
+    if (auto* d = dynamic_cast<nn::DropPath*>(m)) d->set_generator(gen);
+  }
+}
+
+/// The config without the keys a resumed run may change.
+json resumable_part(json c) {
+  c["train"].erase("out");
+  c["train"].erase("device");
+  c["data"].erase("path");
+  c["data"].erase("workers");
+  return without_comments(c);
+}
+
+int64_t correct_count(const Tensor& logits, const Tensor& labels) {
+  const auto pred = ops::argmax(logits.detach(), 1).to(kCPU).to_vector<int64_t>();
+  const auto y = labels.to(kCPU).to_vector<int64_t>();
+  int64_t n = 0;
+  for (size_t i = 0; i < y.size(); ++i) n += pred[i] == y[i];
+  return n;
+}
+
+}  // namespace
+
+Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set,
+                 std::shared_ptr<const nn::data::Dataset> validation_set,
+                 std::shared_ptr<const nn::data::Dataset> test_set, std::string run_dir)
+    : config_(std::move(config)),
+      train_set_(std::move(train_set)),
+      validation_set_(std::move(validation_set)),
+      test_set_(std::move(test_set)),
+      run_dir_(std::move(run_dir)),
+      device_(Device::parse(config_.at("train").at("device").get<std::string>())) {
+  VT_CHECK(train_set_ && train_set_->size() > 0, "trainer: the training set is empty");
+  VT_CHECK(test_set_ && test_set_->size() > 0, "trainer: the test set is empty");
+  const json& t = config_.at("train");
+  const json& d = config_.at("data");
+  const json& o = config_.at("optim");
+  const uint64_t seed = t.at("seed").get<uint64_t>();
+  accum_ = t.at("accum_steps").get<int64_t>();
+  eval_every_ = t.at("eval_every").get<int64_t>();
+  log_every_ = t.at("log_every").get<int64_t>();
+  patience_ = t.at("early_stopping_patience").get<int64_t>();
+  epochs_ = t.at("epochs").get<int64_t>();
+  ema_decay_ = t.at("ema_decay").get<double>();
+  label_smoothing_ = o.at("label_smoothing").get<double>();
+  grad_clip_ = o.at("grad_clip").get<double>();
+  classes_ = train_set_->classes();
+
+  model_config_ = model_config(config_);
+  init_gen_ = Generator(seed);
+  dropout_gen_ = Generator(seed + 1);
+  model_ = std::make_shared<models::VisionTransformer>(model_config_, init_gen_);
+  set_dropout_generator(*model_, dropout_gen_);
+  model_->to(device_);
+  model_->train();
+  if (ema_decay_ > 0) {
+    ema_gen_ = Generator(seed);
+    ema_ = std::make_shared<models::VisionTransformer>(model_config_, ema_gen_);
+    ema_->to(device_);
+    ema_->eval();
+    ema_->requires_grad_(false);
+    nn::load_state_dict(*ema_, model_->state_dict());
+  }
+  optimizer_ = make_optimizer(o, *model_);
+
+  const int64_t channels = model_config_.channels;
+  nn::data::LoaderOptions lo;
+  lo.batch_size = d.at("batch_size").get<int64_t>();
+  lo.shuffle = true;
+  lo.seed = seed;
+  lo.workers = d.at("workers").get<int64_t>();
+  train_loader_ = std::make_unique<nn::data::DataLoader>(
+      train_set_, nn::data::from_config(d.at("transforms"), channels, true), lo);
+  eval_transforms_ = nn::data::from_config(d.at("transforms"), channels, false);
+  batches_per_epoch_ = train_loader_->batches_per_epoch();
+  steps_per_epoch_ = (batches_per_epoch_ + accum_ - 1) / accum_;
+  schedule_ = make_schedule(config_, steps_per_epoch_);
+}
+
+Trainer::~Trainer() = default;
+
+nn::Metadata Trainer::metadata() const {
+  nn::Metadata m;
+  nn::set_metadata_json(m, nn::kConfigKey, model_config_.to_json());
+  nn::set_metadata_json(m, nn::kClassesKey, classes_);
+  const json& tr = config_.at("data").at("transforms");
+  if (tr.contains("mean")) nn::set_metadata_json(m, nn::kMeanKey, tr.at("mean"));
+  if (tr.contains("std")) nn::set_metadata_json(m, nn::kStdKey, tr.at("std"));
+  return m;
+}
+
+json Trainer::resume_state() const {
+  const std::string metrics = run_dir_ + "/metrics.jsonl";
+  return {{"epoch", epoch_},
+          {"step", step_},
+          {"global_step", global_step_},
+          {"best_accuracy", best_accuracy_},
+          {"bad_evals", bad_evals_},
+          {"dropout_generator", {{"seed", dropout_gen_.seed()}, {"offset", dropout_gen_.offset()}}},
+          {"schedule", schedule_->state_json()},
+          {"log",
+           {{"loss_sum", log_loss_sum_},
+            {"correct", log_correct_},
+            {"count", log_count_},
+            {"steps", log_steps_}}},
+          {"metrics_bytes", fs::exists(metrics) ? fs::file_size(metrics) : 0},
+          {"config", without_comments(config_)}};
+}
+
+void Trainer::save_last() {
+  if (ema_) nn::save_checkpoint(run_dir_ + "/last_ema.safetensors", *ema_, metadata());
+  nn::save_checkpoint(run_dir_ + "/last.safetensors", *model_, metadata(), optimizer_.get(),
+                      resume_state());
+}
+
+void Trainer::log(const json& line) {
+  std::ofstream f(run_dir_ + "/metrics.jsonl", std::ios::app);
+  VT_CHECK(f, "trainer: cannot write {}/metrics.jsonl", run_dir_);
+  f << line.dump() << '\n';
+  f.flush();
+}
+
+Evaluation Trainer::evaluate(const std::shared_ptr<const nn::data::Dataset>& dataset) {
+  models::VisionTransformer& m = eval_model();
+  const bool was_training = m.is_training();
+  m.eval();
+  NoGradGuard no_grad;
+  nn::data::LoaderOptions lo;
+  lo.batch_size = train_loader_->options().batch_size;
+  lo.shuffle = false;
+  lo.workers = train_loader_->options().workers;
+  nn::data::DataLoader loader(dataset, eval_transforms_, lo);
+  loader.start_epoch(0);
+  Evaluator ev(model_config_.num_classes);
+  while (auto b = loader.next()) {
+    Tensor logits = m.forward(b->images.to(device_));
+    Tensor labels = b->labels.to(device_);
+    Tensor loss = ops::cross_entropy(logits, labels, ops::Reduction::Sum);
+    ev.add(logits, labels, loss.item());
+  }
+  m.train(was_training);
+  return ev.result();
+}
+
+void Trainer::train_step(StepInfo& info) {
+  schedule_->apply(*optimizer_, global_step_);
+  optimizer_->zero_grad();
+  const int64_t first = step_ * accum_;
+  const int64_t n = std::min(accum_, batches_per_epoch_ - first);
+  double loss_sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    auto b = train_loader_->next();
+    VT_CHECK(b.has_value(), "trainer: the loader ended at batch {} of {} in epoch {}", first + i,
+             batches_per_epoch_, epoch_);
+    Tensor labels = b->labels.to(device_);
+    Tensor logits = model_->forward(b->images.to(device_));
+    Tensor loss = ops::cross_entropy(logits, labels, ops::Reduction::Mean, label_smoothing_);
+    (loss * (1.0 / static_cast<double>(n))).backward();
+    loss_sum += loss.item();
+    log_correct_ += correct_count(logits, labels);
+    log_count_ += labels.numel();
+  }
+  if (grad_clip_ > 0) nn::optim::clip_grad_norm_(model_->parameters(), grad_clip_);
+  optimizer_->step();
+  if (ema_) {
+    NoGradGuard no_grad;
+    auto shadow = ema_->state_dict();
+    auto live = model_->state_dict();
+    for (size_t i = 0; i < shadow.size(); ++i) {
+      Tensor& s = shadow[i].second;
+      if (!is_floating_point(s.dtype())) {
+        s.copy_(live[i].second);
+        continue;
+      }
+      s.mul_(ema_decay_).add_(live[i].second, 1 - ema_decay_);
+    }
+  }
+  ++step_;
+  ++global_step_;
+  info.loss = loss_sum / static_cast<double>(n);
+  info.lr = optimizer_->param_groups().front().lr;
+  log_loss_sum_ += info.loss;
+  ++log_steps_;
+  if (log_every_ > 0 && global_step_ % log_every_ == 0) {
+    log({{"type", "train"},
+         {"epoch", epoch_},
+         {"step", step_},
+         {"global_step", global_step_},
+         {"loss", log_loss_sum_ / static_cast<double>(log_steps_)},
+         {"accuracy", static_cast<double>(log_correct_) / static_cast<double>(log_count_)},
+         {"lr", info.lr}});
+    log_loss_sum_ = 0;
+    log_correct_ = log_count_ = log_steps_ = 0;
+  }
+}
+
+bool Trainer::validate(StepInfo& info) {
+  bool out_of_patience = false;
+  if (validation_set_ && validation_set_->size() > 0) {
+    Evaluation e = evaluate(validation_set_);
+    if (e.accuracy > best_accuracy_) {
+      best_accuracy_ = e.accuracy;
+      bad_evals_ = 0;
+      nn::save_checkpoint(run_dir_ + "/best.safetensors", eval_model(), metadata());
+    } else {
+      ++bad_evals_;
+      out_of_patience = patience_ > 0 && bad_evals_ >= patience_;
+    }
+    log({{"type", "eval"},
+         {"epoch", epoch_},
+         {"step", step_},
+         {"global_step", global_step_},
+         {"loss", e.loss},
+         {"accuracy", e.accuracy},
+         {"macro_f1", e.macro_f1},
+         {"best_accuracy", best_accuracy_}});
+    info.validation = std::move(e);
+  }
+  if (step_ == steps_per_epoch_) {  // saved as the next epoch's start
+    ++epoch_;
+    step_ = 0;
+  }
+  save_last();
+  return out_of_patience;
+}
+
+TrainResult Trainer::loop() {
+  TrainResult r;
+  while (epoch_ < epochs_) {
+    train_loader_->start_epoch(epoch_, std::min(step_ * accum_, batches_per_epoch_));
+    while (step_ < steps_per_epoch_) {
+      if (stop_flag_ && stop_flag_->load()) {
+        save_last();
+        r.stopped = true;
+        r.message = fmt::format(
+            "stopped at epoch {}, step {} of {} (global step {}); saved {}/last.safetensors; "
+            "continue with --resume {}",
+            epoch_ + 1, step_, steps_per_epoch_, global_step_, run_dir_, run_dir_);
+        r.epoch = epoch_;
+        r.global_step = global_step_;
+        r.best_accuracy = best_accuracy_;
+        return r;
+      }
+      StepInfo info;
+      info.epoch = epoch_;
+      info.steps_per_epoch = steps_per_epoch_;
+      train_step(info);
+      info.step = step_;
+      info.global_step = global_step_;
+      const bool eval_now =
+          eval_every_ > 0 ? global_step_ % eval_every_ == 0 : step_ == steps_per_epoch_;
+      bool done = false;
+      if (eval_now) {
+        done = validate(info);
+      } else if (step_ == steps_per_epoch_) {
+        ++epoch_;
+        step_ = 0;
+      }
+      if (on_step_) on_step_(info);
+      if (done) {
+        r.early_stopped = true;
+        r.message = fmt::format("early stopping: no better validation accuracy in {} evaluations",
+                                patience_);
+        return finish(std::move(r));
+      }
+      if (step_ == 0) break;  // the epoch ended
+    }
+  }
+  r.message = fmt::format("finished {} epochs ({} steps)", epochs_, global_step_);
+  return finish(std::move(r));
+}
+
+TrainResult Trainer::finish(TrainResult r) {
+  save_last();
+  Evaluation test = evaluate(test_set_);
+  log({{"type", "test"},
+       {"global_step", global_step_},
+       {"loss", test.loss},
+       {"accuracy", test.accuracy},
+       {"macro_f1", test.macro_f1}});
+  std::ofstream f(run_dir_ + "/confusion_matrix.json");
+  VT_CHECK(f, "trainer: cannot write {}/confusion_matrix.json", run_dir_);
+  f << test.to_json(classes_).dump(2) << '\n';
+  r.epoch = epoch_;
+  r.global_step = global_step_;
+  r.best_accuracy = best_accuracy_;
+  r.test = std::move(test);
+  return r;
+}
+
+TrainResult Trainer::run() {
+  fs::create_directories(run_dir_);
+  fs::remove(run_dir_ + "/metrics.jsonl");
+  {
+    std::ofstream f(run_dir_ + "/config.json");
+    VT_CHECK(f, "trainer: cannot write {}/config.json", run_dir_);
+    f << config_.dump(2) << '\n';
+  }
+  return loop();
+}
+
+TrainResult Trainer::resume(const std::string& run_dir) {
+  const std::string path = run_dir + "/last.safetensors";
+  VT_CHECK(fs::exists(path), "trainer: cannot resume: {} does not exist (no run was saved there)",
+           path);
+  nn::Metadata meta;
+  nn::load_checkpoint(path, *model_, optimizer_.get(), true, &meta);
+  const json state = nn::metadata_json(meta, nn::kStateKey);
+  VT_CHECK(state.is_object() && state.contains("global_step"),
+           "trainer: cannot resume: {} holds no training state (vitrine.state)", path);
+  const json diff = json::diff(resumable_part(state.at("config")), resumable_part(config_));
+  VT_CHECK(diff.empty(), "trainer: cannot resume {}: config key {} differs from the saved run's",
+           path, diff.empty() ? "" : diff.at(0).at("path").get<std::string>());
+  if (ema_) {
+    const std::string ema_path = run_dir + "/last_ema.safetensors";
+    VT_CHECK(fs::exists(ema_path), "trainer: cannot resume: {} does not exist", ema_path);
+    nn::load_checkpoint(ema_path, *ema_);
+  }
+  run_dir_ = run_dir;
+  epoch_ = state.at("epoch").get<int64_t>();
+  step_ = state.at("step").get<int64_t>();
+  global_step_ = state.at("global_step").get<int64_t>();
+  best_accuracy_ = state.at("best_accuracy").get<double>();
+  bad_evals_ = state.at("bad_evals").get<int64_t>();
+  const json& g = state.at("dropout_generator");
+  dropout_gen_.manual_seed(g.at("seed").get<uint64_t>());
+  dropout_gen_.set_offset(g.at("offset").get<uint64_t>());
+  schedule_ = nn::optim::schedule_from_json(state.at("schedule"));
+  const json& l = state.at("log");
+  log_loss_sum_ = l.at("loss_sum").get<double>();
+  log_correct_ = l.at("correct").get<int64_t>();
+  log_count_ = l.at("count").get<int64_t>();
+  log_steps_ = l.at("steps").get<int64_t>();
+  const std::string metrics = run_dir_ + "/metrics.jsonl";
+  const auto bytes = state.at("metrics_bytes").get<uintmax_t>();
+  if (fs::exists(metrics) && fs::file_size(metrics) > bytes) fs::resize_file(metrics, bytes);
+  return loop();
+}
+
+}  // namespace vitrine::train

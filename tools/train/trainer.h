@@ -1,0 +1,139 @@
+// Trainer: vitrine-train's training loop as a library (the program adds the CLI, the progress
+// display and the report). A step is one optimizer update: train.accum_steps batches whose mean
+// losses are averaged (the last update of an epoch may take fewer batches). eval_every and
+// log_every count steps; epochs end when the train loader's batches run out.
+//
+// Randomness, all from train.seed:
+//   model init      Generator(seed)
+//   dropout/drop-path  the trainer's own Generator(seed + 1), handed to every Dropout/DropPath
+//   data            the train loader's seed (shuffle per epoch, random transforms per example)
+// so one seed gives the same run bit for bit (single-threaded; OpenMP reductions may reorder).
+//
+// The run folder holds:
+//   last.safetensors      model + optimizer + resume state, written at each evaluation, on stop
+//                         and at the end
+//   best.safetensors      the evaluated weights (the EMA ones with train.ema_decay > 0) of the
+//                         best validation accuracy
+//   last_ema.safetensors  the EMA weights matching last.safetensors (only with EMA), written
+//                         just before it
+//   metrics.jsonl         one JSON object per line: {"type": "train", ...} every log_every
+//                         steps, {"type": "eval", ...} per validation, {"type": "test", ...}
+//   confusion_matrix.json the test set's Evaluation::to_json with the class names
+// Resume state (vitrine.state): {"epoch", "step" (steps done in that epoch), "global_step",
+// "best_accuracy", "bad_evals" (validations since the best), "dropout_generator": {"seed",
+// "offset"}, "schedule", "log" (train metrics since the last log line), "metrics_bytes"
+// (metrics.jsonl's size then: a resume truncates what a killed run wrote after it), "config"}.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/generator.h"
+#include "models/vit.h"
+#include "nn/data/dataset.h"
+#include "nn/data/loader.h"
+#include "nn/optim/optimizer.h"
+#include "nn/optim/schedule.h"
+#include "tools/train/metrics.h"
+
+namespace vitrine::train {
+
+/// Where the loop is, passed to TrainerHooks::on_step after each step (and its evaluation).
+struct StepInfo {
+  int64_t epoch = 0;        // 0-based
+  int64_t step = 0;         // steps done in this epoch
+  int64_t global_step = 0;  // steps done in the run
+  int64_t steps_per_epoch = 0;
+  double loss = 0;                       // this step's loss (mean over its batches)
+  double lr = 0;                         // the first group's lr of this step
+  std::optional<Evaluation> validation;  // set when this step ended with a validation
+};
+
+struct TrainResult {
+  bool stopped = false;        // the stop flag ended the run; resume() continues it
+  bool early_stopped = false;  // validation accuracy stopped improving
+  int64_t epoch = 0, global_step = 0;
+  double best_accuracy = -1;       // -1 before any validation
+  std::string message;             // what happened, and how to resume when stopped
+  std::optional<Evaluation> test;  // the test set's metrics (not when stopped)
+};
+
+class Trainer {
+ public:
+  /// config: validated (validate_config); datasets: the validation one may be empty or null (no
+  /// validation: best.safetensors is then never written, nor early stopping); run_dir is created.
+  Trainer(nlohmann::json config, std::shared_ptr<const nn::data::Dataset> train_set,
+          std::shared_ptr<const nn::data::Dataset> validation_set,
+          std::shared_ptr<const nn::data::Dataset> test_set, std::string run_dir);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Checked at each step boundary; when set, last.safetensors is saved and run() returns.
+  void set_stop_flag(std::atomic<bool>* flag) { stop_flag_ = flag; }
+  /// Called after each step (a progress display; tests use it to interrupt a run).
+  void set_on_step(std::function<void(const StepInfo&)> f) { on_step_ = std::move(f); }
+
+  /// Trains from the start (writes run_dir/config.json), then evaluates on the test set.
+  TrainResult run();
+  /// Continues the run saved in run_dir/last.safetensors exactly where it was saved: an Error
+  /// names the file when it is missing or unreadable, or the key when its config differs from
+  /// this trainer's (train.out, train.device, data.path and data.workers may differ).
+  TrainResult resume(const std::string& run_dir);
+
+  /// Metrics of `model` (the EMA model when there is one) on a dataset, with the eval pipeline.
+  Evaluation evaluate(const std::shared_ptr<const nn::data::Dataset>& dataset);
+
+  models::VisionTransformer& model() { return *model_; }
+  /// The weights evaluated and saved as best: the EMA copy, or the model itself.
+  models::VisionTransformer& eval_model() { return ema_ ? *ema_ : *model_; }
+  nn::optim::Optimizer& optimizer() { return *optimizer_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  const std::string& run_dir() const { return run_dir_; }
+
+ private:
+  TrainResult loop();
+  void train_step(StepInfo& info);
+  /// Validation, best/patience bookkeeping and last.safetensors; true when patience ran out.
+  bool validate(StepInfo& info);
+  void save_last();
+  nlohmann::json resume_state() const;
+  nn::Metadata metadata() const;
+  void log(const nlohmann::json& line);
+  TrainResult finish(TrainResult r);
+
+  nlohmann::json config_;
+  std::shared_ptr<const nn::data::Dataset> train_set_, validation_set_, test_set_;
+  std::string run_dir_;
+  Device device_;
+  models::ViTConfig model_config_;
+  Generator init_gen_, dropout_gen_, ema_gen_;
+  std::shared_ptr<models::VisionTransformer> model_, ema_;
+  std::unique_ptr<nn::optim::Optimizer> optimizer_;
+  std::unique_ptr<nn::optim::Schedule> schedule_;
+  std::unique_ptr<nn::data::DataLoader> train_loader_;
+  nn::data::Compose eval_transforms_;
+  std::vector<std::string> classes_;
+
+  int64_t accum_ = 1, batches_per_epoch_ = 0, steps_per_epoch_ = 0;
+  double label_smoothing_ = 0, grad_clip_ = 0, ema_decay_ = 0;
+  int64_t eval_every_ = 0, log_every_ = 0, patience_ = 0, epochs_ = 0;
+
+  // Loop state (saved in vitrine.state).
+  int64_t epoch_ = 0, step_ = 0, global_step_ = 0;
+  double best_accuracy_ = -1;
+  int64_t bad_evals_ = 0;
+  // Running train metrics since the last log line.
+  double log_loss_sum_ = 0;
+  int64_t log_correct_ = 0, log_count_ = 0, log_steps_ = 0;
+
+  std::atomic<bool>* stop_flag_ = nullptr;
+  std::function<void(const StepInfo&)> on_step_;
+};
+
+}  // namespace vitrine::train
