@@ -47,16 +47,18 @@ Tensor apply_hooks(const std::vector<GradHook>& hooks, Tensor g) {
 
 /// Stores g as (or adds it to) a tensor's .grad(): detached and private unless create_graph.
 /// A gradient may alias other tensors (add passes dy to both inputs; expand's rule returns a
-/// view), so the first one stored is always a private contiguous copy: a clone that stays in the
-/// graph with create_graph (as PyTorch's AccumulateGrad), a detached one otherwise.
-void accumulate(TensorImpl& t, const Tensor& g, bool create_graph) {
+/// view; a hook may keep it), so the first one stored must own its memory: with create_graph a
+/// clone that stays in the graph (as PyTorch's AccumulateGrad); otherwise g itself when nothing
+/// else holds its storage (the usual case: a fresh result of a backward rule), else a copy.
+void accumulate(TensorImpl& t, Tensor g, bool create_graph) {
   if (!t.grad) {
     if (create_graph) {
       t.grad = g.clone().impl_ptr();
-    } else {
-      t.grad = ops::contiguous(g.detach()).detach().impl_ptr();
-      if (t.grad->storage.use_count() > 1) t.grad = Tensor(t.grad).clone().impl_ptr();
+      return;
     }
+    const bool exclusive =
+        g.is_contiguous() && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1;
+    t.grad = (exclusive ? g.detach() : g.detach().clone()).impl_ptr();
     return;
   }
   Tensor cur(t.grad);
@@ -82,13 +84,13 @@ struct LeafSums {
 
 void finish_leaves(LeafSums& leaves, bool create_graph, Targets& targets) {
   for (const auto& leaf : leaves.order) {
-    Tensor g = apply_hooks(leaf->hooks, leaves.sums[leaf.get()]);
+    Tensor g = apply_hooks(leaf->hooks, std::move(leaves.sums[leaf.get()]));
     if (targets.active()) {
       auto it = targets.leaves.find(leaf.get());
       if (it != targets.leaves.end()) (*targets.results)[it->second] = g;
       continue;
     }
-    accumulate(*leaf, g, create_graph);
+    accumulate(*leaf, std::move(g), create_graph);
   }
 }
 

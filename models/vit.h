@@ -134,10 +134,11 @@ class VisionTransformer : public nn::Module {
   std::shared_ptr<nn::LayerNorm> fc_norm;  // only with fc_norm
   std::shared_ptr<nn::Linear> pre_logits;  // registered as pre_logits.fc; only with representation
   std::shared_ptr<nn::Linear> head;        // only with num_classes > 0
+  /// The tokens the first block sees: patch embedding, prefix tokens and position embedding
+  /// (then embedding dropout), [B, prefix + patches, dim].
+  Tensor embed(const Tensor& images, const ViTForwardOptions& options = {});
 
  private:
-  /// Patch embedding + prefix tokens + position embedding: [B, N, dim].
-  Tensor embed(const Tensor& images, const ViTForwardOptions& options);
   ViTConfig config_;
   std::vector<Tensor> block_outputs_;
   bool capture_tokens_ = false;

@@ -317,3 +317,22 @@ TEST_CASE("grad(): does not fill .grad() of tensors that retain their gradient")
   check_close(g[0], {8, 16});
   CHECK(!h.grad().defined());
 }
+
+TEST_CASE("backward: leaves given the same gradient tensor get separate .grad() memory") {
+  Tensor a = ops::tensor({1, 2}), b = ops::tensor({3, 4});
+  a.requires_grad_();
+  b.requires_grad_();
+  ops::sum(a + b).backward();  // add's rule hands the same dy to both
+  CHECK(a.grad().storage() != b.grad().storage());
+  {
+    NoGradGuard ng;
+    a.grad().add_(1.0);
+  }
+  check_close(a.grad(), {2, 2});
+  check_close(b.grad(), {1, 1});
+  Tensor w = ops::tensor({2});
+  w.requires_grad_();
+  ops::sum(ops::expand(w, {3})).backward();  // expand's rule: a stride-0 view
+  CHECK(w.grad().is_contiguous());
+  check_close(w.grad(), {3});
+}

@@ -74,19 +74,26 @@ TEST_CASE("vit: registers come right after the class token, after the position e
   Generator g(1);
   ViTConfig c = tiny();
   c.registers = 1;
-  VisionTransformer m(c, g);
-  m.eval();
-  {
-    NoGradGuard ng;
-    m.register_tokens.fill_(5.0);
-  }
-  m.capture(true);
   Tensor x = ops::randn({1, 2, 8, 8}, g);
-  m.forward(x);
-  // The block input is not stored, but the attention sees the register token unchanged by pos.
-  Tensor tokens = m.block_outputs().front();
-  CHECK(tokens.shape() == Dims{1, 6, 8});
-  CHECK(m.attentions().front().shape() == Dims{1, 2, 6, 6});
+  for (bool no_embed_class : {false, true}) {
+    INFO("no_embed_class " << no_embed_class);
+    c.no_embed_class = no_embed_class;
+    VisionTransformer m(c, g);
+    m.eval();
+    {
+      NoGradGuard ng;
+      m.register_tokens.fill_(5.0);
+    }
+    Tensor t = m.embed(x);  // [1, cls + register + 4 patches, 8]
+    CHECK(t.shape() == Dims{1, 6, 8});
+    Tensor patches = m.patch_embed->forward(x).flatten(2).transpose(1, 2);  // [1, 4, 8]
+    const int64_t p0 = no_embed_class ? 0 : 1;  // where the patches start in pos_embed
+    // Class token: with its own position only when the pos_embed covers it.
+    check_close(t.slice(1, 0, 1),
+                no_embed_class ? m.cls_token : m.cls_token + m.pos_embed.slice(1, 0, 1), 1e-6);
+    check_close(t.slice(1, 1, 2), std::vector<double>(8, 5.0));  // the register, no position
+    check_close(t.slice(1, 2, 6), patches + m.pos_embed.slice(1, p0, p0 + 4), 1e-6);
+  }
 }
 
 TEST_CASE("vit: other input sizes interpolate the position embedding; bad sizes fail or crop") {
