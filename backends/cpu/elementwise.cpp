@@ -124,6 +124,57 @@ bool compare(BinaryOp op, T a, T b) {
 }
 
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
+
+/// body(f) with f(a, b) the op as a lambda of its own, so the per-element switch of binary_value
+/// is taken once per call for the common ops and their loops vectorise.
+template <typename T, typename Body>
+void with_binary_fn(BinaryOp op, Body&& body) {
+  switch (op) {
+    case BinaryOp::Add:
+      return body([](T a, T b) { return a + b; });
+    case BinaryOp::Sub:
+      return body([](T a, T b) { return a - b; });
+    case BinaryOp::Mul:
+      return body([](T a, T b) { return a * b; });
+    case BinaryOp::Div:
+      return body([](T a, T b) { return a / b; });
+    default:
+      return body([op](T a, T b) { return binary_value<T>(op, a, b); });
+  }
+}
+
+/// The same for the common unary ops.
+template <typename T, typename Body>
+void with_unary_fn(UnaryOp op, T alpha, T beta, Body&& body) {
+  switch (op) {
+    case UnaryOp::Neg:
+      return body([](T x) { return -x; });
+    case UnaryOp::AddScalar:
+      return body([alpha](T x) { return x + alpha; });
+    case UnaryOp::MulScalar:
+      return body([alpha](T x) { return x * alpha; });
+    default:
+      return body([op, alpha, beta](T x) { return unary_value<T>(op, x, alpha, beta); });
+  }
+}
+
+/// y[j] = f(a[j], b[j]) for j < n with element strides sy, sa, sb; the contiguous and the
+/// broadcast-scalar patterns get loops of their own that the compiler vectorises.
+template <typename T, typename F>
+inline void binary_run(T* y, const T* a, const T* b, int64_t n, int64_t sy, int64_t sa, int64_t sb,
+                       F f) {
+  if (sy == 1 && sa == 1 && sb == 1) {
+    for (int64_t j = 0; j < n; ++j) y[j] = f(a[j], b[j]);
+  } else if (sy == 1 && sa == 1 && sb == 0) {
+    const T bv = *b;
+    for (int64_t j = 0; j < n; ++j) y[j] = f(a[j], bv);
+  } else if (sy == 1 && sa == 0 && sb == 1) {
+    const T av = *a;
+    for (int64_t j = 0; j < n; ++j) y[j] = f(av, b[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) y[j * sy] = f(a[j * sa], b[j * sb]);
+  }
+}
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Strided& x, const Strided& y, double alpha, double beta) {
@@ -132,15 +183,16 @@ void CpuBackend::unary(UnaryOp op, const Strided& x, const Strided& y, double al
   dispatch_numeric(x.dtype, "unary", [&]<typename T>() {
     T* yp = y.ptr<T>();
     const T* xp = x.ptr<T>();
-    const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
-    loop.run([&](auto off, int64_t n, auto in) {
-      T* yr = yp + off[0];
-      const T* xr = xp + off[1];
-      if (in[0] == 1 && in[1] == 1) {
-        for (int64_t j = 0; j < n; ++j) yr[j] = unary_value<T>(op, xr[j], a, b);
-      } else {
-        for (int64_t j = 0; j < n; ++j) yr[j * in[0]] = unary_value<T>(op, xr[j * in[1]], a, b);
-      }
+    with_unary_fn<T>(op, static_cast<T>(alpha), static_cast<T>(beta), [&](auto f) {
+      loop.run([&](auto off, int64_t n, auto in) {
+        T* yr = yp + off[0];
+        const T* xr = xp + off[1];
+        if (in[0] == 1 && in[1] == 1) {
+          for (int64_t j = 0; j < n; ++j) yr[j] = f(xr[j]);
+        } else {
+          for (int64_t j = 0; j < n; ++j) yr[j * in[0]] = f(xr[j * in[1]]);
+        }
+      });
     });
   });
 }
@@ -165,16 +217,10 @@ void CpuBackend::binary(BinaryOp op, const Strided& a, const Strided& b, const S
       VT_ASSERT(!"arithmetic on bool");  // ops reject bool before reaching the kernel
     } else {
       T* yp = y.ptr<T>();
-      loop.run([&](auto off, int64_t n, auto in) {
-        T* yr = yp + off[0];
-        const T* ar = ap + off[1];
-        const T* br = bp + off[2];
-        if (in[0] == 1 && in[1] == 1 && in[2] == 1) {
-          for (int64_t j = 0; j < n; ++j) yr[j] = binary_value<T>(op, ar[j], br[j]);
-        } else {
-          for (int64_t j = 0; j < n; ++j)
-            yr[j * in[0]] = binary_value<T>(op, ar[j * in[1]], br[j * in[2]]);
-        }
+      with_binary_fn<T>(op, [&](auto f) {
+        loop.run([&](auto off, int64_t n, auto in) {
+          binary_run(yp + off[0], ap + off[1], bp + off[2], n, in[0], in[1], in[2], f);
+        });
       });
     }
   };

@@ -15,8 +15,11 @@
 //   "train":    epochs, seed, eval_every (optimizer steps between validations, 0 = each epoch's
 //               end), log_every (steps), early_stopping_patience (validations without a better
 //               validation accuracy before stopping, 0 = off), accum_steps (batches per optimizer
-//               step), ema_decay (0 = no weight average), device ("cpu", "cuda", "cuda:N"), out
-//               (the run folder)
+//               step), ema_decay (0 = no weight average), test_each_epoch (also evaluate the
+//               test set at each epoch's end: learning curves, benchmarks), finetune (a
+//               checkpoint whose weights start the run, with a new head; "" = from scratch),
+//               freeze_backbone (train the head only; needs finetune), device ("cpu", "cuda",
+//               "cuda:N"), out (the run folder)
 // Keys starting with "_" ("_comment") are comments, at any level: validation skips them and
 // without_comments() drops them. Sections missing from a config file take the defaults; a
 // section given in part has its missing keys filled from the defaults, each key's value

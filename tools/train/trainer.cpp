@@ -2,8 +2,10 @@
 #include "tools/train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -66,6 +68,30 @@ json resumable_part(json c) {
   return without_comments(c);
 }
 
+/// Copies every tensor but the head's from the checkpoint into model; freezes them when asked.
+void load_backbone(models::VisionTransformer& model, const std::string& checkpoint, bool freeze) {
+  auto pretrained = models::load_vit(checkpoint);
+  const nn::NamedTensors from = pretrained->state_dict();
+  std::map<std::string, Tensor> by_name(from.begin(), from.end());
+  NoGradGuard no_grad;
+  for (auto& [name, t] : model.state_dict()) {
+    if (name.rfind("head.", 0) == 0) continue;
+    auto it = by_name.find(name);
+    VT_CHECK(it != by_name.end(), "finetune: {} has no tensor {} (the model section asks for it)",
+             checkpoint, name);
+    VT_CHECK(it->second.shape() == t.shape(),
+             "finetune: {} holds {} with shape {}, the model section gives it shape {}", checkpoint,
+             name, it->second.shape().str(), t.shape().str());
+    t.copy_(it->second.to(t.dtype()));
+  }
+  if (freeze) {
+    model.requires_grad_(false);
+    VT_CHECK(model.head,
+             "finetune: --freeze-backbone needs a head to train (model.num_classes > 0)");
+    model.head->requires_grad_(true);
+  }
+}
+
 int64_t correct_count(const Tensor& logits, const Tensor& labels) {
   const auto pred = ops::argmax(logits.detach(), 1).to(kCPU).to_vector<int64_t>();
   const auto y = labels.to(kCPU).to_vector<int64_t>();
@@ -97,6 +123,7 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
   patience_ = t.at("early_stopping_patience").get<int64_t>();
   epochs_ = t.at("epochs").get<int64_t>();
   ema_decay_ = t.at("ema_decay").get<double>();
+  test_each_epoch_ = t.at("test_each_epoch").get<bool>();
   label_smoothing_ = o.at("label_smoothing").get<double>();
   grad_clip_ = o.at("grad_clip").get<double>();
   classes_ = train_set_->classes();
@@ -105,6 +132,8 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
   init_gen_ = Generator(seed);
   dropout_gen_ = Generator(seed + 1);
   model_ = std::make_shared<models::VisionTransformer>(model_config_, init_gen_);
+  const std::string finetune = t.at("finetune").get<std::string>();
+  if (!finetune.empty()) load_backbone(*model_, finetune, t.at("freeze_backbone").get<bool>());
   set_dropout_generator(*model_, dropout_gen_);
   model_->to(device_);
   model_->train();
@@ -153,6 +182,7 @@ json Trainer::resume_state() const {
           {"bad_evals", bad_evals_},
           {"dropout_generator", {{"seed", dropout_gen_.seed()}, {"offset", dropout_gen_.offset()}}},
           {"schedule", schedule_->state_json()},
+          {"train_seconds", train_seconds_},
           {"log",
            {{"loss_sum", log_loss_sum_},
             {"correct", log_correct_},
@@ -175,29 +205,48 @@ void Trainer::log(const json& line) {
   f.flush();
 }
 
-Evaluation Trainer::evaluate(const std::shared_ptr<const nn::data::Dataset>& dataset) {
-  models::VisionTransformer& m = eval_model();
-  const bool was_training = m.is_training();
-  m.eval();
+Evaluation evaluate(models::VisionTransformer& model,
+                    const std::shared_ptr<const nn::data::Dataset>& dataset,
+                    const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
+                    Device device) {
+  const bool was_training = model.is_training();
+  model.eval();
   NoGradGuard no_grad;
   nn::data::LoaderOptions lo;
-  lo.batch_size = train_loader_->options().batch_size;
+  lo.batch_size = batch_size;
   lo.shuffle = false;
-  lo.workers = train_loader_->options().workers;
-  nn::data::DataLoader loader(dataset, eval_transforms_, lo);
+  lo.workers = workers;
+  nn::data::DataLoader loader(dataset, transforms, lo);
   loader.start_epoch(0);
-  Evaluator ev(model_config_.num_classes);
+  Evaluator ev(model.config().num_classes);
   while (auto b = loader.next()) {
-    Tensor logits = m.forward(b->images.to(device_));
-    Tensor labels = b->labels.to(device_);
+    Tensor logits = model.forward(b->images.to(device));
+    Tensor labels = b->labels.to(device);
     Tensor loss = ops::cross_entropy(logits, labels, ops::Reduction::Sum);
     ev.add(logits, labels, loss.item());
   }
-  m.train(was_training);
+  model.train(was_training);
   return ev.result();
 }
 
+json finetune_config(json config, const std::string& checkpoint, int64_t num_classes,
+                     bool freeze_backbone) {
+  models::ViTConfig c = models::load_vit(checkpoint)->config();
+  c.num_classes = num_classes;
+  config["model"] = c.to_json();
+  config["train"]["finetune"] = checkpoint;
+  config["train"]["freeze_backbone"] = freeze_backbone;
+  return config;
+}
+
+Evaluation Trainer::evaluate(const std::shared_ptr<const nn::data::Dataset>& dataset) {
+  return train::evaluate(eval_model(), dataset, eval_transforms_,
+                         train_loader_->options().batch_size, train_loader_->options().workers,
+                         device_);
+}
+
 void Trainer::train_step(StepInfo& info) {
+  const auto start = std::chrono::steady_clock::now();
   schedule_->apply(*optimizer_, global_step_);
   optimizer_->zero_grad();
   const int64_t first = step_ * accum_;
@@ -212,8 +261,8 @@ void Trainer::train_step(StepInfo& info) {
     Tensor loss = ops::cross_entropy(logits, labels, ops::Reduction::Mean, label_smoothing_);
     (loss * (1.0 / static_cast<double>(n))).backward();
     loss_sum += loss.item();
-    log_correct_ += correct_count(logits, labels);
-    log_count_ += labels.numel();
+    info.correct += correct_count(logits, labels);
+    info.examples += labels.numel();
   }
   if (grad_clip_ > 0) nn::optim::clip_grad_norm_(model_->parameters(), grad_clip_);
   optimizer_->step();
@@ -232,6 +281,10 @@ void Trainer::train_step(StepInfo& info) {
   }
   ++step_;
   ++global_step_;
+  train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  info.train_seconds = train_seconds_;
+  log_correct_ += info.correct;
+  log_count_ += info.examples;
   info.loss = loss_sum / static_cast<double>(n);
   info.lr = optimizer_->param_groups().front().lr;
   log_loss_sum_ += info.loss;
@@ -243,7 +296,8 @@ void Trainer::train_step(StepInfo& info) {
          {"global_step", global_step_},
          {"loss", log_loss_sum_ / static_cast<double>(log_steps_)},
          {"accuracy", static_cast<double>(log_correct_) / static_cast<double>(log_count_)},
-         {"lr", info.lr}});
+         {"lr", info.lr},
+         {"train_seconds", train_seconds_}});
     log_loss_sum_ = 0;
     log_correct_ = log_count_ = log_steps_ = 0;
   }
@@ -268,15 +322,29 @@ bool Trainer::validate(StepInfo& info) {
          {"loss", e.loss},
          {"accuracy", e.accuracy},
          {"macro_f1", e.macro_f1},
-         {"best_accuracy", best_accuracy_}});
+         {"best_accuracy", best_accuracy_},
+         {"train_seconds", train_seconds_}});
     info.validation = std::move(e);
   }
-  if (step_ == steps_per_epoch_) {  // saved as the next epoch's start
-    ++epoch_;
-    step_ = 0;
-  }
+  if (step_ == steps_per_epoch_) end_epoch(info);
   save_last();
   return out_of_patience;
+}
+
+void Trainer::end_epoch(StepInfo& info) {
+  if (test_each_epoch_) {
+    Evaluation e = evaluate(test_set_);
+    log({{"type", "test"},
+         {"epoch", epoch_},
+         {"global_step", global_step_},
+         {"loss", e.loss},
+         {"accuracy", e.accuracy},
+         {"macro_f1", e.macro_f1},
+         {"train_seconds", train_seconds_}});
+    info.test = std::move(e);
+  }
+  ++epoch_;  // saved as the next epoch's start
+  step_ = 0;
 }
 
 TrainResult Trainer::loop() {
@@ -308,8 +376,7 @@ TrainResult Trainer::loop() {
       if (eval_now) {
         done = validate(info);
       } else if (step_ == steps_per_epoch_) {
-        ++epoch_;
-        step_ = 0;
+        end_epoch(info);
       }
       if (on_step_) on_step_(info);
       if (done) {
@@ -332,7 +399,8 @@ TrainResult Trainer::finish(TrainResult r) {
        {"global_step", global_step_},
        {"loss", test.loss},
        {"accuracy", test.accuracy},
-       {"macro_f1", test.macro_f1}});
+       {"macro_f1", test.macro_f1},
+       {"train_seconds", train_seconds_}});
   std::ofstream f(run_dir_ + "/confusion_matrix.json");
   VT_CHECK(f, "trainer: cannot write {}/confusion_matrix.json", run_dir_);
   f << test.to_json(classes_).dump(2) << '\n';
@@ -377,6 +445,7 @@ TrainResult Trainer::resume(const std::string& run_dir) {
   global_step_ = state.at("global_step").get<int64_t>();
   best_accuracy_ = state.at("best_accuracy").get<double>();
   bad_evals_ = state.at("bad_evals").get<int64_t>();
+  train_seconds_ = state.at("train_seconds").get<double>();
   const json& g = state.at("dropout_generator");
   dropout_gen_.manual_seed(g.at("seed").get<uint64_t>());
   dropout_gen_.set_offset(g.at("offset").get<uint64_t>());

@@ -17,12 +17,16 @@
 //   last_ema.safetensors  the EMA weights matching last.safetensors (only with EMA), written
 //                         just before it
 //   metrics.jsonl         one JSON object per line: {"type": "train", ...} every log_every
-//                         steps, {"type": "eval", ...} per validation, {"type": "test", ...}
+//                         steps, {"type": "eval", ...} per validation, {"type": "test", ...} at
+//                         the end (and at each epoch's end with train.test_each_epoch); every
+//                         line has "train_seconds", the time spent in training steps so far
+//                         (evaluations and checkpoints not counted)
 //   confusion_matrix.json the test set's Evaluation::to_json with the class names
 // Resume state (vitrine.state): {"epoch", "step" (steps done in that epoch), "global_step",
 // "best_accuracy", "bad_evals" (validations since the best), "dropout_generator": {"seed",
-// "offset"}, "schedule", "log" (train metrics since the last log line), "metrics_bytes"
-// (metrics.jsonl's size then: a resume truncates what a killed run wrote after it), "config"}.
+// "offset"}, "schedule", "log" (train metrics since the last log line), "train_seconds",
+// "metrics_bytes" (metrics.jsonl's size then: a resume truncates what a killed run wrote after it),
+// "config"}.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -50,9 +54,26 @@ struct StepInfo {
   int64_t global_step = 0;  // steps done in the run
   int64_t steps_per_epoch = 0;
   double loss = 0;                       // this step's loss (mean over its batches)
+  int64_t correct = 0, examples = 0;     // this step's training predictions
   double lr = 0;                         // the first group's lr of this step
+  double train_seconds = 0;              // time in training steps so far, this one included
   std::optional<Evaluation> validation;  // set when this step ended with a validation
+  std::optional<Evaluation> test;        // set at an epoch's end with train.test_each_epoch
 };
+
+/// Metrics of `model` (put in eval mode, no gradients, restored after) on a dataset through the
+/// evaluation transforms, in batches on `device`.
+Evaluation evaluate(models::VisionTransformer& model,
+                    const std::shared_ptr<const nn::data::Dataset>& dataset,
+                    const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
+                    Device device);
+
+/// The config of a fine-tuning run: `config` with its model section replaced by the checkpoint's
+/// architecture (own or foreign weights, as models::load_vit reads them) with num_classes set to
+/// the data set's, and train.finetune = checkpoint, train.freeze_backbone = freeze_backbone.
+/// The Trainer then starts from the checkpoint's weights and a fresh head.
+nlohmann::json finetune_config(nlohmann::json config, const std::string& checkpoint,
+                               int64_t num_classes, bool freeze_backbone);
 
 struct TrainResult {
   bool stopped = false;        // the stop flag ended the run; resume() continues it
@@ -65,7 +86,10 @@ struct TrainResult {
 
 class Trainer {
  public:
-  /// config: validated (validate_config); datasets: the validation one may be empty or null (no
+  /// config: validated (validate_config); with train.finetune, every weight but the head's comes
+  /// from that checkpoint (an Error names a tensor whose shape differs), and with
+  /// train.freeze_backbone only the head is trained (the others have requires_grad false and
+  /// are not given to the optimizer). datasets: the validation one may be empty or null (no
   /// validation: best.safetensors is then never written, nor early stopping); run_dir is created.
   Trainer(nlohmann::json config, std::shared_ptr<const nn::data::Dataset> train_set,
           std::shared_ptr<const nn::data::Dataset> validation_set,
@@ -101,6 +125,8 @@ class Trainer {
   void train_step(StepInfo& info);
   /// Validation, best/patience bookkeeping and last.safetensors; true when patience ran out.
   bool validate(StepInfo& info);
+  /// After an epoch's last step: the test set with test_each_epoch, then the next epoch.
+  void end_epoch(StepInfo& info);
   void save_last();
   nlohmann::json resume_state() const;
   nn::Metadata metadata() const;
@@ -122,12 +148,14 @@ class Trainer {
 
   int64_t accum_ = 1, batches_per_epoch_ = 0, steps_per_epoch_ = 0;
   double label_smoothing_ = 0, grad_clip_ = 0, ema_decay_ = 0;
+  bool test_each_epoch_ = false;
   int64_t eval_every_ = 0, log_every_ = 0, patience_ = 0, epochs_ = 0;
 
   // Loop state (saved in vitrine.state).
   int64_t epoch_ = 0, step_ = 0, global_step_ = 0;
   double best_accuracy_ = -1;
   int64_t bad_evals_ = 0;
+  double train_seconds_ = 0;
   // Running train metrics since the last log line.
   double log_loss_sum_ = 0;
   int64_t log_correct_ = 0, log_count_ = 0, log_steps_ = 0;

@@ -1,0 +1,354 @@
+// vitrine-train as a user runs it: a separate process on a tiny Fashion-MNIST-shaped data set
+// (IDX files the test writes: ten classes of stripes on noise).
+// A short run learns it and writes its run folder; the same command twice gives the same
+// metrics; a run killed with SIGKILL, or stopped with SIGINT, and resumed ends with the same
+// weights as the uninterrupted run; --eval, --summary, --finetune --freeze-backbone and the
+// command-line errors. Single-threaded (OMP_NUM_THREADS=1, data.workers=0) for bitwise checks.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "nn/state.h"
+#include "test_util.h"
+
+extern char** environ;
+
+using namespace vitrine;
+using namespace vt_test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kExe = VITRINE_TRAIN_EXE;
+
+void put_be32(std::ofstream& f, uint32_t v) {
+  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                     static_cast<char>(v >> 8), static_cast<char>(v)};
+  f.write(b, 4);
+}
+
+/// {train,t10k}-{images-idx3,labels-idx1}-ubyte in dir: n examples each, label k = i % 10, a grid
+/// of 2x2 dots at 230 on noise below 80, every (k / 2 + 2)-th row and (k % 2 + 1)-th column of
+/// dots. (A task that needs the position embeddings, such as a block whose place is the class,
+/// is too slow for a model this small to learn.)
+void write_stripes(const std::string& dir, int train_n, int test_n) {
+  fs::create_directories(dir);
+  for (const auto& [prefix, n, seed] : {std::tuple{"train", train_n, 1u}, {"t10k", test_n, 2u}}) {
+    std::ofstream im(dir + "/" + prefix + "-images-idx3-ubyte", std::ios::binary);
+    std::ofstream lb(dir + "/" + prefix + "-labels-idx1-ubyte", std::ios::binary);
+    put_be32(im, 0x803);
+    put_be32(im, static_cast<uint32_t>(n));
+    put_be32(im, 28);
+    put_be32(im, 28);
+    put_be32(lb, 0x801);
+    put_be32(lb, static_cast<uint32_t>(n));
+    uint32_t state = seed;
+    for (int i = 0; i < n; ++i) {
+      const int label = i % 10;
+      lb.put(static_cast<char>(label));
+      for (int y = 0; y < 28; ++y)
+        for (int x = 0; x < 28; ++x) {
+          state = state * 1664525u + 1013904223u;
+          const bool in = (y / 2) % (label / 2 + 2) == 0 && (x / 2) % (label % 2 + 1) == 0;
+          im.put(static_cast<char>(in ? 230 : (state >> 24) % 80));
+        }
+    }
+  }
+}
+
+/// The tiny config as --set assignments.
+std::vector<std::string> tiny_sets() {
+  return {"--set", "model.patch=7",
+          "--set", "model.dim=16",
+          "--set", "model.depth=1",
+          "--set", "model.heads=2",
+          "--set", "model.mlp_dim=32",
+          "--set", "data.batch_size=20",
+          "--set", "data.workers=0",
+          "--set", "optim.lr=1e-2",
+          "--set", "train.eval_every=6",
+          "--set", "train.log_every=5",
+          "--set", "model.drop_path=0.1",
+          "--set", "train.accum_steps=2",
+          "--set", "schedule.warmup_epochs=0.5"};
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct Proc {
+  pid_t pid = -1;
+};
+
+/// Starts the tool with args in the folder cwd, stdout and stderr to log, one OpenMP thread.
+Proc spawn(const std::vector<std::string>& args, const std::string& log, const std::string& cwd) {
+  std::vector<std::string> all = {kExe};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s = {"OMP_NUM_THREADS=1"};
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind("OMP_NUM_THREADS=", 0) != 0) env_s.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  Proc p;
+  REQUIRE(posix_spawn(&p.pid, kExe.c_str(), &fa, nullptr, argv.data(), envp.data()) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return p;
+}
+
+/// The exit status, or 128 + the signal that ended it.
+int wait_exit(Proc p) {
+  int status = 0;
+  REQUIRE(waitpid(p.pid, &status, 0) == p.pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct Ran {
+  int code;
+  std::string output;
+};
+
+Ran run(const std::vector<std::string>& args, const TempDir& dir, const std::string& name) {
+  const std::string log = dir / (name + ".log");
+  const int code = wait_exit(spawn(args, log, dir.dir.string()));
+  return {code, read_text(log)};
+}
+
+std::vector<std::string> train_args(const std::string& data, const std::string& out, int epochs) {
+  std::vector<std::string> a = {"--data", data, "--out", out, "--epochs", std::to_string(epochs)};
+  for (const auto& s : tiny_sets()) a.push_back(s);
+  return a;
+}
+
+/// metrics.jsonl without the timings, which differ from run to run.
+std::vector<json> metrics(const std::string& run_dir) {
+  std::vector<json> lines;
+  std::ifstream f(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(f, line)) {
+    json j = json::parse(line);
+    j.erase("train_seconds");
+    lines.push_back(j);
+  }
+  return lines;
+}
+
+/// The raw bytes of every tensor of a safetensors file.
+std::map<std::string, std::string> tensor_bytes(const std::string& path) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, t] : nn::read_safetensors(path).tensors)
+    out[name] = std::string(static_cast<const char*>(t.data_ptr()),
+                            static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
+  return out;
+}
+
+size_t count_lines(const std::string& path) {
+  std::ifstream f(path);
+  size_t n = 0;
+  std::string line;
+  while (std::getline(f, line)) ++n;
+  return n;
+}
+
+/// Waits until path has at least n lines (the run is under way); false after 60 s.
+bool wait_for_lines(const std::string& path, size_t n) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    if (fs::exists(path) && count_lines(path) >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+/// One shared uninterrupted run (8 epochs of 34 steps) that the other cases compare with.
+struct Reference {
+  TempDir dir;
+  std::string data = dir / "data", out = dir / "run";
+  Ran ran;
+  Reference() {
+    write_stripes(data, 1500, 300);
+    ran = run(train_args(data, out, 8), dir, "reference");
+  }
+};
+
+Reference& reference() {
+  static Reference r;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("train-cli: a short run learns the task, prints its results and writes its run folder") {
+  Reference& r = reference();
+  INFO(r.ran.output);
+  REQUIRE(r.ran.code == 0);
+  for (const char* f : {"best.safetensors", "last.safetensors", "metrics.jsonl",
+                        "confusion_matrix.json", "config.json", "report.html"})
+    CHECK(fs::exists(r.out + "/" + f));
+  const json cm = json::parse(read_text(r.out + "/confusion_matrix.json"));
+  CHECK(cm.at("count") == 300);
+  CHECK(cm.at("accuracy").get<double>() > 0.5);  // chance is 0.1
+  CHECK(cm.at("classes").at(9) == "Ankle boot");
+  // 1350 training images / batch 20 = 68 batches = 34 steps of 2 batches per epoch, 8 epochs.
+  const std::vector<json> m = metrics(r.out);
+  REQUIRE(!m.empty());
+  CHECK(m.back().at("type") == "test");
+  CHECK(m.back().at("global_step") == 272);
+  CHECK(r.ran.output.find("1350 train, 150 validation, 300 test images") != std::string::npos);
+  CHECK(r.ran.output.find("macro avg") != std::string::npos);
+  CHECK(r.ran.output.find("report.html") != std::string::npos);
+  CHECK(r.ran.output.find("finished 8 epochs (272 steps)") != std::string::npos);
+  // Not a terminal: plain progress lines, no carriage returns.
+  CHECK(r.ran.output.find('\r') == std::string::npos);
+  CHECK(r.ran.output.find("epoch 8/8 step 34/34") != std::string::npos);
+}
+
+TEST_CASE("train-cli: the same command twice gives the same metrics and weights") {
+  Reference& r = reference();
+  TempDir dir;
+  const Ran again = run(train_args(r.data, dir / "run", 8), dir, "again");
+  INFO(again.output);
+  REQUIRE(again.code == 0);
+  CHECK(metrics(dir / "run") == metrics(r.out));
+  CHECK(tensor_bytes(dir / "run/last.safetensors") == tensor_bytes(r.out + "/last.safetensors"));
+  CHECK(read_text(dir / "run/confusion_matrix.json") ==
+        read_text(r.out + "/confusion_matrix.json"));
+}
+
+TEST_CASE("train-cli: a run killed with SIGKILL and resumed ends as the uninterrupted run") {
+  Reference& r = reference();
+  TempDir dir;
+  const std::string out = dir / "run";
+  Proc p = spawn(train_args(r.data, out, 8), dir / "killed.log", dir.dir.string());
+  // Kill it once metrics.jsonl has 12 lines (step 35 or later): its last checkpoint is then
+  // older than its metrics, and may be mid-epoch.
+  REQUIRE(wait_for_lines(out + "/metrics.jsonl", 12));
+  kill(p.pid, SIGKILL);
+  CHECK(wait_exit(p) == 128 + SIGKILL);
+  const Ran resumed = run({"--resume", out}, dir, "resumed");
+  INFO(resumed.output);
+  REQUIRE(resumed.code == 0);
+  CHECK(resumed.output.find("(resuming)") != std::string::npos);
+  CHECK(tensor_bytes(out + "/last.safetensors") == tensor_bytes(r.out + "/last.safetensors"));
+  CHECK(tensor_bytes(out + "/best.safetensors") == tensor_bytes(r.out + "/best.safetensors"));
+  CHECK(metrics(out) == metrics(r.out));
+}
+
+TEST_CASE(
+    "train-cli: Ctrl-C stops at a step boundary, saves, says how to resume; resume ends "
+    "as the uninterrupted run") {
+  Reference& r = reference();
+  TempDir dir;
+  const std::string out = dir / "run";
+  Proc p = spawn(train_args(r.data, out, 8), dir / "stopped.log", dir.dir.string());
+  REQUIRE(wait_for_lines(out + "/metrics.jsonl", 8));
+  kill(p.pid, SIGINT);
+  CHECK(wait_exit(p) == 130);
+  const std::string said = read_text(dir / "stopped.log");
+  INFO(said);
+  CHECK(said.find("stopping after this step") != std::string::npos);
+  CHECK(said.find("continue with --resume " + out) != std::string::npos);
+  CHECK(fs::exists(out + "/last.safetensors"));
+  CHECK(fs::exists(out + "/report.html"));
+  CHECK(!fs::exists(out + "/confusion_matrix.json"));
+  const Ran resumed = run({"--resume", out}, dir, "resumed");
+  INFO(resumed.output);
+  REQUIRE(resumed.code == 0);
+  CHECK(tensor_bytes(out + "/last.safetensors") == tensor_bytes(r.out + "/last.safetensors"));
+  CHECK(metrics(out) == metrics(r.out));
+}
+
+TEST_CASE("train-cli: --eval reproduces the run's test metrics; --summary prints the model") {
+  Reference& r = reference();
+  TempDir dir;
+  const Ran ev = run({"--eval", r.out + "/last.safetensors", "--data", r.data}, dir, "eval");
+  INFO(ev.output);
+  REQUIRE(ev.code == 0);
+  const json cm = json::parse(read_text(r.out + "/confusion_matrix.json"));
+  const std::string acc = fmt::format("{:.4f}", cm.at("accuracy").get<double>());
+  CHECK(ev.output.find("accuracy") != std::string::npos);
+  CHECK(ev.output.find(acc) != std::string::npos);
+  CHECK(ev.output.find("(300 images)") != std::string::npos);
+
+  const Ran sum = run({"--summary"}, dir, "summary");
+  REQUIRE(sum.code == 0);
+  CHECK(sum.output.find("total params: 805130") != std::string::npos);
+  const Ran small = run({"--summary", "--set", "model.depth=1"}, dir, "summary_small");
+  REQUIRE(small.code == 0);
+  CHECK(small.output.find("blocks.0 (Block)") != std::string::npos);
+  CHECK(small.output.find("blocks.1") == std::string::npos);
+}
+
+TEST_CASE("train-cli: --finetune --freeze-backbone trains the new head only") {
+  Reference& r = reference();
+  TempDir dir;
+  const std::string out = dir / "ft";
+  const Ran ft = run({"--finetune", r.out + "/last.safetensors", "--freeze-backbone", "--data",
+                      r.data, "--out", out, "--epochs", "1", "--set", "data.workers=0"},
+                     dir, "finetune");
+  INFO(ft.output);
+  REQUIRE(ft.code == 0);
+  CHECK(ft.output.find("(backbone frozen, head trained)") != std::string::npos);
+  CHECK(ft.output.find("170 trainable") != std::string::npos);  // head: 16 x 10 + 10
+  const auto before = tensor_bytes(r.out + "/last.safetensors");
+  const auto after = tensor_bytes(out + "/last.safetensors");
+  int compared = 0;
+  for (const auto& [name, bytes] : after) {
+    if (name.rfind("head.", 0) == 0) {
+      CHECK_MESSAGE(bytes != before.at(name), name);
+    } else if (name.rfind("optimizer.", 0) != 0) {  // the optimizers' states differ
+      CHECK_MESSAGE(bytes == before.at(name), name);
+      ++compared;
+    }
+  }
+  CHECK(compared > 10);
+}
+
+TEST_CASE("train-cli: bad command lines exit non-zero with a message naming the problem") {
+  Reference& r = reference();
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--set", "model.dept=4"}, 1, "unknown key \"model.dept\" (did you mean \"model.depth\"?)"},
+      {{"--set", "optim.lr=fast"}, 1, "optim.lr"},
+      {{"--data", dir / "nowhere"}, 1, "does not exist"},
+      {{"--data", dir.dir.string()}, 1, "train-images-idx3-ubyte"},
+      {{"--resume", dir / "nowhere"}, 1, "not a vitrine-train run folder"},
+      {{"--eval", dir / "none.safetensors"}, 2, "none.safetensors"},
+      {{"--freeze-backbone"}, 2, "--finetune"},
+      {{"--no-such-flag"}, 2, "--no-such-flag"},
+      {{"--set", "train.freeze_backbone=true", "--data", r.data}, 1, "train.finetune"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    const Ran ran = run(c.args, dir, fmt::format("case{}", i++));
+    INFO(c.args.front(), " -> ", ran.output);
+    CHECK(ran.code == c.code);
+    CHECK(ran.output.find(c.says) != std::string::npos);
+  }
+  CHECK(!fs::exists(dir / "runs"));  // none of them started a run folder (train.out is runs/...)
+}

@@ -1,0 +1,67 @@
+// The HTML report of a run folder (see trainer.h for its files): one self-contained page, inline
+// CSS and SVG, no script and nothing fetched from the network, so it opens offline and can be
+// mailed as it is. Every string read from the run's files is HTML-escaped.
+//
+// Charts (line_chart_svg): x and y axes each run from a multiple of a "nice" step at or below the
+// data's minimum to the one at or above its maximum, every multiple of the step being a tick:
+//   step = the smallest 1, 2 or 5 x 10^k that is >= (max - min) / 5     (4 to 7 ticks)
+// labelled with the step's decimals (step 0.2: "0.2", "0.4", ...; step 50: "0", "50", ...;
+// steps below 1e-5 in the shortest form, "5e-06"). A zero range (one point, a constant) is widened
+// to value -/+ |value| / 10, or -/+ 1 for 0. Non-finite points (a diverged loss is written as null
+// in metrics.jsonl and never reaches a chart) are skipped.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vitrine::train {
+
+/// Writes run_dir/report.html: a self-contained page (inline CSS and SVG, no script, no network)
+/// with the run's summary (model config, data set, optimizer, epochs from config.json; final test
+/// accuracy and macro F1), the training loss and accuracy curves (train lines from metrics.jsonl
+/// against global_step, and the validation points "eval" lines, drawn on the same axes), the
+/// learning-rate curve, the per-class precision/recall/F1 table and the confusion matrix as a
+/// coloured SVG grid with counts and class names (from confusion_matrix.json). Missing
+/// confusion_matrix.json (a stopped run) => the page says the test set was not evaluated yet.
+/// Written atomically (a temp file renamed). Returns the path written. Errors (VT_CHECK /
+/// vitrine::Error) name the file: metrics.jsonl missing or with a line that is not JSON (give the
+/// line number).
+///
+/// The page holds exactly four SVGs when the test set was evaluated (loss, accuracy, learning
+/// rate, confusion matrix) and three otherwise; a chart without data is an SVG saying "no data".
+/// The accuracy chart also has the "test" lines' points, the summary the best validation
+/// accuracy, the last global_step and the last "train_seconds" (as h:mm:ss) when lines have it.
+/// A missing config.json leaves the summary without the config rows; a config.json or
+/// confusion_matrix.json that is not valid JSON, or not of the expected shape, is an Error naming
+/// it. Test accuracy is printed as a percentage with two decimals ("93.33%"), F1, precision and
+/// recall with four ("0.9310").
+std::string write_report(const std::string& run_dir);
+
+/// The SVG of a line chart (exposed for tests): series of (x, y) points with a name and colour;
+/// axes with ~5 "nice" ticks each (1, 2, 5 x 10^k), axis titles, a legend. Empty series are
+/// skipped; all-empty gives an SVG with a "no data" text.
+///
+/// A series is one <polyline> of all its points (dots = false), or a <circle> per point joined
+/// by a dashed <polyline> when it has two or more (dots = true: validation points). Tick labels
+/// are <text class="tick">; see the file comment for the tick rule.
+struct Series {
+  std::string name, colour;
+  std::vector<std::pair<double, double>> points;
+  bool dots = false;
+};
+std::string line_chart_svg(const std::vector<Series>& series, const std::string& x_title,
+                           const std::string& y_title, int width = 640, int height = 320);
+
+/// The SVG of a confusion matrix [true][pred] with class names; cells shaded by the row-normalised
+/// value (white to blue), counts written in each cell (text white on dark cells) when there are at
+/// most 20 classes.
+///
+/// classes: one name per class, or empty for the class indices (an Error otherwise, as for a
+/// matrix that is not square). A cell is dark when its share of the row is above 0.5; each cell
+/// also has a <title> tooltip "true A, predicted B: n (p% of A)". Counts are <text class="count">,
+/// row by row.
+std::string confusion_svg(const std::vector<std::vector<int64_t>>& confusion,
+                          const std::vector<std::string>& classes);
+
+}  // namespace vitrine::train
