@@ -1,6 +1,7 @@
 // CPU reductions. x: any strides; y: contiguous, same rank as x, size 1 on the reduced dims.
 // Sums accumulate in double (int64 in int64) over fixed-size chunks combined in order, so the
 // result does not depend on the number of threads.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -12,6 +13,16 @@ namespace vitrine::cpu {
 
 namespace {
 constexpr int64_t kChunk = 16384;
+
+/// Whether the kept dims lie in memory as one contiguous row-major block (output o at offset o).
+bool kept_contiguous(const Dims& shape, const Dims& strides) {
+  int64_t expect = 1;
+  for (int i = shape.size() - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != expect) return false;
+    expect *= shape[i];
+  }
+  return true;
+}
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
@@ -85,6 +96,31 @@ void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
     auto chunk = [&](int64_t o, int64_t c) {
       return partial(o, c * kChunk, std::min(m, (c + 1) * kChunk));
     };
+    if ((op == ReduceOp::Sum || op == ReduceOp::Mean) && kept_contiguous(kept_shape, kept_xs) &&
+        nout >= 8 && m > 1) {
+      // Column sums (a bias gradient: [rows, C] -> [C]): output o reads x[base0 + roff[i] + o],
+      // so a pass over reduced index i updates every output with a contiguous, vectorised row.
+      // Each output still adds its elements in the same order and the same chunks as above,
+      // so the result is bit for bit the same.
+      std::vector<int64_t> roff(static_cast<size_t>(m));
+      for_offsets(red_shape, red_xs, 0, m, [&](int64_t i, int64_t off) { roff[i] = off; });
+      const T* x0 = xp + base[0];
+      const int64_t block = 64, nblock = (nout + block - 1) / block;
+      parallel_for(nblock, block * m, [&](int64_t b) {
+        const int64_t o0 = b * block, width = std::min(block, nout - o0);
+        Acc total[block], part[block];
+        for (int64_t c = 0; c < nchunk; ++c) {
+          std::fill(part, part + width, Acc(0));
+          for (int64_t i = c * kChunk; i < std::min(m, (c + 1) * kChunk); ++i) {
+            const T* row = x0 + roff[i] + o0;
+            for (int64_t j = 0; j < width; ++j) part[j] += static_cast<Acc>(row[j]);
+          }
+          for (int64_t j = 0; j < width; ++j) total[j] = c == 0 ? part[j] : total[j] + part[j];
+        }
+        for (int64_t j = 0; j < width; ++j) write(o0 + j, {total[j], 0});
+      });
+      return;
+    }
     if (nchunk == 1 || nout >= omp_get_max_threads()) {
       parallel_for(nout, m, [&](int64_t o) {
         auto r = chunk(o, 0);
