@@ -662,11 +662,11 @@ def make_batch(images_u8, t, train, gen):
             Hp, Wp = x.shape[2], x.shape[3]
             top = torch.randint(0, Hp - h + 1, (B,), generator=gen)
             left = torch.randint(0, Wp - w + 1, (B,), generator=gen)
-            if Hp != h or Wp != w:
-                rows = (top.view(B, 1, 1, 1) + torch.arange(h).view(1, 1, h, 1))
-                cols = (left.view(B, 1, 1, 1) + torch.arange(w).view(1, 1, 1, w))
-                x = x[torch.arange(B).view(B, 1, 1, 1), torch.arange(C).view(1, C, 1, 1),
-                      rows, cols]
+            if Hp != h or Wp != w:  # out[b, c, y, x] = x[b, c, top_b + y, left_b + x]
+                flat = ((top.view(B, 1, 1) + torch.arange(h).view(1, h, 1)) * Wp
+                        + left.view(B, 1, 1) + torch.arange(w).view(1, 1, w))
+                x = x.reshape(B, C, Hp * Wp).gather(
+                    2, flat.view(B, 1, h * w).expand(B, C, h * w)).view(B, C, h, w)
         else:  # torchvision CenterCrop: top = round((H - h) / 2), half to even
             top, left = round((H - h) / 2), round((W - w) / 2)
             x = x[:, :, top:top + h, left:left + w]
@@ -742,7 +742,7 @@ def train(args, config, m, t):
 
     run = datetime.datetime.now().isoformat(timespec="seconds")
     print(f"pytorch {torch.__version__}, {torch.get_num_threads()} threads; model "
-          f"{json.dumps({k: m[k] for k in ['patch', 'dim', 'depth', 'heads', 'mlp_dim', 'pool']})}"
+          f"{json.dumps({k: m[k] for k in SUPPORTED_MODEL_FIELDS})}"
           f", {n_params} parameters; data {folder}: {n_train} training images"
           f"{f', {val[0].shape[0]} validation' if val else ''}, {test_x.shape[0]} test; "
           f"batch {batch_size}, {steps_per_epoch} steps per epoch, {epochs} epochs", flush=True)

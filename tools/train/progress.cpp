@@ -27,7 +27,8 @@ std::string Progress::bar(int64_t done, int64_t total, int width) {
 }
 
 std::string Progress::line(const StepInfo& info) const {
-  const double wall = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
+  // Rates from the steps' own times: evaluations and checkpoints do not slow the numbers down.
+  const double wall = seconds_;
   const double per_step = steps_ > 0 ? wall / static_cast<double>(steps_) : 0;
   const double eta = per_step * static_cast<double>(info.steps_per_epoch - info.step);
   const double ips = wall > 0 ? static_cast<double>(examples_) / wall : 0;
@@ -56,12 +57,12 @@ void Progress::on_step(const StepInfo& info) {
   // The trainer reports the step that ended an epoch with step == steps_per_epoch.
   if (info.epoch != epoch_) {
     epoch_ = info.epoch;
-    epoch_start_ = Clock::now();
     last_draw_ = Clock::time_point{};
-    loss_sum_ = 0;
+    loss_sum_ = seconds_ = 0;
     steps_ = correct_ = examples_ = 0;
   }
   loss_sum_ += info.loss;
+  seconds_ += info.step_seconds;
   ++steps_;
   correct_ += info.correct;
   examples_ += info.examples;

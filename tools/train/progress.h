@@ -40,8 +40,8 @@ class Progress {
   int64_t epochs_, log_every_;
   bool open_ = false;  // a live line is on screen without its newline
   int64_t epoch_ = -1;
-  Clock::time_point epoch_start_, last_draw_;
-  double epoch_train_seconds_ = 0;  // train_seconds at the epoch's start
+  Clock::time_point last_draw_;
+  double seconds_ = 0;  // the epoch's steps' time so far
   double loss_sum_ = 0;
   int64_t steps_ = 0, correct_ = 0, examples_ = 0;
   double last_lr_ = 0;

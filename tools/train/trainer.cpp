@@ -281,7 +281,9 @@ void Trainer::train_step(StepInfo& info) {
   }
   ++step_;
   ++global_step_;
-  train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  info.step_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  train_seconds_ += info.step_seconds;
   info.train_seconds = train_seconds_;
   log_correct_ += info.correct;
   log_count_ += info.examples;

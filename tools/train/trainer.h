@@ -56,6 +56,7 @@ struct StepInfo {
   double loss = 0;                       // this step's loss (mean over its batches)
   int64_t correct = 0, examples = 0;     // this step's training predictions
   double lr = 0;                         // the first group's lr of this step
+  double step_seconds = 0;               // this step's time (data, forward, backward, update)
   double train_seconds = 0;              // time in training steps so far, this one included
   std::optional<Evaluation> validation;  // set when this step ended with a validation
   std::optional<Evaluation> test;        // set at an epoch's end with train.test_each_epoch
