@@ -847,8 +847,10 @@ def self_check():
     check("warmup_cosine(4220; 422, 4220, 0.1)", warmup_cosine(4220, 422, 4220, 0.1), 0.1, 1e-12)
     check("warmup_cosine(10; 10, 10, 0) (max(1, T - W))", warmup_cosine(10, 10, 10, 0.0), 1.0)
     check("warmup_cosine(5; 0, 10, 0) (no warm-up)", warmup_cosine(5, 0, 10, 0.0), 0.5, 1e-12)
-    # make_schedule on the default config: 60000 / 128 -> 469 steps per epoch (last batch kept).
-    cfg = load_config(DEFAULT_CONFIG, ["data.validation_fraction=0"])
+    # make_schedule on the default config with one epoch of warm-up and the preset's depth 6 (the
+    # values below are worked for those): 60000 / 128 -> 469 steps per epoch (last batch kept).
+    cfg = load_config(DEFAULT_CONFIG, ["data.validation_fraction=0", "schedule.warmup_epochs=1",
+                                       "model.depth=6"])
     f = make_schedule(cfg, 469)  # W = 469, T = 4690
     check("default config: factor(0)", f(0), 0.0)
     check("default config: factor(100) = 100/469", f(100), 100 / 469, 1e-15)

@@ -39,8 +39,8 @@ void write_classes(const std::string& root, int n) {
 
 json folder_config(const std::string& path, double validation_fraction) {
   json c = tr::default_config();
-  c["model"] = {{"image_size", 4}, {"patch", 2},  {"channels", 1},  {"num_classes", 2},
-                {"dim", 8},        {"depth", 1},  {"heads", 1},     {"mlp_dim", 8}};
+  c["model"] = {{"image_size", 4}, {"patch", 2}, {"channels", 1}, {"num_classes", 2},
+                {"dim", 8},        {"depth", 1}, {"heads", 1},    {"mlp_dim", 8}};
   c["data"]["dataset"] = "imagefolder";
   c["data"]["path"] = path;
   c["data"]["validation_fraction"] = validation_fraction;

@@ -156,8 +156,8 @@ TEST_CASE("report: the page of a finished run shows its summary, curves, table a
   CHECK(html.find("<th>Best validation accuracy</th><td>80.00%</td>") != std::string::npos);
   CHECK(html.find("<th>Steps</th><td>40</td>") != std::string::npos);
   CHECK(html.find("<th>Training time</th><td>1:02:05</td>") != std::string::npos);
-  // The fmnist preset: 28x28 grey images, patch 4, dim 128, depth 6, 4 heads, MLP 256.
-  CHECK(html.find("1&times;28&times;28 images, patch 4, dim 128, depth 6, 4 heads, MLP 256, 10 "
+  // The default model: the fmnist preset (28x28 grey, patch 4, dim 128, 4 heads, MLP 256), depth 4.
+  CHECK(html.find("1&times;28&times;28 images, patch 4, dim 128, depth 4, 4 heads, MLP 256, 10 "
                   "classes") != std::string::npos);
   CHECK(html.find("<th>Data set</th><td>fashion-mnist, batch 128, 10% held out for validation") !=
         std::string::npos);

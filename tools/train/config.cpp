@@ -583,6 +583,14 @@ void apply_override(json& config, const std::string& assignment) {
         (*node)[part] = given;
         return;
       }
+      if (it != optional.end())  // a key inside an optional value that is not there
+        fail(
+            "--set {}: {} is not in the config, so it has no key \"{}\"; set it whole, as "
+            "{}={}",
+            assignment, path, parts[i + 1], path,
+            path == "data.transforms.random_crop" ? std::string(R"({"size":28,"padding":2})")
+            : it->second.is_null()                ? std::string("VALUE")
+                                                  : it->second.dump());
       std::vector<std::string> valid;
       for (const auto& [k, v] : node->items()) {
         (void)v;
