@@ -8,6 +8,16 @@
 #include <map>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_STATIC
+#include <stb/stb_image_write.h>
+#pragma GCC diagnostic pop
 
 namespace vt_test {
 
@@ -123,6 +133,28 @@ void check_grad_at(const std::string& file, const std::string& name, const Fn& f
   RefCase c = load_case(file, name);
   for (Tensor& t : c.inputs) t.requires_grad_();
   check_grad(fn, c.inputs, opt);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void write_png(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  REQUIRE(stbi_write_png(path.c_str(), w, h, comp, hwc.data(), w * comp) != 0);
+}
+
+void write_bmp(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  REQUIRE(stbi_write_bmp(path.c_str(), w, h, comp, hwc.data()) != 0);
+}
+
+void write_jpg(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  REQUIRE(stbi_write_jpg(path.c_str(), w, h, comp, hwc.data(), 100) != 0);
 }
 
 }  // namespace vt_test

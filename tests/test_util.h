@@ -33,6 +33,15 @@ const nlohmann::json& fixture_case(const std::string& file, const std::string& n
 /// A fixture tensor {"shape": [...], "values" (or "data"): [...]} in dtype.
 Tensor fixture_tensor(const nlohmann::json& j, DType dtype = kFloat64);
 
+/// The whole content of a file ("" when it cannot be read).
+std::string read_text(const std::string& path);
+
+/// Image files from 8-bit pixels in HWC order (comp = 1 grey, 3 RGB, 4 RGBA), written with
+/// stb_image_write; the parent folders are created. JPEG at quality 100.
+void write_png(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc);
+void write_bmp(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc);
+void write_jpg(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc);
+
 /// A fresh directory under the system's temp folder, removed with everything in it at scope exit.
 struct TempDir {
   std::filesystem::path dir;

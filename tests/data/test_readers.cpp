@@ -13,16 +13,10 @@
 #include "nn/data/image_folder.h"
 #include "test_util.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_WRITE_STATIC
-#include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
-
 using namespace vitrine::nn::data;
+using vt_test::write_bmp;
+using vt_test::write_jpg;
+using vt_test::write_png;
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
@@ -106,21 +100,6 @@ Bytes hwc_image(int w, int h, int comp, int seed) {
   Bytes b(static_cast<size_t>(w * h * comp));
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>((i * 37 + seed * 11) % 256);
   return b;
-}
-
-void write_png(const std::string& path, int w, int h, int comp, const Bytes& hwc) {
-  fs::create_directories(fs::path(path).parent_path());
-  REQUIRE(stbi_write_png(path.c_str(), w, h, comp, hwc.data(), w * comp) != 0);
-}
-
-void write_bmp(const std::string& path, int w, int h, int comp, const Bytes& hwc) {
-  fs::create_directories(fs::path(path).parent_path());
-  REQUIRE(stbi_write_bmp(path.c_str(), w, h, comp, hwc.data()) != 0);
-}
-
-void write_jpg(const std::string& path, int w, int h, int comp, const Bytes& hwc) {
-  fs::create_directories(fs::path(path).parent_path());
-  REQUIRE(stbi_write_jpg(path.c_str(), w, h, comp, hwc.data(), 100) != 0);
 }
 
 /// Checks an RGB image against interleaved 8-bit pixels exactly (lossless formats).

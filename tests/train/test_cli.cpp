@@ -81,13 +81,6 @@ std::vector<std::string> tiny_sets() {
           "--set", "schedule.warmup_epochs=0.5"};
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 struct Proc {
   pid_t pid = -1;
 };

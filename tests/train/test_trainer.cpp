@@ -86,13 +86,6 @@ json resume_config() {
        "data.transforms.random_crop={\"size\": 8, \"padding\": 1}", "optim.grad_clip=1.0"});
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 /// metrics.jsonl's lines without "train_seconds", the one value that differs between runs.
 std::vector<json> metrics_lines(const std::string& path) {
   std::vector<json> lines;
