@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "nn/state.h"
+#include "run_files.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -133,19 +134,6 @@ std::vector<std::string> train_args(const std::string& data, const std::string& 
   return a;
 }
 
-/// metrics.jsonl without the timings, which differ from run to run.
-std::vector<json> metrics(const std::string& run_dir) {
-  std::vector<json> lines;
-  std::ifstream f(run_dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(f, line)) {
-    json j = json::parse(line);
-    j.erase("train_seconds");
-    lines.push_back(j);
-  }
-  return lines;
-}
-
 /// The raw bytes of every tensor of a safetensors file.
 std::map<std::string, std::string> tensor_bytes(const std::string& path) {
   std::map<std::string, std::string> out;
@@ -203,7 +191,7 @@ TEST_CASE("train-cli: a short run learns the task, prints its results and writes
   CHECK(cm.at("accuracy").get<double>() > 0.5);  // chance is 0.1
   CHECK(cm.at("classes").at(9) == "Ankle boot");
   // 1350 training images / batch 20 = 68 batches = 34 steps of 2 batches per epoch, 8 epochs.
-  const std::vector<json> m = metrics(r.out);
+  const std::vector<json> m = metrics_lines(r.out);
   REQUIRE(!m.empty());
   CHECK(m.back().at("type") == "test");
   CHECK(m.back().at("global_step") == 272);
@@ -222,7 +210,7 @@ TEST_CASE("train-cli: the same command twice gives the same metrics and weights"
   const Ran again = run(train_args(r.data, dir / "run", 8), dir, "again");
   INFO(again.output);
   REQUIRE(again.code == 0);
-  CHECK(metrics(dir / "run") == metrics(r.out));
+  CHECK(metrics_lines(dir / "run") == metrics_lines(r.out));
   CHECK(tensor_bytes(dir / "run/last.safetensors") == tensor_bytes(r.out + "/last.safetensors"));
   CHECK(read_text(dir / "run/confusion_matrix.json") ==
         read_text(r.out + "/confusion_matrix.json"));
@@ -244,7 +232,7 @@ TEST_CASE("train-cli: a run killed with SIGKILL and resumed ends as the uninterr
   CHECK(resumed.output.find("(resuming)") != std::string::npos);
   CHECK(tensor_bytes(out + "/last.safetensors") == tensor_bytes(r.out + "/last.safetensors"));
   CHECK(tensor_bytes(out + "/best.safetensors") == tensor_bytes(r.out + "/best.safetensors"));
-  CHECK(metrics(out) == metrics(r.out));
+  CHECK(metrics_lines(out) == metrics_lines(r.out));
 }
 
 TEST_CASE(
@@ -268,7 +256,7 @@ TEST_CASE(
   INFO(resumed.output);
   REQUIRE(resumed.code == 0);
   CHECK(tensor_bytes(out + "/last.safetensors") == tensor_bytes(r.out + "/last.safetensors"));
-  CHECK(metrics(out) == metrics(r.out));
+  CHECK(metrics_lines(out) == metrics_lines(r.out));
 }
 
 TEST_CASE("train-cli: --eval reproduces the run's test metrics; --summary prints the model") {

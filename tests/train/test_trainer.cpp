@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "nn/state.h"
+#include "run_files.h"
 #include "test_util.h"
 #include "tools/train/config.h"
 #include "tools/train/trainer.h"
@@ -84,20 +85,6 @@ json resume_config() {
       {"model.depth=2", "model.dropout=0.1", "model.drop_path=0.2", "train.accum_steps=2",
        "train.eval_every=4", "train.log_every=3", "train.ema_decay=0.9", "train.epochs=2",
        "data.transforms.random_crop={\"size\": 8, \"padding\": 1}", "optim.grad_clip=1.0"});
-}
-
-/// metrics.jsonl's lines without "train_seconds", the one value that differs between runs.
-std::vector<json> metrics_lines(const std::string& path) {
-  std::vector<json> lines;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    json j = json::parse(line);
-    CHECK(j.at("train_seconds").get<double>() >= 0);
-    j.erase("train_seconds");
-    lines.push_back(j);
-  }
-  return lines;
 }
 
 /// The raw bytes of every tensor of a state dict, by name.
@@ -176,7 +163,7 @@ TEST_CASE("trainer: the same seed gives the same metrics and weights; another se
   tr::Trainer ta(config, s.train, s.val, s.test, a.dir.string());
   tr::Trainer tb(config, s.train, s.val, s.test, b.dir.string());
   const auto ra = ta.run(), rb = tb.run();
-  CHECK(metrics_lines(a / "metrics.jsonl") == metrics_lines(b / "metrics.jsonl"));
+  CHECK(metrics_lines(a.dir.string()) == metrics_lines(b.dir.string()));
   CHECK(state_bytes(ta.model()) == state_bytes(tb.model()));
   CHECK(state_bytes(ta.eval_model()) == state_bytes(tb.eval_model()));
   CHECK(ra.test->confusion == rb.test->confusion);
@@ -219,9 +206,50 @@ TEST_CASE("trainer: stopped by the flag and resumed ends bit for bit as an unint
     CHECK(r.global_step == r_full.global_step);
     CHECK(state_bytes(second.model()) == state_bytes(uninterrupted.model()));
     CHECK(state_bytes(second.eval_model()) == state_bytes(uninterrupted.eval_model()));
-    CHECK(metrics_lines(part / "metrics.jsonl") == metrics_lines(full / "metrics.jsonl"));
+    CHECK(metrics_lines(part.dir.string()) == metrics_lines(full.dir.string()));
     CHECK(read_text(part / "best.safetensors") == read_text(full / "best.safetensors"));
   }
+}
+
+TEST_CASE(
+    "trainer: fine-tuning starts from the checkpoint, trains only the head when frozen, "
+    "and resumes without the checkpoint") {
+  SingleThread st;
+  TempDir base, full, part;
+  Sets s;
+  tr::Trainer source(tiny_config({"train.epochs=1"}), s.train, s.val, s.test, base.dir.string());
+  source.run();
+  const std::string checkpoint = base / "pretrained.safetensors";
+  std::filesystem::copy_file(base / "last.safetensors", checkpoint);
+  auto pretrained = models::load_vit(checkpoint);
+  json config = tr::finetune_config(tiny_config({"train.epochs=2", "optim.lr=0.01"}),
+                                    pretrained->config(), checkpoint, 3, true);
+  tr::validate_config(config);
+
+  tr::Trainer uninterrupted(config, s.train, s.val, s.test, full.dir.string());
+  CHECK(uninterrupted.model().num_parameters(true) == 16 * 3 + 3);  // the head only
+  uninterrupted.run();                                              // reads the checkpoint itself
+  for (const auto& [name, bytes] : state_bytes(uninterrupted.model())) {
+    CAPTURE(name);
+    if (name.rfind("head.", 0) == 0)
+      CHECK(bytes != state_bytes(*pretrained).at(name));
+    else
+      CHECK(bytes == state_bytes(*pretrained).at(name));
+  }
+
+  std::atomic<bool> stop{false};
+  {
+    tr::Trainer first(config, s.train, s.val, s.test, part.dir.string());
+    first.set_stop_flag(&stop);
+    first.set_on_step([&](const tr::StepInfo& i) { stop = i.global_step == 4; });
+    CHECK(first.run(pretrained.get()).stopped);
+  }
+  std::filesystem::remove(checkpoint);
+  tr::Trainer second(config, s.train, s.val, s.test, part.dir.string());
+  CHECK_FALSE(second.resume(part.dir.string()).stopped);
+  CHECK(state_bytes(second.model()) == state_bytes(uninterrupted.model()));
+  CHECK_ERROR_CONTAINS(tr::Trainer(config, s.train, s.val, s.test, base / "again").run(),
+                       "pretrained.safetensors");  // a fresh start does need it
 }
 
 TEST_CASE("trainer: killed between checkpoints, resumed from the last one, ends bit for bit") {
@@ -249,7 +277,7 @@ TEST_CASE("trainer: killed between checkpoints, resumed from the last one, ends 
   second.resume(part.dir.string());
   CHECK(state_bytes(second.model()) == state_bytes(uninterrupted.model()));
   CHECK(state_bytes(second.eval_model()) == state_bytes(uninterrupted.eval_model()));
-  CHECK(metrics_lines(part / "metrics.jsonl") == metrics_lines(full / "metrics.jsonl"));
+  CHECK(metrics_lines(part.dir.string()) == metrics_lines(full.dir.string()));
 }
 
 TEST_CASE("trainer: resume without a usable run folder names the file and the problem") {

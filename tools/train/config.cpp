@@ -437,6 +437,17 @@ std::map<std::string, json> optional_keys(const std::string& parent, const json&
   return out;
 }
 
+/// What to write for the whole value at path in a message: its keys when it is an object of
+/// known keys ({"padding": ..., "size": ...} for a random crop), else VALUE.
+std::string whole_value(const std::string& path) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : optional_keys(path, json::object())) {
+    (void)v;
+    keys.push_back(fmt::format("\"{}\": ...", k));
+  }
+  return keys.empty() ? std::string("VALUE") : fmt::format("{{{}}}", join(keys));
+}
+
 /// Whether `given` may replace a value like `old` at path.
 bool same_kind(const json& old, const json& given, const std::string& path) {
   if (old.is_null() || given.type() == old.type()) return true;
@@ -587,10 +598,7 @@ void apply_override(json& config, const std::string& assignment) {
         fail(
             "--set {}: {} is not in the config, so it has no key \"{}\"; set it whole, as "
             "{}={}",
-            assignment, path, parts[i + 1], path,
-            path == "data.transforms.random_crop" ? std::string(R"({"size":28,"padding":2})")
-            : it->second.is_null()                ? std::string("VALUE")
-                                                  : it->second.dump());
+            assignment, path, parts[i + 1], path, whole_value(path));
       std::vector<std::string> valid;
       for (const auto& [k, v] : node->items()) {
         (void)v;

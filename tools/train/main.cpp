@@ -126,11 +126,14 @@ int evaluate_checkpoint(json config, const std::string& checkpoint) {
 }
 
 int run_training(json config, const Options& o) {
+  std::shared_ptr<models::VisionTransformer> pretrained;  // read once, for config and weights
   if (!o.finetune.empty()) {
     // The data set decides the new head's size: open it with the config as given first.
     tr::validate_config(config);
     const int64_t classes = static_cast<int64_t>(tr::load_test_set(config)->classes().size());
-    config = tr::finetune_config(config, o.finetune, classes, o.freeze_backbone);
+    pretrained = models::load_vit(o.finetune);
+    config =
+        tr::finetune_config(config, pretrained->config(), o.finetune, classes, o.freeze_backbone);
   }
   tr::validate_config(config);
   const bool resuming = !o.resume.empty();
@@ -172,7 +175,7 @@ int run_training(json config, const Options& o) {
 
   tr::TrainResult r;
   try {
-    r = resuming ? trainer.resume(run_dir) : trainer.run();
+    r = resuming ? trainer.resume(run_dir) : trainer.run(pretrained.get());
   } catch (...) {
     progress.close();
     throw;

@@ -68,10 +68,10 @@ json resumable_part(json c) {
   return without_comments(c);
 }
 
-/// Copies every tensor but the head's from the checkpoint into model; freezes them when asked.
-void load_backbone(models::VisionTransformer& model, const std::string& checkpoint, bool freeze) {
-  auto pretrained = models::load_vit(checkpoint);
-  const nn::NamedTensors from = pretrained->state_dict();
+/// Copies every tensor but the head's from pretrained (read from `checkpoint`) into model.
+void copy_backbone(models::VisionTransformer& model, const models::VisionTransformer& pretrained,
+                   const std::string& checkpoint) {
+  const nn::NamedTensors from = pretrained.state_dict();
   std::map<std::string, Tensor> by_name(from.begin(), from.end());
   NoGradGuard no_grad;
   for (auto& [name, t] : model.state_dict()) {
@@ -83,12 +83,6 @@ void load_backbone(models::VisionTransformer& model, const std::string& checkpoi
              "finetune: {} holds {} with shape {}, the model section gives it shape {}", checkpoint,
              name, it->second.shape().str(), t.shape().str());
     t.copy_(it->second.to(t.dtype()));
-  }
-  if (freeze) {
-    model.requires_grad_(false);
-    VT_CHECK(model.head,
-             "finetune: --freeze-backbone needs a head to train (model.num_classes > 0)");
-    model.head->requires_grad_(true);
   }
 }
 
@@ -132,8 +126,12 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
   init_gen_ = Generator(seed);
   dropout_gen_ = Generator(seed + 1);
   model_ = std::make_shared<models::VisionTransformer>(model_config_, init_gen_);
-  const std::string finetune = t.at("finetune").get<std::string>();
-  if (!finetune.empty()) load_backbone(*model_, finetune, t.at("freeze_backbone").get<bool>());
+  if (t.at("freeze_backbone").get<bool>()) {  // before the optimizer takes the parameters
+    VT_CHECK(model_->head,
+             "finetune: --freeze-backbone needs a head to train (model.num_classes > 0)");
+    model_->requires_grad_(false);
+    model_->head->requires_grad_(true);
+  }
   set_dropout_generator(*model_, dropout_gen_);
   model_->to(device_);
   model_->train();
@@ -229,9 +227,9 @@ Evaluation evaluate(models::VisionTransformer& model,
   return ev.result();
 }
 
-json finetune_config(json config, const std::string& checkpoint, int64_t num_classes,
-                     bool freeze_backbone) {
-  models::ViTConfig c = models::load_vit(checkpoint)->config();
+json finetune_config(json config, const models::ViTConfig& pretrained,
+                     const std::string& checkpoint, int64_t num_classes, bool freeze_backbone) {
+  models::ViTConfig c = pretrained;
   c.num_classes = num_classes;
   config["model"] = c.to_json();
   config["train"]["finetune"] = checkpoint;
@@ -413,7 +411,14 @@ TrainResult Trainer::finish(TrainResult r) {
   return r;
 }
 
-TrainResult Trainer::run() {
+TrainResult Trainer::run(const models::VisionTransformer* pretrained) {
+  const std::string finetune = config_.at("train").at("finetune").get<std::string>();
+  if (!finetune.empty()) {
+    std::shared_ptr<models::VisionTransformer> loaded;
+    if (!pretrained) pretrained = (loaded = models::load_vit(finetune)).get();
+    copy_backbone(*model_, *pretrained, finetune);
+    if (ema_) nn::load_state_dict(*ema_, model_->state_dict());
+  }
   fs::create_directories(run_dir_);
   fs::remove(run_dir_ + "/metrics.jsonl");
   {

@@ -69,12 +69,13 @@ Evaluation evaluate(models::VisionTransformer& model,
                     const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
                     Device device);
 
-/// The config of a fine-tuning run: `config` with its model section replaced by the checkpoint's
-/// architecture (own or foreign weights, as models::load_vit reads them) with num_classes set to
-/// the data set's, and train.finetune = checkpoint, train.freeze_backbone = freeze_backbone.
-/// The Trainer then starts from the checkpoint's weights and a fresh head.
-nlohmann::json finetune_config(nlohmann::json config, const std::string& checkpoint,
-                               int64_t num_classes, bool freeze_backbone);
+/// The config of a fine-tuning run: `config` with its model section replaced by `pretrained`, the
+/// architecture of the checkpoint (own or foreign weights, as models::load_vit reads them), with
+/// num_classes set to the data set's, and train.finetune = checkpoint, train.freeze_backbone =
+/// freeze_backbone. Trainer::run then starts from the checkpoint's weights and a fresh head.
+nlohmann::json finetune_config(nlohmann::json config, const models::ViTConfig& pretrained,
+                               const std::string& checkpoint, int64_t num_classes,
+                               bool freeze_backbone);
 
 struct TrainResult {
   bool stopped = false;        // the stop flag ended the run; resume() continues it
@@ -87,11 +88,10 @@ struct TrainResult {
 
 class Trainer {
  public:
-  /// config: validated (validate_config); with train.finetune, every weight but the head's comes
-  /// from that checkpoint (an Error names a tensor whose shape differs), and with
-  /// train.freeze_backbone only the head is trained (the others have requires_grad false and
-  /// are not given to the optimizer). datasets: the validation one may be empty or null (no
-  /// validation: best.safetensors is then never written, nor early stopping); run_dir is created.
+  /// config: validated (validate_config); with train.freeze_backbone only the head is trained
+  /// (the others have requires_grad false and are not given to the optimizer). datasets: the
+  /// validation one may be empty or null (no validation: best.safetensors is then never written,
+  /// nor early stopping); run_dir is created.
   Trainer(nlohmann::json config, std::shared_ptr<const nn::data::Dataset> train_set,
           std::shared_ptr<const nn::data::Dataset> validation_set,
           std::shared_ptr<const nn::data::Dataset> test_set, std::string run_dir);
@@ -104,8 +104,11 @@ class Trainer {
   /// Called after each step (a progress display; tests use it to interrupt a run).
   void set_on_step(std::function<void(const StepInfo&)> f) { on_step_ = std::move(f); }
 
-  /// Trains from the start (writes run_dir/config.json), then evaluates on the test set.
-  TrainResult run();
+  /// Trains from the start (writes run_dir/config.json), then evaluates on the test set. With
+  /// train.finetune, every weight but the head's is first copied from `pretrained`, the model
+  /// read from that checkpoint (read here when null); an Error names a tensor whose shape
+  /// differs. A resumed run never reads the checkpoint again: its weights are in last.safetensors.
+  TrainResult run(const models::VisionTransformer* pretrained = nullptr);
   /// Continues the run saved in run_dir/last.safetensors exactly where it was saved: an Error
   /// names the file when it is missing or unreadable, or the key when its config differs from
   /// this trainer's (train.out, train.device, data.path and data.workers may differ).
