@@ -1,13 +1,15 @@
 # The two commands of the README. Each does the whole set-up on a fresh clone: system packages
 # (scripts/install-deps.sh), configure, build, run.
 #   make test   build everything (CUDA too when nvcc is found) and run the test suite with ctest
-#   make demo   build vitrine-train (CPU-only unless a GPU is visible), train the default
-#               Fashion-MNIST ViT briefly, evaluate it and say where its report is
+#   make demo   build vitrine-train and vitrine-explain (CPU-only unless a GPU is visible), train
+#               the default Fashion-MNIST ViT briefly, evaluate it, explain a dozen test images
+#               with every method and say where the reports are
 BUILD_TEST ?= build
 BUILD_DEMO ?= build-demo
 JOBS ?= $(shell nproc)
 DEMO_EPOCHS ?= 3
 DEMO_RUN ?= runs/demo
+DEMO_EXPLAIN ?= 12
 GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo ON || echo OFF)
 
 .PHONY: all deps test demo autograd-demo format clean
@@ -24,14 +26,17 @@ test: deps
 
 # The demo trains the default Fashion-MNIST ViT for a short budget (DEMO_EPOCHS; the config's
 # cosine schedule is fitted to it) in runs/demo (replaced each time), then evaluates its best
-# checkpoint on the test set as a separate command would.
+# checkpoint on the test set as a separate command would, then explains DEMO_EXPLAIN test images
+# with every method (runs/demo/explain/index.html).
 demo: deps
 	cmake -S . -B $(BUILD_DEMO) -G Ninja -DCMAKE_BUILD_TYPE=Release -DVITRINE_CUDA=$(GPU) -DVITRINE_BUILD_TESTS=OFF
-	cmake --build $(BUILD_DEMO) -j $(JOBS) --target vitrine-train
+	cmake --build $(BUILD_DEMO) -j $(JOBS) --target vitrine-train vitrine-explain
 	rm -rf $(DEMO_RUN)
 	./$(BUILD_DEMO)/tools/train/vitrine-train --epochs $(DEMO_EPOCHS) --out $(DEMO_RUN)
 	./$(BUILD_DEMO)/tools/train/vitrine-train --eval $(DEMO_RUN)/best.safetensors
-	@echo "run folder: $(DEMO_RUN)   report: $(DEMO_RUN)/report.html"
+	./$(BUILD_DEMO)/tools/explain/vitrine-explain --checkpoint $(DEMO_RUN)/best.safetensors \
+	  --dataset fashion-mnist --count $(DEMO_EXPLAIN) --method all --out $(DEMO_RUN)/explain
+	@echo "run folder: $(DEMO_RUN)   training report: $(DEMO_RUN)/report.html   explanations: $(DEMO_RUN)/explain/index.html"
 
 # The first demo: one neuron's forward, graph, backward and gradcheck, printed (docs/autograd.md).
 autograd-demo: deps

@@ -226,12 +226,12 @@ ViTBlock::ViTBlock(const ViTConfig& c, double dp, Generator& gen) {
 }
 
 Tensor ViTBlock::forward(const Tensor& x) {
-  Tensor a = attn->forward(norm1->forward(x));
+  Tensor a = (*attn)((*norm1)(x));
   if (ls1.defined()) a = a * ls1;
-  Tensor h = x + drop_path1->forward(a);
-  Tensor m = mlp->forward(norm2->forward(h));
+  Tensor h = x + (*drop_path1)(a);
+  Tensor m = (*mlp)((*norm2)(h));
   if (ls2.defined()) m = m * ls2;
-  return h + drop_path2->forward(m);
+  return h + (*drop_path2)(m);
 }
 
 VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : config_(c) {
@@ -346,7 +346,7 @@ Tensor VisionTransformer::forward_features(const Tensor& images, const ViTForwar
   Tensor x = embed(images, options);
   block_outputs_.clear();
   for (const auto& b : *blocks) {
-    x = b->forward(x);
+    x = (*b)(x);
     if (capture_tokens_) block_outputs_.push_back(x);
   }
   return norm ? norm->forward(x) : x;

@@ -24,6 +24,24 @@ Tensor Module::forward(const Tensor&) {
   fail("{}: this module has no single-input forward (call its own forward method)", type_name());
 }
 
+Tensor Module::operator()(const Tensor& x) {
+  Tensor out = forward(x);
+  if (forward_hooks_.empty()) return out;
+  const auto hooks = forward_hooks_;  // a hook may remove itself
+  for (const auto& [handle, hook] : hooks)
+    if (Tensor r = hook(*this, x, out); r.defined()) out = r;
+  return out;
+}
+
+int64_t Module::register_forward_hook(ForwardHook hook) {
+  forward_hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+void Module::remove_forward_hook(int64_t handle) {
+  std::erase_if(forward_hooks_, [handle](const auto& h) { return h.first == handle; });
+}
+
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   check_name(name, "parameter", type_name());
   VT_CHECK(!has_name(params_, name) && !has_name(buffers_, name) && !has_name(children_, name),

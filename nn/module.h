@@ -7,6 +7,7 @@
 //   fc1 = register_module("fc1", std::make_shared<Linear>(in, hidden));
 // Tensor handles share their TensorImpl, so to(device) and load_state_dict update the members too.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,7 +29,18 @@ class Module {
 
   /// The single-input forward most layers have; modules with other signatures define their own.
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// forward(x), then the forward hooks. Modules call their children this way, so that hooks
+  /// registered on a child see every call (calling forward directly skips them, as in PyTorch).
+  Tensor operator()(const Tensor& x);
+
+  /// A forward hook, as torch's register_forward_hook: hook(module, input, output) runs after
+  /// every call through operator(); a defined return value replaces the output. Explanation
+  /// methods use one to keep an inner activation (and, with retain_grad, its gradient).
+  using ForwardHook = std::function<Tensor(Module&, const Tensor& input, const Tensor& output)>;
+  /// Returns a handle for remove_forward_hook.
+  int64_t register_forward_hook(ForwardHook hook);
+  /// Removes a hook by its handle (an unknown handle is ignored, so removal can be unconditional).
+  void remove_forward_hook(int64_t handle);
   /// The type's name, for summaries and errors ("Linear").
   virtual std::string type_name() const { return "Module"; }
   /// One line describing the hyperparameters ("in=4, out=3, bias=true").
@@ -86,6 +98,8 @@ class Module {
   void replace_child(const std::string& name, std::shared_ptr<Module> m);
   void collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out) const;
   bool training_ = true;
+  std::vector<std::pair<int64_t, ForwardHook>> forward_hooks_;
+  int64_t next_hook_ = 0;
   NamedTensors params_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

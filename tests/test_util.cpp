@@ -1,5 +1,8 @@
 #include "test_util.h"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +21,8 @@
 #define STB_IMAGE_WRITE_STATIC
 #include <stb/stb_image_write.h>
 #pragma GCC diagnostic pop
+
+extern char** environ;
 
 namespace vt_test {
 
@@ -155,6 +160,45 @@ void write_bmp(const std::string& path, int w, int h, int comp, const std::vecto
 void write_jpg(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   REQUIRE(stbi_write_jpg(path.c_str(), w, h, comp, hwc.data(), 100) != 0);
+}
+
+Process spawn_process(const std::string& exe, const std::vector<std::string>& args,
+                      const std::string& log, const std::string& cwd) {
+  std::vector<std::string> all = {exe};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s = {"OMP_NUM_THREADS=1"};
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind("OMP_NUM_THREADS=", 0) != 0) env_s.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  Process p;
+  pid_t pid = -1;
+  REQUIRE(posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), envp.data()) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  p.pid = pid;
+  return p;
+}
+
+int wait_process(Process p) {
+  int status = 0;
+  REQUIRE(waitpid(p.pid, &status, 0) == p.pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+ProcessResult run_process(const std::string& exe, const std::vector<std::string>& args,
+                          const TempDir& dir, const std::string& name) {
+  const std::string log = dir / (name + ".log");
+  const int code = wait_process(spawn_process(exe, args, log, dir.dir.string()));
+  return {code, read_text(log)};
 }
 
 }  // namespace vt_test

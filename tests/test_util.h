@@ -55,6 +55,26 @@ struct TempDir {
   std::vector<std::string> files() const;
 };
 
+/// A program started by spawn_process.
+struct Process {
+  int pid = -1;
+};
+/// Starts exe with args in the folder cwd, stdout and stderr to the file log, with one OpenMP
+/// thread (OMP_NUM_THREADS=1, so that runs are bitwise repeatable) and otherwise this process's
+/// environment.
+Process spawn_process(const std::string& exe, const std::vector<std::string>& args,
+                      const std::string& log, const std::string& cwd);
+/// Waits for it: the exit status, or 128 + the signal that ended it.
+int wait_process(Process p);
+/// A finished run: exit status and everything it printed.
+struct ProcessResult {
+  int code;
+  std::string output;
+};
+/// spawn_process + wait_process, the output logged to dir/<name>.log.
+ProcessResult run_process(const std::string& exe, const std::vector<std::string>& args,
+                          const TempDir& dir, const std::string& name);
+
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 /// A reference case from a fixture JSON file ({"cases": {name: {"inputs": [...], "output": ...}}}).
 struct RefCase {

@@ -4,9 +4,7 @@
 // metrics; a run killed with SIGKILL, or stopped with SIGINT, and resumed ends with the same
 // weights as the uninterrupted run; --eval, --summary, --finetune --freeze-backbone and the
 // command-line errors. Single-threaded (OMP_NUM_THREADS=1, data.workers=0) for bitwise checks.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,8 +16,6 @@
 #include "nn/state.h"
 #include "run_files.h"
 #include "test_util.h"
-
-extern char** environ;
 
 using namespace vitrine;
 using namespace vt_test;
@@ -82,50 +78,17 @@ std::vector<std::string> tiny_sets() {
           "--set", "schedule.warmup_epochs=0.5"};
 }
 
-struct Proc {
-  pid_t pid = -1;
-};
+using Proc = Process;
+using Ran = ProcessResult;
 
-/// Starts the tool with args in the folder cwd, stdout and stderr to log, one OpenMP thread.
 Proc spawn(const std::vector<std::string>& args, const std::string& log, const std::string& cwd) {
-  std::vector<std::string> all = {kExe};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s = {"OMP_NUM_THREADS=1"};
-  for (char** e = environ; *e; ++e)
-    if (std::string(*e).rfind("OMP_NUM_THREADS=", 0) != 0) env_s.emplace_back(*e);
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
-  Proc p;
-  REQUIRE(posix_spawn(&p.pid, kExe.c_str(), &fa, nullptr, argv.data(), envp.data()) == 0);
-  posix_spawn_file_actions_destroy(&fa);
-  return p;
+  return spawn_process(kExe, args, log, cwd);
 }
 
-/// The exit status, or 128 + the signal that ended it.
-int wait_exit(Proc p) {
-  int status = 0;
-  REQUIRE(waitpid(p.pid, &status, 0) == p.pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-struct Ran {
-  int code;
-  std::string output;
-};
+int wait_exit(Proc p) { return wait_process(p); }
 
 Ran run(const std::vector<std::string>& args, const TempDir& dir, const std::string& name) {
-  const std::string log = dir / (name + ".log");
-  const int code = wait_exit(spawn(args, log, dir.dir.string()));
-  return {code, read_text(log)};
+  return run_process(kExe, args, dir, name);
 }
 
 std::vector<std::string> train_args(const std::string& data, const std::string& out, int epochs) {

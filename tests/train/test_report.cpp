@@ -1,7 +1,7 @@
 // tools/train/report: the HTML page of a run folder made by hand (metrics.jsonl, the default
 // config, a confusion matrix from an Evaluator with a class named "<&>"): what it shows, that it
-// escapes and fetches nothing; the chart's ticks and points worked out from the rule in report.h;
-// the confusion grid's counts and shades; errors naming the file and line.
+// escapes and fetches nothing; the chart's ticks and points worked out from the nice-axis rule
+// (tools/common/html.h); the confusion grid's counts and shades; errors naming the file and line.
 #include <cmath>
 #include <fstream>
 #include <regex>

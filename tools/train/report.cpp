@@ -1,5 +1,6 @@
 // The HTML report of a run folder: reading metrics.jsonl, config.json and confusion_matrix.json,
-// and drawing the charts as inline SVG (see report.h for the tick rule and the page's contents).
+// and drawing the charts as inline SVG (see report.h for the page's contents, and
+// tools/common/html.h for the tick rule).
 #include "tools/train/report.h"
 
 #include <algorithm>
@@ -12,44 +13,23 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/error.h"
+#include "tools/common/files.h"
+#include "tools/common/html.h"
 #include "tools/train/config.h"
 
 namespace vitrine::train {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
+using tools::Axis;
+using tools::escape_html;
+using tools::nice_axis;
+using tools::svg_open;
+using tools::text_width;
 
 namespace {
 
 // ---- text --------------------------------------------------------------------------------------
-
-/// Escapes text for HTML content and attribute values.
-std::string esc(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 /// A JSON value as text: a string as it is, anything else as JSON.
 std::string show(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
@@ -64,58 +44,6 @@ std::optional<double> number(const json& line, const char* key) {
   if (!std::isfinite(v)) return std::nullopt;
   return v;
 }
-
-// ---- axes --------------------------------------------------------------------------------------
-
-/// An axis from lo to hi with a tick at every multiple of step = m * 10^exponent (see report.h).
-struct Axis {
-  double lo = 0, hi = 1;
-  int m = 1, exponent = 0;  // m in {1, 2, 5}
-  int64_t first = 0, last = 0;
-
-  /// k * step, computed so that 3 * 0.2 is 0.6 (as 6 / 10) rather than 0.6000000000000001.
-  double tick(int64_t k) const {
-    const double km = static_cast<double>(k * m);
-    return exponent < 0 ? km / std::pow(10.0, -exponent) : km * std::pow(10.0, exponent);
-  }
-  std::string label(int64_t k) const {
-    if (exponent < -5) return fmt::format("{}", tick(k));
-    return fmt::format("{:.{}f}", tick(k), std::max(0, -exponent));
-  }
-};
-
-Axis nice_axis(double lo, double hi) {
-  if (hi - lo <= 0) {
-    const double d = lo == 0 ? 1.0 : std::abs(lo) / 10;
-    lo -= d;
-    hi += d;
-  }
-  const double raw = (hi - lo) / 5;
-  Axis a;
-  a.exponent = static_cast<int>(std::floor(std::log10(raw)));
-  const double f = raw / std::pow(10.0, a.exponent);
-  a.m = f <= 1 + 1e-9 ? 1 : f <= 2 + 1e-9 ? 2 : f <= 5 + 1e-9 ? 5 : 10;
-  if (a.m == 10) {
-    a.m = 1;
-    ++a.exponent;
-  }
-  const double step = a.tick(1);
-  a.first = static_cast<int64_t>(std::floor(lo / step + 1e-9));
-  a.last = static_cast<int64_t>(std::ceil(hi / step - 1e-9));
-  a.lo = a.tick(a.first);
-  a.hi = a.tick(a.last);
-  return a;
-}
-
-std::string svg_open(int width, int height) {
-  return fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
-      "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"11\">\n",
-      width, height);
-}
-
-/// A rough width of a label at font size 11 (no font metrics without a browser).
-double text_width(const std::string& s) { return 6.5 * static_cast<double>(s.size()); }
 
 }  // namespace
 
@@ -171,7 +99,7 @@ std::string line_chart_svg(const std::vector<Series>& series, const std::string&
   }
 
   for (const Series& s : drawn) {
-    const std::string colour = esc(s.colour);
+    const std::string colour = escape_html(s.colour);
     std::string pts;
     for (const auto& [x, y] : s.points)
       pts += fmt::format("{}{:.1f},{:.1f}", pts.empty() ? "" : " ", px(x), py(y));
@@ -194,7 +122,7 @@ std::string line_chart_svg(const std::vector<Series>& series, const std::string&
 
   double lx = left;  // the legend, in a row above the plot
   for (const Series& s : drawn) {
-    const std::string colour = esc(s.colour);
+    const std::string colour = escape_html(s.colour);
     if (s.dots)
       out +=
           fmt::format("<circle cx=\"{:.1f}\" cy=\"15\" r=\"3.5\" fill=\"{}\"/>\n", lx + 9, colour);
@@ -203,7 +131,7 @@ std::string line_chart_svg(const std::vector<Series>& series, const std::string&
           "<line x1=\"{:.1f}\" y1=\"15\" x2=\"{:.1f}\" y2=\"15\" stroke=\"{}\" "
           "stroke-width=\"2\"/>\n",
           lx, lx + 18, colour);
-    out += fmt::format("<text x=\"{:.1f}\" y=\"19\">{}</text>\n", lx + 23, esc(s.name));
+    out += fmt::format("<text x=\"{:.1f}\" y=\"19\">{}</text>\n", lx + 23, escape_html(s.name));
     lx += 23 + text_width(s.name) + 16;
   }
 
@@ -211,7 +139,8 @@ std::string line_chart_svg(const std::vector<Series>& series, const std::string&
       "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n"
       "<text transform=\"translate(14,{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n"
       "</svg>\n",
-      (left + right) / 2, height - 8, esc(x_title), (top + bottom) / 2, esc(y_title));
+      (left + right) / 2, height - 8, escape_html(x_title), (top + bottom) / 2,
+      escape_html(y_title));
   return out;
 }
 
@@ -253,7 +182,7 @@ std::string confusion_svg(const std::vector<std::vector<int64_t>>& confusion,
       left + static_cast<double>(c) * cell / 2, top + static_cast<double>(c) * cell / 2);
   for (size_t k = 0; k < c; ++k) {
     const double mid = static_cast<double>(k) * cell + cell / 2;
-    const std::string name = esc(names[k]);
+    const std::string name = escape_html(names[k]);
     out += fmt::format(
         "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" dominant-baseline=\"central\" "
         "font-size=\"{:.1f}\">{}</text>\n"
@@ -276,8 +205,8 @@ std::string confusion_svg(const std::vector<std::vector<int64_t>>& confusion,
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
           "fill=\"rgb({},{},{})\" stroke=\"#ddd\"><title>true {}, predicted {}: {} ({:.1f}% of "
           "{})</title></rect>\n",
-          x, y, cell, cell, mix(8), mix(48), mix(107), esc(names[t]), esc(names[p]), n, 100 * share,
-          esc(names[t]));
+          x, y, cell, cell, mix(8), mix(48), mix(107), escape_html(names[t]), escape_html(names[p]),
+          n, 100 * share, escape_html(names[t]));
       if (counts)
         out += fmt::format(
             "<text class=\"count\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" "
@@ -416,50 +345,52 @@ std::vector<std::pair<std::string, std::string>> config_rows(const json& config,
       fail("report: {}: {}", path, e.what());
     }
     rows.emplace_back("Model", model);
-    rows.emplace_back("Model config", "<code>" + esc(cfg.at("model").dump()) + "</code>");
+    rows.emplace_back("Model config", "<code>" + escape_html(cfg.at("model").dump()) + "</code>");
   }
   const json data = section("data"), optim = section("optim"), schedule = section("schedule"),
              train = section("train");
   if (!data.empty()) {
-    std::string text = esc(get(data, "dataset"));
+    std::string text = escape_html(get(data, "dataset"));
     if (data.contains("path") && !show(data.at("path")).empty())
-      text += " (" + esc(show(data.at("path"))) + ")";
-    text += ", batch " + esc(get(data, "batch_size"));
+      text += " (" + escape_html(show(data.at("path"))) + ")";
+    text += ", batch " + escape_html(get(data, "batch_size"));
     if (data.contains("validation_fraction") && data.at("validation_fraction").is_number())
       text += fmt::format(", {:g}% held out for validation",
                           100 * data.at("validation_fraction").get<double>());
     rows.emplace_back("Data set", text);
     if (data.contains("transforms"))
-      rows.emplace_back("Transforms", "<code>" + esc(data.at("transforms").dump()) + "</code>");
+      rows.emplace_back("Transforms",
+                        "<code>" + escape_html(data.at("transforms").dump()) + "</code>");
   }
   if (!optim.empty()) {
-    std::string text = esc(get(optim, "name")) + ", lr " + esc(get(optim, "lr")) +
-                       ", weight decay " + esc(get(optim, "weight_decay"));
+    std::string text = escape_html(get(optim, "name")) + ", lr " + escape_html(get(optim, "lr")) +
+                       ", weight decay " + escape_html(get(optim, "weight_decay"));
     for (const char* key : {"label_smoothing", "grad_clip"})  // shown when not 0 (off)
       if (optim.contains(key) && optim.at(key).is_number() && optim.at(key).get<double>() != 0)
-        text += fmt::format(", {} {}", key, esc(show(optim.at(key))));
+        text += fmt::format(", {} {}", key, escape_html(show(optim.at(key))));
     rows.emplace_back("Optimizer", text);
   }
   if (!schedule.empty()) {
     const std::string name = get(schedule, "name");
-    std::string text = esc(name);
+    std::string text = escape_html(name);
     if (name == "warmup_cosine")
-      text += ", warm-up " + esc(get(schedule, "warmup_epochs")) + " epochs, min lr factor " +
-              esc(get(schedule, "min_lr_factor"));
+      text += ", warm-up " + escape_html(get(schedule, "warmup_epochs")) +
+              " epochs, min lr factor " + escape_html(get(schedule, "min_lr_factor"));
     else if (name == "step")
-      text += ", &times;" + esc(get(schedule, "gamma")) + " every " +
-              esc(get(schedule, "step_epochs")) + " epochs";
+      text += ", &times;" + escape_html(get(schedule, "gamma")) + " every " +
+              escape_html(get(schedule, "step_epochs")) + " epochs";
     rows.emplace_back("Schedule", text);
   }
   if (!train.empty()) {
-    rows.emplace_back("Epochs", esc(get(train, "epochs")));
-    std::string text = "seed " + esc(get(train, "seed")) + ", device " + esc(get(train, "device"));
+    rows.emplace_back("Epochs", escape_html(get(train, "epochs")));
+    std::string text =
+        "seed " + escape_html(get(train, "seed")) + ", device " + escape_html(get(train, "device"));
     // Shown when not at their default (off).
     for (const auto& [key, off] : {std::pair<const char*, double>{"accum_steps", 1},
                                    {"ema_decay", 0},
                                    {"early_stopping_patience", 0}})
       if (train.contains(key) && train.at(key).is_number() && train.at(key).get<double>() != off)
-        text += fmt::format(", {} {}", key, esc(show(train.at(key))));
+        text += fmt::format(", {} {}", key, escape_html(show(train.at(key))));
     rows.emplace_back("Training", text);
   }
   return rows;
@@ -491,8 +422,8 @@ std::string page(const std::string& run_dir, const Metrics& m, const std::option
   const std::string run_name = fs::path(run_dir).lexically_normal().filename().string();
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   out += fmt::format("<title>Training report: {}</title>\n<style>{}</style>\n</head>\n<body>\n",
-                     esc(run_name.empty() ? run_dir : run_name), kStyle);
-  out += fmt::format("<h1>Training report</h1>\n<p class=\"sub\">{}</p>\n", esc(run_dir));
+                     escape_html(run_name.empty() ? run_dir : run_name), kStyle);
+  out += fmt::format("<h1>Training report</h1>\n<p class=\"sub\">{}</p>\n", escape_html(run_dir));
 
   // Summary.
   std::optional<double> test_acc, test_f1, test_loss;
@@ -526,7 +457,7 @@ std::string page(const std::string& run_dir, const Metrics& m, const std::option
   if (config)
     for (const auto& [head, html] : config_rows(*config, config_path)) row(head, html);
   else
-    row("Config", esc(config_path) + " not found");
+    row("Config", escape_html(config_path) + " not found");
   out += "</table>\n";
 
   // Curves.
@@ -564,7 +495,7 @@ std::string page(const std::string& run_dir, const Metrics& m, const std::option
     out += fmt::format(
         "<tr><td>{}</td><td class=\"num\">{:.4f}</td><td class=\"num\">{:.4f}</td>"
         "<td class=\"num\">{:.4f}</td><td class=\"num\">{}</td></tr>\n",
-        esc(names[k]), e.at("precision").get<double>(), e.at("recall").get<double>(),
+        escape_html(names[k]), e.at("precision").get<double>(), e.at("recall").get<double>(),
         e.at("f1").get<double>(), e.at("support").dump());
   }
   out += fmt::format(
@@ -591,21 +522,8 @@ std::string write_report(const std::string& run_dir) {
     test = read_test_set(*j, confusion_path);
   const std::string html = page(run_dir, m, config, config_path, test);
 
-  const std::string path = (dir / "report.html").string(), tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    VT_CHECK(f, "report: cannot write {}", tmp);
-    f << html;
-    f.close();
-    VT_CHECK(f, "report: cannot write {}", tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code cleanup;  // best effort: the rename's error is the one reported
-    fs::remove(tmp, cleanup);
-  }
-  VT_CHECK(!ec, "report: cannot rename {} to {}: {}", tmp, path, ec.message());
+  const std::string path = (dir / "report.html").string();
+  tools::write_file_atomically(path, html);
   return path;
 }
 

@@ -2,13 +2,11 @@
 // CSS and SVG, no script and nothing fetched from the network, so it opens offline and can be
 // mailed as it is. Every string read from the run's files is HTML-escaped.
 //
-// Charts (line_chart_svg): x and y axes each run from a multiple of a "nice" step at or below the
-// data's minimum to the one at or above its maximum, every multiple of the step being a tick:
-//   step = the smallest 1, 2 or 5 x 10^k that is >= (max - min) / 5     (4 to 7 ticks)
-// labelled with the step's decimals (step 0.2: "0.2", "0.4", ...; step 50: "0", "50", ...;
-// steps below 1e-5 in the shortest form, "5e-06"). A zero range (one point, a constant) is widened
-// to value -/+ |value| / 10, or -/+ 1 for 0. Non-finite points (a diverged loss is written as null
-// in metrics.jsonl and never reaches a chart) are skipped.
+// Charts (line_chart_svg): x and y axes are the shared nice axes (tools/common/html.h, which
+// states the rule): a tick at every multiple of a step of 1, 2 or 5 x 10^k (4 to 7 ticks), from
+// the one at or below the data's minimum to the one at or above its maximum, labelled with the
+// step's decimals. Non-finite points (a diverged loss is written as null in metrics.jsonl and
+// never reaches a chart) are skipped.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -44,7 +42,7 @@ std::string write_report(const std::string& run_dir);
 ///
 /// A series is one <polyline> of all its points (dots = false), or a <circle> per point joined
 /// by a dashed <polyline> when it has two or more (dots = true: validation points). Tick labels
-/// are <text class="tick">; see the file comment for the tick rule.
+/// are <text class="tick">; see tools/common/html.h for the tick rule.
 struct Series {
   std::string name, colour;
   std::vector<std::pair<double, double>> points;

@@ -1,0 +1,220 @@
+// vitrine-explain as a user runs it: a separate process on a tiny random ViT saved as a
+// checkpoint, with PNG images and a model-input .npy the test writes. Its .npy maps must be the
+// library's, its output folder complete, and every bad input a message, a non-zero exit and no
+// output folder (nothing half-written).
+#include <filesystem>
+#include <fstream>
+
+#include "nn/state.h"
+#include "test_util.h"
+#include "tools/explain/explain.h"
+#include "tools/explain/npy.h"
+
+using namespace vitrine;
+using namespace vt_test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+namespace ex = vitrine::explain;
+
+namespace {
+
+const std::string kExe = VITRINE_EXPLAIN_EXE;
+
+models::ViTConfig cli_config() {
+  models::ViTConfig c;
+  c.image_h = c.image_w = 28;
+  c.patch = 7;
+  c.channels = 1;
+  c.num_classes = 3;
+  c.dim = 16;
+  c.depth = 2;
+  c.heads = 2;
+  c.mlp_dim = 32;
+  return c;
+}
+
+/// A 28 x 28 grey image: a bright square at (y, x) on a dark ramp.
+std::vector<uint8_t> square_image(int y0, int x0, int w = 28, int h = 28) {
+  std::vector<uint8_t> px(static_cast<size_t>(w * h));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      px[y * w + x] = (y >= y0 && y < y0 + 8 && x >= x0 && x < x0 + 8) ? 230 : (x + y) % 60;
+  return px;
+}
+
+/// The shared set-up: a checkpoint with config, normalisation and class names, three images.
+struct Setup {
+  TempDir dir;
+  std::string checkpoint = dir / "model.safetensors";
+  std::shared_ptr<models::VisionTransformer> model;
+  Setup() {
+    Generator gen(21);
+    model = std::make_shared<models::VisionTransformer>(cli_config(), gen);
+    nn::Metadata md;
+    nn::set_metadata_json(md, nn::kMeanKey, std::vector<double>{0.25});
+    nn::set_metadata_json(md, nn::kStdKey, std::vector<double>{0.5});
+    nn::set_metadata_json(md, nn::kClassesKey, std::vector<std::string>{"shirt", "bag", "boot"});
+    models::save_vit_timm(checkpoint, *model, md);
+    write_png(dir / "a.png", 28, 28, 1, square_image(2, 3));
+    write_png(dir / "b.png", 28, 28, 1, square_image(15, 18));
+    write_png(dir / "wide.png", 40, 36, 1, square_image(10, 10, 40, 36));
+  }
+};
+
+Setup& setup() {
+  static Setup s;
+  return s;
+}
+
+/// Runs vitrine-explain in the set-up's folder.
+ProcessResult explain_run(const std::vector<std::string>& args, const std::string& name) {
+  return run_process(kExe, args, setup().dir, name);
+}
+
+/// A folder's entries (names), sorted; empty when it does not exist.
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// No output folder and no temporary folder beside it.
+void check_nothing_written(const std::string& out) {
+  CHECK_MESSAGE(!fs::exists(out), out, " exists after a failed run");
+  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
+    CHECK_MESSAGE(e.path().filename().string().find(".tmp-") == std::string::npos,
+                  e.path().string(), " was left behind");
+}
+
+}  // namespace
+
+TEST_CASE("vitrine-explain: every method on image files writes maps, pictures and a report") {
+  Setup& s = setup();
+  const std::string out = s.dir / "out_files";
+  const auto r =
+      explain_run({"--checkpoint", s.checkpoint, "a.png", "b.png", "wide.png", "--method", "all",
+                   "--out", out, "--samples", "2", "--steps", "4", "--threshold", "0.5"},
+                  "files");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("report: " + out + "/index.html") != std::string::npos);
+  for (ex::Method m : ex::all_methods()) {
+    const std::string name = ex::method_name(m);
+    CHECK(ex::read_npy(out + "/" + name + ".npy").shape() == Dims{3, 28, 28});
+    CHECK(ex::read_npy(out + "/" + name + ".grid.npy").shape() == Dims{3, 4, 4});
+    for (const char* image : {"000", "001", "002"})
+      CHECK(fs::file_size(out + "/" + image + "/" + name + ".png") > 100);
+  }
+  CHECK(ex::read_npy(out + "/attention.heads.npy").shape() == Dims{3, 2, 4, 4});
+  CHECK(ex::read_npy(out + "/attention.mask.npy").shape() == Dims{3, 4, 4});
+  CHECK(ex::read_npy(out + "/attention-distance.npy").shape() == Dims{2, 2});
+  CHECK(ex::read_npy(out + "/logits.npy").shape() == Dims{3, 3});
+  CHECK(ex::read_npy(out + "/attention_probs.npy").shape() == Dims{2, 2, 17, 17});
+  CHECK(fs::file_size(out + "/000/heads.png") > 100);
+  const json pred = json::parse(read_text(out + "/predictions.json"));
+  REQUIRE(pred.size() == 3);
+  CHECK(pred[2]["name"] == "wide.png");
+  CHECK(pred[0].contains("completeness_gap"));
+  const std::string html = read_text(out + "/index.html");
+  for (ex::Method m : ex::all_methods()) CHECK(html.find(ex::method_name(m)) != std::string::npos);
+  CHECK(entries(s.dir.dir.string() + "/out_files").size() > 10);
+
+  // A second run into the same folder replaces it.
+  const auto again = explain_run(
+      {"--checkpoint", s.checkpoint, "a.png", "--method", "rollout", "--out", out}, "files_again");
+  REQUIRE(again.code == 0);
+  CHECK(ex::read_npy(out + "/rollout.npy").shape() == Dims{1, 28, 28});
+  CHECK(!fs::exists(out + "/chefer.npy"));
+}
+
+TEST_CASE("vitrine-explain: with --input its maps are the library's, to the last bit") {
+  Setup& s = setup();
+  Generator gen(4);
+  const Tensor x = ops::randn({2, 1, 28, 28}, gen);
+  ex::write_npy(s.dir / "input.npy", x);
+  const std::string out = s.dir / "out_input";
+  const auto r = explain_run(
+      {"--checkpoint", s.checkpoint, "--input",         "input.npy", "--method",      "all",
+       "--out",        out,          "--samples",       "3",         "--steps",       "5",
+       "--target",     "boot",       "--discard-ratio", "0.5",       "--head-fusion", "max",
+       "--layer",      "0",          "--baseline",      "blur",      "--ig-method",   "trapezoid",
+       "--seed",       "9"},
+      "input");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  ex::Options o;
+  o.samples = 3;
+  o.steps = 5;
+  o.discard_ratio = 0.5;
+  o.head_fusion = ex::HeadFusion::Max;
+  o.layer = 0;
+  o.baseline = ex::IgBaseline::Blur;
+  o.ig_rule = ex::IgRule::Trapezoid;
+  o.seed = 9;
+  const auto results = ex::explain(*s.model, x, {2, 2}, ex::all_methods(), o);
+  for (const auto& e : results) {
+    const std::string name = ex::method_name(e.method);
+    INFO(name);
+    check_close(ex::read_npy(out + "/" + name + ".grid.npy"), e.grid, 0, 0);
+    check_close(ex::read_npy(out + "/" + name + ".npy"), e.map, 0, 0);
+  }
+  const json pred = json::parse(read_text(out + "/predictions.json"));
+  CHECK(pred[0]["target"] == 2);
+  CHECK(pred[1]["target_name"] == "boot");
+}
+
+TEST_CASE("vitrine-explain: bad input is a message and a non-zero exit, and nothing is written") {
+  Setup& s = setup();
+  write_png(s.dir / "tiny.png", 5, 6, 1, std::vector<uint8_t>(30, 9));
+  {
+    std::ofstream f(s.dir / "broken.png");
+    f << "not a png";
+  }
+  nn::write_safetensors(s.dir / "not_vit.safetensors", {{"encoder.w", ops::ones({2, 2})}});
+  const std::string out = s.dir / "out_bad";
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::vector<std::string> message;
+  };
+  const std::string ck = s.checkpoint;
+  const std::vector<Case> cases = {
+      {{"--checkpoint", ck, "missing.png"}, 1, {"missing.png"}},
+      {{"--checkpoint", ck, "broken.png"}, 1, {"broken.png"}},
+      {{"--checkpoint", ck, "tiny.png"}, 1, {"tiny.png", "6x5", "smaller than one 7x7 patch"}},
+      {{"--checkpoint", ck, "a.png", "--target", "7"},
+       1,
+       {"--target 7", "out of range", "3 classes"}},
+      {{"--checkpoint", ck, "a.png", "--target", "sock"}, 1, {"--target sock", "shirt, bag, boot"}},
+      {{"--checkpoint", ck, "a.png", "--method", "rollout,lime"}, 1, {"unknown method 'lime'"}},
+      {{"--checkpoint", ck, "a.png", "--layer", "5"}, 1, {"layer 5 is out of range", "2 blocks"}},
+      {{"--checkpoint", ck, "a.png", "--head", "2", "--method", "attention"}, 1, {"head 2"}},
+      {{"--checkpoint", "not_vit.safetensors", "a.png"}, 1, {"not_vit.safetensors", "encoder.w"}},
+      {{"--checkpoint", "nothing.safetensors", "a.png"}, 1, {"nothing.safetensors"}},
+      {{"--checkpoint", ck, "--input", "a.png"}, 1, {"a.png"}},
+      {{"--checkpoint", ck}, 1, {"no images"}},
+      {{"--checkpoint", ck, "a.png", "--colormap", "rainbow"}, 2, {"--colormap"}},
+      {{"--checkpoint", ck, "a.png", "--discard-ratio", "1"}, 2, {"--discard-ratio"}},
+      {{"--checkpoint", ck, "a.png", "--input", "input.npy"}, 2, {"not several"}},
+      {{"a.png"}, 2, {"--checkpoint"}},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--out", out});
+    const auto r = explain_run(args, fmt::format("bad{}", i++));
+    INFO(fmt::format("{}", fmt::join(c.args, " ")), "\n", r.output);
+    CHECK(r.code == c.code);
+    for (const auto& m : c.message) CHECK(r.output.find(m) != std::string::npos);
+    check_nothing_written(out);
+  }
+  // A folder that is not an earlier output is never replaced.
+  fs::create_directories(s.dir / "precious");
+  { std::ofstream(s.dir / "precious/notes.txt") << "keep"; }
+  const auto r = explain_run({"--checkpoint", ck, "a.png", "--out", "precious"}, "precious");
+  CHECK(r.code == 1);
+  CHECK(r.output.find("not a vitrine-explain output folder") != std::string::npos);
+  CHECK(read_text(s.dir / "precious/notes.txt") == "keep");
+}

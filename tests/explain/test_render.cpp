@@ -1,0 +1,172 @@
+// tools/explain/render: colours recorded from matplotlib 3.6.3 (cmap(v, bytes=True)), the
+// overlay arithmetic worked out by hand on a 2 x 2 case, enlarging, the tile layout, and PNG
+// bytes that decode back to the same pixels.
+#include "decode.h"
+#include "test_util.h"
+#include "tools/explain/render.h"
+
+using namespace vitrine;
+using namespace vt_test;
+using namespace vitrine::explain;
+
+namespace {
+
+using Rgb = std::array<uint8_t, 3>;
+
+Rgb pixel(const Rgb8& im, int64_t y, int64_t x) {
+  const auto at = im.pixels.begin() + (y * im.width + x) * 3;
+  return {at[0], at[1], at[2]};
+}
+
+/// A height x width image whose pixel (y, x) is (y, x, 7).
+Rgb8 ramp(int64_t height, int64_t width) {
+  Rgb8 im{height, width, {}};
+  for (int64_t y = 0; y < height; ++y)
+    for (int64_t x = 0; x < width; ++x)
+      for (int64_t v : {y, x, int64_t{7}}) im.pixels.push_back(static_cast<uint8_t>(v));
+  return im;
+}
+
+}  // namespace
+
+TEST_CASE("render: colormap names") {
+  for (Colormap c : {Colormap::Inferno, Colormap::Jet, Colormap::Viridis})
+    CHECK(parse_colormap(colormap_name(c)) == c);
+  CHECK(colormap_name(Colormap::Jet) == "jet");
+  CHECK_ERROR_CONTAINS(parse_colormap("magma"), "'magma'", "inferno, jet or viridis");
+}
+
+TEST_CASE("render: colours are matplotlib's, entry floor(v * 256) clamped") {
+  struct Case {
+    Colormap map;
+    double v;
+    Rgb rgb;
+  };
+  // matplotlib.colormaps[name](v, bytes=True)[:3] in matplotlib 3.6.3.
+  const Case cases[] = {
+      {Colormap::Inferno, 0.0, {0, 0, 3}},      {Colormap::Inferno, 1 / 256.0, {0, 0, 4}},
+      {Colormap::Inferno, 0.25, {87, 15, 109}}, {Colormap::Inferno, 0.5, {187, 55, 84}},
+      {Colormap::Inferno, 0.7, {243, 119, 25}}, {Colormap::Inferno, 1.0, {252, 254, 164}},
+      {Colormap::Jet, 0.0, {0, 0, 127}},        {Colormap::Jet, 1 / 256.0, {0, 0, 132}},
+      {Colormap::Jet, 0.25, {0, 128, 255}},     {Colormap::Jet, 0.5, {124, 255, 121}},
+      {Colormap::Jet, 0.7, {255, 196, 0}},      {Colormap::Jet, 1.0, {127, 0, 0}},
+      {Colormap::Viridis, 0.0, {68, 1, 84}},    {Colormap::Viridis, 1 / 256.0, {68, 2, 85}},
+      {Colormap::Viridis, 0.25, {58, 82, 139}}, {Colormap::Viridis, 0.5, {32, 144, 140}},
+      {Colormap::Viridis, 0.7, {68, 190, 112}}, {Colormap::Viridis, 1.0, {253, 231, 36}},
+  };
+  for (const Case& c : cases) {
+    INFO(colormap_name(c.map) << " at " << c.v);
+    CHECK(color(c.map, c.v) == c.rgb);
+  }
+  // Just below 1/256 is still entry 0; out of range is clamped; NaN is black.
+  CHECK(color(Colormap::Inferno, 1 / 256.0 - 1e-9) == Rgb{0, 0, 3});
+  CHECK(color(Colormap::Jet, -0.5) == Rgb{0, 0, 127});
+  CHECK(color(Colormap::Jet, 1.5) == Rgb{127, 0, 0});
+  CHECK(color(Colormap::Viridis, NAN) == Rgb{0, 0, 0});
+}
+
+TEST_CASE("render: to_rgb8 rounds to the nearest byte, clamps, and greys all three channels") {
+  // 0.5 * 255 = 127.5 -> 128; 0.1 * 255 = 25.5 (a hair more in float32) -> 26.
+  const Rgb8 grey = to_rgb8(ops::from_vector(std::vector<float>{0.5f, 1.2f, -1, 0.1f}, {1, 2, 2}));
+  CHECK(grey.height == 2);
+  CHECK(grey.width == 2);
+  CHECK(grey.pixels == std::vector<uint8_t>{128, 128, 128, 255, 255, 255, 0, 0, 0, 26, 26, 26});
+  const Rgb8 rgb =
+      to_rgb8(ops::from_vector(std::vector<double>{0, 1, 1, 0, 0.2, 0.4}, {3, 1, 2}, kFloat64));
+  CHECK(rgb.pixels == std::vector<uint8_t>{0, 255, 51, 255, 0, 102});
+  CHECK_ERROR_CONTAINS(to_rgb8(ops::zeros({2, 2, 2})), "to_rgb8", "1 (grey) or 3 (RGB)",
+                       "[2, 2, 2]");
+  CHECK_ERROR_CONTAINS(to_rgb8(ops::zeros({2, 2})), "to_rgb8", "3 dims", "[2, 2]");
+  CHECK_ERROR_CONTAINS(to_rgb8(ops::from_vector(std::vector<int64_t>{1, 2}, {1, 1, 2})), "to_rgb8",
+                       "float", "int64");
+}
+
+TEST_CASE("render: heatmap colours each value") {
+  const Rgb8 h = heatmap(ops::from_vector(std::vector<float>{0, 0.5f, 1}, {1, 3}), Colormap::Jet);
+  CHECK(h.height == 1);
+  CHECK(h.width == 3);
+  CHECK(h.pixels == std::vector<uint8_t>{0, 0, 127, 124, 255, 121, 127, 0, 0});
+  CHECK_ERROR_CONTAINS(heatmap(ops::zeros({1, 2, 3}), Colormap::Jet), "heatmap", "2 dims");
+}
+
+TEST_CASE("render: overlay blends (1 - alpha) * image + alpha * colour, then rounds") {
+  // Grey image [0, 1; 0.5, 0.4], map [0, 1; 0.5, 0.25], inferno, alpha 0.25:
+  //   (0, 0):   0.75 * 0     + 0.25 * (0, 0, 3)        = (0, 0, 0.75)             -> (0, 0, 1)
+  //   (0, 1):   0.75 * 255   + 0.25 * (252, 254, 164)  = (254.25, 254.75, 232.25) -> (254, 255,
+  //   232) (1, 0):   0.75 * 127.5 + 0.25 * (187, 55, 84)    = (142.375, 109.375, 116.625)
+  //                                                                   -> (142, 109, 117)
+  //   (1, 1):   0.75 * 102   + 0.25 * (87, 15, 109)    = (98.25, 80.25, 103.75)   -> (98, 80, 104)
+  const Tensor image = ops::from_vector(std::vector<float>{0, 1, 0.5f, 0.4f}, {1, 2, 2});
+  const Tensor map = ops::from_vector(std::vector<float>{0, 1, 0.5f, 0.25f}, {2, 2});
+  const Rgb8 o = overlay(image, map, Colormap::Inferno, 0.25);
+  CHECK(o.pixels == std::vector<uint8_t>{0, 0, 1, 254, 255, 232, 142, 109, 117, 98, 80, 104});
+  // alpha 0 is the image, alpha 1 the heatmap.
+  CHECK(overlay(image, map, Colormap::Inferno, 0).pixels == to_rgb8(image).pixels);
+  CHECK(overlay(image, map, Colormap::Inferno, 1).pixels == heatmap(map, Colormap::Inferno).pixels);
+  // An RGB image blends per channel: (0.75 * (255, 0, 51) + 0.25 * viridis(1) (253, 231, 36)).
+  const Tensor red = ops::from_vector(std::vector<float>{1, 0, 0.2f}, {3, 1, 1});
+  CHECK(overlay(red, ops::ones({1, 1}), Colormap::Viridis, 0.25).pixels ==
+        std::vector<uint8_t>{255, 58, 47});  // (254.5, 57.75, 47.25)
+  CHECK_ERROR_CONTAINS(overlay(image, ops::zeros({2, 3}), Colormap::Jet, 0.5), "overlay", "[2, 3]",
+                       "2 x 2");
+  CHECK_ERROR_CONTAINS(overlay(image, map, Colormap::Jet, 1.5), "overlay", "alpha", "1.5");
+}
+
+TEST_CASE("render: enlarge repeats every pixel as a block") {
+  const Rgb8 e = enlarge(ramp(1, 2), 3);
+  CHECK(e.height == 3);
+  CHECK(e.width == 6);
+  for (int64_t y = 0; y < 3; ++y)
+    for (int64_t x = 0; x < 6; ++x) CHECK(pixel(e, y, x) == Rgb{0, static_cast<uint8_t>(x / 3), 7});
+  CHECK(enlarge(ramp(2, 2), 1).pixels == ramp(2, 2).pixels);
+  CHECK_ERROR_CONTAINS(enlarge(ramp(1, 1), 0), "enlarge", "at least 1", "0");
+}
+
+TEST_CASE("render: tile lays tiles out row by row with white gaps") {
+  // Three 2 x 3 tiles in 2 columns, gap 1: 2 rows; 2 * 3 + 1 = 7 wide, 2 * 2 + 1 = 5 high.
+  std::vector<Rgb8> tiles;
+  for (uint8_t k = 0; k < 3; ++k) {
+    Rgb8 t = ramp(2, 3);
+    for (size_t i = 2; i < t.pixels.size(); i += 3) t.pixels[i] = k;  // blue = the tile's index
+    tiles.push_back(t);
+  }
+  const Rgb8 grid = tile(tiles, 2, 1);
+  CHECK(grid.height == 5);
+  CHECK(grid.width == 7);
+  const Rgb white = {255, 255, 255};
+  for (int64_t y = 0; y < 5; ++y)
+    for (int64_t x = 0; x < 7; ++x) {
+      INFO("pixel " << y << ", " << x);
+      const int64_t row = y / 3, col = x / 4, ty = y % 3, tx = x % 4, index = row * 2 + col;
+      if (ty == 2 || tx == 3 || index == 3)  // a gap, or the empty cell of the last row
+        CHECK(pixel(grid, y, x) == white);
+      else
+        CHECK(pixel(grid, y, x) ==
+              Rgb{static_cast<uint8_t>(ty), static_cast<uint8_t>(tx), static_cast<uint8_t>(index)});
+    }
+  // More columns than tiles: one row, as wide as the tiles.
+  CHECK(tile(tiles, 8, 2).width == 3 * 3 + 2 * 2);
+  CHECK(tile(tiles, 8, 2).height == 2);
+  CHECK_ERROR_CONTAINS(tile({ramp(2, 3), ramp(3, 2)}, 2), "tile", "2 x 3", "tile 1 is 3 x 2");
+  CHECK_ERROR_CONTAINS(tile({}, 2), "tile", "no tiles");
+  CHECK_ERROR_CONTAINS(tile(tiles, 0), "tile", "columns");
+}
+
+TEST_CASE("render: PNG bytes decode back to the same pixels") {
+  Generator g(1);
+  const Rgb8 im = tile({ramp(5, 7), heatmap(ops::rand({5, 7}, g), Colormap::Viridis)}, 2);
+  const std::string png = encode_png(im);
+  CHECK(png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  const Rgb8 back = decode_png(png);
+  CHECK(back.height == im.height);
+  CHECK(back.width == im.width);
+  CHECK(back.pixels == im.pixels);
+
+  TempDir dir;
+  write_png(dir / "a.png", im);
+  CHECK(read_text(dir / "a.png") == png);
+  CHECK(dir.files() == std::vector<std::string>{"a.png"});
+  CHECK_ERROR_CONTAINS(write_png(dir / "b.png", Rgb8{}), dir / "b.png", "empty");
+  CHECK_ERROR_CONTAINS(encode_png(Rgb8{2, 2, std::vector<uint8_t>(5)}), "encode_png", "12 bytes",
+                       "has 5");
+}

@@ -1,0 +1,50 @@
+// What the tools' self-contained HTML reports share: escaping, base64 for data: URIs, the "nice"
+// axis of a chart and small SVG helpers. The reports fetch nothing: their images are data: URIs
+// and their charts inline SVG, so a page opens offline and can be mailed as it is.
+//
+// The nice axis of a chart runs from a multiple of a "nice" step at or below the data's minimum
+// to the one at or above its maximum, every multiple of the step being a tick:
+//   step = the smallest 1, 2 or 5 x 10^k that is >= (max - min) / 5     (4 to 7 ticks)
+// labelled with the step's decimals (step 0.2: "0.2", "0.4", ...; step 50: "0", "50", ...; steps
+// below 1e-5 in the shortest form, "5e-06"). A zero range (one point, a constant) is widened to
+// value -/+ |value| / 10, or -/+ 1 for 0.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace vitrine::tools {
+
+/// Escapes text for HTML content and attribute values: & < > " ' become entities.
+std::string escape_html(std::string_view s);
+
+/// Base64 of bytes (RFC 4648: the standard alphabet A-Z a-z 0-9 + /, '=' padding to a multiple
+/// of 4 characters, no line breaks): every 3 bytes become 4 characters of 6 bits each.
+std::string base64_encode(std::string_view bytes);
+
+/// A data: URI holding bytes, "data:<mime>;base64,<base64 of bytes>" (RFC 2397).
+std::string data_uri(std::string_view mime, std::string_view bytes);
+
+/// An axis from lo to hi with a tick at every multiple of step = m * 10^exponent, from
+/// first * step (= lo) to last * step (= hi). See the file comment for the rule.
+struct Axis {
+  double lo = 0, hi = 1;
+  int m = 1, exponent = 0;  // m in {1, 2, 5}
+  int64_t first = 0, last = 0;
+
+  /// k * step, computed so that 3 * 0.2 is 0.6 (as 6 / 10) rather than 0.6000000000000001.
+  double tick(int64_t k) const;
+  /// The label of tick k, with the step's decimals.
+  std::string label(int64_t k) const;
+};
+
+/// The nice axis covering [lo, hi] (finite values, lo <= hi).
+Axis nice_axis(double lo, double hi);
+
+/// The opening <svg> tag of a width x height drawing (sans-serif, font size 11).
+std::string svg_open(int width, int height);
+
+/// A rough width in pixels of a label at font size 11 (no font metrics without a browser).
+double text_width(std::string_view s);
+
+}  // namespace vitrine::tools

@@ -1,0 +1,216 @@
+// Explanation methods for any Vitrine VisionTransformer: why did the model give this image this
+// class? Every method returns a map over the patch grid (its raw values, kept as they come) and
+// the same map at image resolution (the grid upsampled bilinearly, align_corners=False, then
+// min-max scaled to [0, 1]); the input-gradient methods work at pixel resolution directly.
+//
+// Notation, per image: L layers, H heads, N tokens (P = prefix tokens: the class token and any
+// registers; then the gh x gw patches, row-major), A_l [H, N, N] the attention probabilities of
+// layer l (after softmax, before dropout), y_c the target score: the pre-softmax logit of the
+// target class c (the predicted class unless the caller names one), and
+//     G_l = d y_c / d A_l                                             [H, N, N]
+// "CLS row over the patches" of an N x N matrix M is M[0, P:] reshaped to gh x gw. For SmoothGrad
+// and integrated gradients too, "the predicted class" is that of the clean image, not of each
+// noisy sample or path point.
+//
+// All the attention and token methods read one forward and one backward (a Pass); SmoothGrad
+// and integrated gradients run their own batched passes. Images of a batch are independent (a
+// ViT mixes nothing across the batch), so one backward of sum_b y_{c_b} gives every image's
+// gradients at once.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/vit.h"
+
+namespace vitrine::explain {
+
+enum class Method {
+  Attention,            // "attention"
+  Rollout,              // "rollout"
+  GradRollout,          // "grad-rollout"
+  Chefer,               // "chefer"
+  GradCam,              // "gradcam"
+  Saliency,             // "saliency"
+  SmoothGrad,           // "smoothgrad"
+  IntegratedGradients,  // "integrated-gradients"
+};
+std::string method_name(Method m);
+/// Every method, in the order above.
+std::vector<Method> all_methods();
+/// "rollout,chefer" or "all"; an unknown name is an Error listing the known ones.
+std::vector<Method> parse_methods(const std::string& list);
+/// Methods that read gradients of the input pixels (their maps are at pixel resolution).
+bool is_input_gradient(Method m);
+
+enum class HeadFusion { Mean, Max, Min };
+enum class IgRule { GaussLegendre, Trapezoid };
+enum class IgBaseline { Black, Blur };
+
+struct Options {
+  /// attention and gradcam: the block (0-based; negative counts from the end, -1 the last).
+  int64_t layer = -1;
+  /// attention: one head, or -1 for the mean over heads.
+  int64_t head = -1;
+  /// attention: DINO's mask keeps the patches holding this fraction of the attention mass
+  /// (0: no mask).
+  double threshold = 0;
+  /// rollout: how heads are fused (grad-rollout always takes the mean).
+  HeadFusion head_fusion = HeadFusion::Mean;
+  /// rollout and grad-rollout: the fraction of each fused matrix's entries set to zero, the
+  /// smallest first (never the [CLS, CLS] entry).
+  double discard_ratio = 0.9;
+  /// integrated gradients: number of points on the path, the rule, and the baseline.
+  int64_t steps = 50;
+  IgRule ig_rule = IgRule::GaussLegendre;
+  IgBaseline baseline = IgBaseline::Black;
+  /// The model-input value of a black pixel (0 before normalisation), per channel:
+  /// -mean[c] / std[c]. Empty: 0 (the input is taken as given, as with --input).
+  std::vector<float> black;
+  /// smoothgrad: number of noisy samples, noise sigma as a fraction of the input's value range
+  /// (max - min of the model input, per image: the SmoothGrad paper's noise level), and the seed
+  /// of the noise.
+  int64_t samples = 16;
+  double sigma = 0.15;
+  uint64_t seed = 0;
+  /// Images per forward in smoothgrad and integrated gradients (their passes are batched).
+  int64_t chunk = 64;
+};
+
+/// What one forward and one backward leave behind (CPU, float32, detached).
+struct Pass {
+  Tensor logits;                        // [B, K]
+  std::vector<int64_t> targets;         // c per image
+  std::vector<Tensor> attentions;       // A_l [B, H, N, N] per layer
+  std::vector<Tensor> attention_grads;  // G_l [B, H, N, N] per layer
+  Tensor tokens;                        // gradcam: the hooked block's norm1 output [B, N, D]
+  Tensor tokens_grad;                   // d y_c / d tokens [B, N, D]
+  Tensor input_grad;                    // d y_c / d images [B, C, H, W]
+  int64_t prefix = 1, grid_h = 0, grid_w = 0;
+};
+
+/// Runs images [B, C, H, W] (the model's input: normalised, a multiple of the patch size) through
+/// the model in eval mode with the attention probabilities captured, then backward from
+/// sum_b logits[b, c_b]. targets: one per image, -1 for the predicted class; a class index out of
+/// range is an Error naming it and the number of classes. gradcam_layer: which block's norm1
+/// output to keep (negative from the end). The model is left as it was found (mode, capture).
+Pass run_pass(models::VisionTransformer& model, const Tensor& images,
+              const std::vector<int64_t>& targets, int64_t gradcam_layer = -1);
+
+// ---- the methods on the patch grid, as pure functions of what a Pass holds -------------------
+// Each returns [B, gh, gw] (float32). They are the library's building blocks and what the
+// parity tests check.
+
+/// DINO's attention map: A_l[h, 0, P:] for head h, or the mean over heads for head = -1.
+/// Returns [B, gh, gw]; with head = -1 also fills per_head [B, H, gh, gw] when given.
+Tensor attention_map(const Pass& pass, int64_t layer, int64_t head, Tensor* per_head = nullptr);
+
+/// DINO's --threshold mask of a map [B, gh, gw]: per image, with the values v normalised to sum
+/// 1 and sorted ascending, keep the patches where the cumulative sum exceeds 1 - threshold (the
+/// top patches that hold `threshold` of the mass). Returns 0/1 values [B, gh, gw].
+Tensor threshold_mask(const Tensor& map, double threshold);
+
+/// Attention rollout (Abnar & Zuidema, 2020), per image:
+///   F_l = fuse_h A_l                      (mean, max or min over heads)     [N, N]
+///   F_l[i, j] = 0 for the floor(N^2 * discard_ratio) smallest entries, except [0, 0] (when it
+///               is among them, one entry fewer is zeroed, as vit-explain does)
+///   R_l = (F_l + I) / 2, each row divided by its sum
+///   R = R_L ... R_2 R_1;  map = CLS row of R over the patches.
+Tensor rollout(const Pass& pass, HeadFusion fusion, double discard_ratio);
+
+/// Gradient-weighted rollout: as rollout with F_l = max(0, mean_h (G_l * A_l)), layers in the
+/// same forward order as their gradients.
+Tensor grad_rollout(const Pass& pass, double discard_ratio);
+
+/// Chefer et al. (2021), generic attention explainability, per image:
+///   R = I;  for l = 1..L:  R = R + mean_h max(0, G_l * A_l) @ R;   map = CLS row of R.
+Tensor chefer(const Pass& pass);
+
+/// Grad-CAM on the token grid (pytorch-grad-cam with its ViT reshape transform), per image, with
+/// T = the hooked block's norm1 output at the patch tokens as [D, gh, gw] and G its gradient:
+///   alpha_d = mean_{i,j} G[d, i, j];   map = max(0, sum_d alpha_d T[d]).
+Tensor gradcam(const Pass& pass);
+
+// ---- the input-gradient methods --------------------------------------------------------------
+
+/// An attribution over the input pixels [B, C, H, W] and the per-image reductions.
+struct Attribution {
+  Tensor values;  // [B, C, H, W], in the model's dtype
+  /// integrated gradients: sum(attribution) - (y_c(x) - y_c(baseline)) per image.
+  std::vector<double> completeness_gap;
+};
+
+/// |d y_c / d x|, from the pass (its image map is the max over channels).
+Attribution saliency(const Pass& pass);
+
+/// SmoothGrad (Smilkov et al., 2017): the mean over n samples of d y_c / d x at
+///   x_i = x + sigma * (max(x) - min(x)) * z_i,   z_i ~ N(0, 1) per pixel,
+/// with max/min over each image's input. noise: the z_i [B, n, C, H, W] from the caller (the
+/// parity test feeds PyTorch's); undefined: drawn from a Generator seeded with options.seed.
+Attribution smoothgrad(models::VisionTransformer& model, const Tensor& images,
+                       const std::vector<int64_t>& targets, const Options& options,
+                       const Tensor& noise = Tensor());
+
+/// The baseline x' of integrated gradients: black (options.black per channel, or 0) or blur (a
+/// Gaussian blur of the input, kernel 11, sigma 5, reflect padding, as torchvision's
+/// gaussian_blur).
+Tensor ig_baseline(const Tensor& images, const Options& options);
+
+/// Integrated gradients as Captum defines them:
+///   attr = (x - x') * sum_k w_k * d y_c / d x (x' + alpha_k (x - x'))
+/// Gauss-Legendre: alpha_k = (1 + t_k) / 2, w_k = u_k / 2 for the n-point Legendre nodes t_k and
+/// weights u_k; trapezoid (Captum's riemann_trapezoid, n >= 2): alpha_k = k / (n - 1),
+/// w_k = 1 / n with the first and last halved; these weights sum to (n - 1) / n, not 1, so its
+/// completeness gap stays large (Captum's choice, kept for parity). Also reports the gap.
+Attribution integrated_gradients(models::VisionTransformer& model, const Tensor& images,
+                                 const std::vector<int64_t>& targets, const Options& options);
+
+/// The n-point rule on [0, 1]: (alphas, weights) as above.
+std::pair<std::vector<double>, std::vector<double>> ig_rule(IgRule rule, int64_t n);
+
+/// An attribution's map at pixel resolution [B, H, W]: max over channels of |a| for saliency, the
+/// sum over channels of |a| otherwise.
+Tensor attribution_map(const Attribution& a, Method m);
+
+/// The patch-grid values of a pixel-resolution map [B, H, W]: the mean over each patch
+/// [B, gh, gw] (what the evaluation metrics and the grid .npy files use).
+Tensor patch_mean(const Tensor& map, int64_t patch);
+
+// ---- resolution and scaling ------------------------------------------------------------------
+
+/// A grid [B, gh, gw] at image resolution [B, H, W]: bilinear, align_corners=False.
+Tensor upsample(const Tensor& grid, int64_t height, int64_t width);
+/// Per image (first dim): (m - min) / (max - min), zeros when max == min.
+Tensor minmax(const Tensor& maps);
+
+/// Mean attention distance (the ViT paper's figure 7), [L, H]: per layer and head, the mean over
+/// images and query patches i of sum_{key patches j} A_l[h, i, j] * |p_i - p_j| * patch, with p
+/// the patch's (row, column) on the grid: how far, in pixels, each head looks.
+Tensor attention_distance(const Pass& pass, int64_t patch);
+
+// ---- all at once -----------------------------------------------------------------------------
+
+/// One method's result for a batch.
+struct Explanation {
+  Method method;
+  Tensor grid;   // [B, gh, gw] raw values on the patch grid
+  Tensor map;    // [B, H, W] at image resolution, in [0, 1]
+  Tensor heads;  // attention: [B, H, gh, gw] every head of the chosen layer (raw)
+  Tensor mask;   // attention with a threshold: [B, gh, gw] of 0/1
+  std::vector<double> completeness_gap;  // integrated gradients
+};
+
+/// One method on a batch whose Pass (run_pass with options.layer) is at hand: the attention and
+/// token methods and saliency read it; smoothgrad and integrated gradients run their own passes
+/// for the pass's resolved targets.
+Explanation explain_method(models::VisionTransformer& model, const Tensor& images, const Pass& pass,
+                           Method method, const Options& options);
+
+/// Runs the requested methods on a batch, sharing one Pass among them.
+std::vector<Explanation> explain(models::VisionTransformer& model, const Tensor& images,
+                                 const std::vector<int64_t>& targets,
+                                 const std::vector<Method>& methods, const Options& options,
+                                 Pass* pass_out = nullptr);
+
+}  // namespace vitrine::explain

@@ -1,0 +1,510 @@
+// vitrine-explain: why did a ViT give an image its class? Runs the explanation methods of
+// explain.h on images (files, a data set's test images, or a raw model-input .npy) and writes
+// heatmap overlays, the maps as .npy, and a self-contained index.html report.
+//
+//   vitrine-explain --checkpoint runs/demo/best.safetensors --dataset fashion-mnist --count 12
+//   vitrine-explain --checkpoint vit.safetensors --model-config vit_small_patch16_224 cat.jpg
+//
+// Exit codes: 0 done, 1 error (the message names the file or option), 2 bad command line.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "nn/data/image_folder.h"
+#include "nn/data/transforms.h"
+#include "nn/state.h"
+#include "ops/ops.h"
+#include "tools/common/files.h"
+#include "tools/explain/explain.h"
+#include "tools/explain/npy.h"
+#include "tools/explain/render.h"
+#include "tools/explain/report.h"
+#include "tools/train/config.h"
+#include "tools/train/datasets.h"
+
+namespace {
+
+using namespace vitrine;
+namespace ex = vitrine::explain;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct Cli {
+  std::string checkpoint, model_config, out = "explain", dataset, data, input, device = "cpu";
+  std::vector<std::string> images;
+  int64_t first = 0, count = 12;
+  std::string methods = "all", target = "predicted", resize = "model";
+  std::string head_fusion = "mean", ig_method = "gausslegendre", baseline = "black";
+  std::string colormap = "inferno";
+  double alpha = 0.5;
+  std::vector<float> mean, std;
+  ex::Options opt;
+};
+
+/// One image to explain: what the model sees and what a person sees.
+struct Sample {
+  std::string name;
+  Tensor input;    // [C, H, W], the model's input (normalised)
+  Tensor display;  // [C, H, W] in [0, 1]
+  int64_t label = -1;
+};
+
+/// The model, its class names and the input normalisation it was trained with.
+struct Loaded {
+  std::shared_ptr<models::VisionTransformer> model;
+  std::vector<std::string> classes;
+  std::vector<float> mean, std;
+  std::string normalisation;  // where mean/std came from, for the report
+};
+
+Loaded load(const Cli& cli) {
+  std::optional<models::ViTConfig> config;
+  if (!cli.model_config.empty()) config = models::resolve_config(cli.model_config);
+  Loaded l;
+  l.model = models::load_vit(cli.checkpoint, config);
+  const auto& c = l.model->config();
+  VT_CHECK(c.num_classes > 0,
+           "--checkpoint {}: the model has no classification head (a feature extractor), so there "
+           "is no class score to explain",
+           cli.checkpoint);
+  const nn::Metadata meta = nn::read_safetensors(cli.checkpoint).metadata;
+  if (json v = nn::metadata_json(meta, nn::kClassesKey); v.is_array())
+    l.classes = v.get<std::vector<std::string>>();
+  if (static_cast<int64_t>(l.classes.size()) != c.num_classes) {
+    l.classes.clear();
+    for (int64_t k = 0; k < c.num_classes; ++k) l.classes.push_back(fmt::format("class {}", k));
+  }
+  const json mean = nn::metadata_json(meta, nn::kMeanKey),
+             std = nn::metadata_json(meta, nn::kStdKey);
+  if (!cli.mean.empty() || !cli.std.empty()) {
+    l.mean = cli.mean;
+    l.std = cli.std;
+    l.normalisation = "--mean/--std";
+  } else if (mean.is_array() && std.is_array()) {
+    l.mean = mean.get<std::vector<float>>();
+    l.std = std.get<std::vector<float>>();
+    l.normalisation = "the checkpoint";
+  } else {
+    l.mean.assign(static_cast<size_t>(c.channels), 0.5f);
+    l.std.assign(static_cast<size_t>(c.channels), 0.5f);
+    l.normalisation = "timm's ViT default (the checkpoint names none; set --mean/--std)";
+  }
+  if (l.mean.size() == 1) l.mean.resize(static_cast<size_t>(c.channels), l.mean[0]);
+  if (l.std.size() == 1) l.std.resize(static_cast<size_t>(c.channels), l.std[0]);
+  VT_CHECK(static_cast<int64_t>(l.mean.size()) == c.channels &&
+               static_cast<int64_t>(l.std.size()) == c.channels,
+           "normalisation from {}: {} mean and {} std values for a {}-channel model",
+           l.normalisation, l.mean.size(), l.std.size(), c.channels);
+  return l;
+}
+
+Tensor to_tensor(const nn::data::Image& im) {
+  return ops::from_vector(im.pixels, {im.channels, im.height, im.width});
+}
+
+/// A decoded image as the model takes it: checked against the patch size, resized to the
+/// model's size (--resize model) or centre-cropped to a multiple of the patch (--resize none),
+/// then normalised.
+Sample prepare(const std::string& name, const nn::data::Image& raw, int64_t label, const Cli& cli,
+               const Loaded& l) {
+  const auto& c = l.model->config();
+  VT_CHECK(raw.height >= c.patch && raw.width >= c.patch,
+           "{}: the image is {}x{}, smaller than one {}x{} patch", name, raw.height, raw.width,
+           c.patch, c.patch);
+  nn::data::Image im = raw;
+  if (cli.resize == "model") {
+    if (im.height != c.image_h || im.width != c.image_w)
+      im = nn::data::resize(im, c.image_h, c.image_w);
+  } else {
+    im = nn::data::center_crop(im, im.height / c.patch * c.patch, im.width / c.patch * c.patch);
+  }
+  Sample s{name, to_tensor(nn::data::normalize(im, l.mean, l.std)), to_tensor(im), label};
+  return s;
+}
+
+std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
+                                 std::vector<std::string>& label_names) {
+  const auto& c = l.model->config();
+  std::vector<Sample> out;
+  if (!cli.input.empty()) {  // the model's input, exactly
+    Tensor x = ex::read_npy(cli.input);
+    if (x.dim() == 3) x = x.unsqueeze(0);
+    VT_CHECK(x.dim() == 4 && x.size(1) == c.channels,
+             "--input {}: expected [N, {}, H, W] or [{}, H, W], got {}", cli.input, c.channels,
+             c.channels, x.shape());
+    VT_CHECK(x.size(2) >= c.patch && x.size(3) >= c.patch && x.size(2) % c.patch == 0 &&
+                 x.size(3) % c.patch == 0,
+             "--input {}: the image size {}x{} must be a positive multiple of the patch size {}",
+             cli.input, x.size(2), x.size(3), c.patch);
+    for (int64_t i = 0; i < x.size(0); ++i) {
+      Tensor in = x.select(0, i).contiguous();
+      // What a person sees: the input scaled to [0, 1] (its normalisation is unknown).
+      Tensor d = ex::minmax(in.reshape({1, in.numel()})).reshape(in.shape());
+      out.push_back({fmt::format("{}[{}]", fs::path(cli.input).filename().string(), i), in, d, -1});
+    }
+    return out;
+  }
+  if (!cli.dataset.empty()) {
+    json config = train::default_config();
+    config["model"] = c.to_json();
+    config["data"]["dataset"] = cli.dataset;
+    config["data"]["path"] = cli.data;
+    train::validate_config(config);
+    auto test = train::load_test_set(config);
+    label_names = test->classes();
+    VT_CHECK(cli.first >= 0 && cli.count >= 1 && cli.first + cli.count <= test->size(),
+             "--first {} --count {}: the test set {} has {} images", cli.first, cli.count,
+             test->source(), test->size());
+    for (int64_t i = cli.first; i < cli.first + cli.count; ++i) {
+      nn::data::Example e = test->get(i);
+      out.push_back(prepare(fmt::format("{} #{}", cli.dataset, i), e.image, e.label, cli, l));
+    }
+    return out;
+  }
+  VT_CHECK(!cli.images.empty(), "no images: name image files, or --dataset, or --input");
+  nn::data::ImageFolder files("command line", cli.images,
+                              std::vector<int64_t>(cli.images.size(), 0), {"?"},
+                              {static_cast<int>(c.channels)});
+  for (size_t i = 0; i < cli.images.size(); ++i)
+    out.push_back(prepare(cli.images[i], files.get(static_cast<int64_t>(i)).image, -1, cli, l));
+  return out;
+}
+
+/// Replaces -1 ("predicted") or resolves --target: a class index, a class name, or "label".
+std::vector<int64_t> targets_for(const Cli& cli, const std::vector<Sample>& samples,
+                                 const std::vector<std::string>& classes) {
+  std::vector<int64_t> t;
+  for (const Sample& s : samples) {
+    if (cli.target == "predicted") {
+      t.push_back(-1);
+    } else if (cli.target == "label") {
+      VT_CHECK(s.label >= 0, "--target label: {} has no label (only --dataset images do)", s.name);
+      t.push_back(s.label);
+    } else {
+      auto it = std::find(classes.begin(), classes.end(), cli.target);
+      if (it != classes.end()) {
+        t.push_back(it - classes.begin());
+        continue;
+      }
+      size_t used = 0;
+      int64_t k = -2;
+      try {
+        k = std::stoll(cli.target, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      VT_CHECK(used == cli.target.size() && used > 0,
+               "--target {}: not a class index, a class name of the model ({}), 'predicted' or "
+               "'label'",
+               cli.target, fmt::join(classes, ", "));
+      VT_CHECK(k >= 0 && k < static_cast<int64_t>(classes.size()),
+               "--target {}: class index out of range for a model with {} classes (0..{})", k,
+               classes.size(), classes.size() - 1);
+      t.push_back(k);
+    }
+  }
+  return t;
+}
+
+/// Where the results go: a fresh temporary folder beside `out`, renamed to `out` at the end. An
+/// existing `out` is replaced only when it is an earlier vitrine-explain output.
+std::string temp_folder_for(const std::string& out) {
+  if (fs::exists(out))
+    VT_CHECK(fs::is_directory(out) && fs::exists(fs::path(out) / "index.html") &&
+                 fs::exists(fs::path(out) / "predictions.json"),
+             "--out {}: exists and is not a vitrine-explain output folder (it would be replaced)",
+             out);
+  const fs::path tmp = fs::path(out).string() + fmt::format(".tmp-{}", getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  return tmp.string();
+}
+
+void publish(const std::string& tmp, const std::string& out) {
+  const std::string old = out + fmt::format(".old-{}", getpid());
+  if (fs::exists(out)) fs::rename(out, old);
+  fs::rename(tmp, out);
+  fs::remove_all(old);
+}
+
+ex::Rgb8 overlay_png(const Tensor& display, const Tensor& map, const Cli& cli, int64_t enlarge) {
+  return ex::enlarge(ex::overlay(display, map, ex::parse_colormap(cli.colormap), cli.alpha),
+                     enlarge);
+}
+
+std::string percent(double p) { return fmt::format("{:.1f}%", 100 * p); }
+
+int run(const Cli& cli) {
+  using clock = std::chrono::steady_clock;
+  const auto methods = ex::parse_methods(cli.methods);
+  ex::parse_colormap(cli.colormap);  // checked before any work
+  Loaded l = load(cli);
+  const auto& c = l.model->config();
+  const Device device = Device::parse(cli.device);
+  l.model->to(device);
+  l.model->eval();
+
+  std::vector<std::string> label_names;
+  const std::vector<Sample> samples = read_samples(cli, l, label_names);
+  for (const Sample& s : samples)
+    VT_CHECK(s.input.shape() == samples[0].input.shape(),
+             "{} is {}x{} but {} is {}x{}: images must share one size (use --resize model)", s.name,
+             s.input.size(1), s.input.size(2), samples[0].name, samples[0].input.size(1),
+             samples[0].input.size(2));
+  std::vector<Tensor> inputs;
+  for (const Sample& s : samples) inputs.push_back(s.input);
+  const Tensor batch = ops::stack(inputs, 0);
+  const int64_t N = batch.size(0), H = batch.size(2), W = batch.size(3);
+
+  ex::Options opt = cli.opt;
+  opt.head_fusion = cli.head_fusion == "max"   ? ex::HeadFusion::Max
+                    : cli.head_fusion == "min" ? ex::HeadFusion::Min
+                                               : ex::HeadFusion::Mean;
+  opt.ig_rule = cli.ig_method == "trapezoid" ? ex::IgRule::Trapezoid : ex::IgRule::GaussLegendre;
+  opt.baseline = cli.baseline == "blur" ? ex::IgBaseline::Blur : ex::IgBaseline::Black;
+  if (cli.input.empty())  // a black pixel, normalised; with --input the baseline is exactly 0
+    for (size_t ch = 0; ch < l.mean.size(); ++ch) opt.black.push_back(-l.mean[ch] / l.std[ch]);
+  const std::vector<int64_t> targets = targets_for(cli, samples, l.classes);
+
+  fmt::print(
+      "explaining {} image{} ({}x{}) with {} on {} ({}x{} patches of {}, {} blocks, {} "
+      "heads)\n",
+      N, N == 1 ? "" : "s", H, W, cli.methods, cli.checkpoint, H / c.patch, W / c.patch, c.patch,
+      c.depth, c.heads);
+  std::fflush(stdout);
+  const std::string tmp = temp_folder_for(cli.out);
+  try {
+    // One forward and backward for the attention, token and saliency methods; then each
+    // method on its own, timed.
+    std::vector<std::pair<std::string, double>> seconds;
+    auto t0 = clock::now();
+    const ex::Pass pass = ex::run_pass(*l.model, batch, targets, opt.layer);
+    seconds.emplace_back("forward + backward",
+                         std::chrono::duration<double>(clock::now() - t0).count());
+    std::vector<ex::Explanation> results;
+    for (ex::Method m : methods) {
+      t0 = clock::now();
+      results.push_back(ex::explain_method(*l.model, batch, pass, m, opt));
+      seconds.emplace_back(ex::method_name(m),
+                           std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    const Tensor probs = ops::softmax(pass.logits.to(kFloat32), -1);
+
+    // The arrays.
+    for (const auto& e : results) {
+      const std::string name = ex::method_name(e.method);
+      ex::write_npy(tmp + "/" + name + ".npy", e.map);
+      ex::write_npy(tmp + "/" + name + ".grid.npy", e.grid);
+      if (e.heads.defined()) ex::write_npy(tmp + "/" + name + ".heads.npy", e.heads);
+      if (e.mask.defined()) ex::write_npy(tmp + "/" + name + ".mask.npy", e.mask);
+    }
+    const Tensor distance = ex::attention_distance(pass, c.patch);
+    ex::write_npy(tmp + "/attention-distance.npy", distance);
+    ex::write_npy(tmp + "/logits.npy", pass.logits);
+    std::vector<Tensor> first;
+    for (const Tensor& a : pass.attentions) first.push_back(a.select(0, 0));
+    ex::write_npy(tmp + "/attention_probs.npy", ops::stack(first, 0));
+
+    // The pictures and the report.
+    ex::ReportData report;
+    report.title = "vitrine-explain";
+    report.checkpoint = cli.checkpoint;
+    report.patch = c.patch;
+    report.settings = {
+        {"methods", cli.methods},
+        {"target", cli.target},
+        {"layer (attention, gradcam)", std::to_string(opt.layer)},
+        {"head (attention)", opt.head == -1 ? "mean" : std::to_string(opt.head)},
+        {"threshold (attention)", fmt::format("{}", opt.threshold)},
+        {"head fusion (rollout)", cli.head_fusion},
+        {"discard ratio (rollout, grad-rollout)", fmt::format("{}", opt.discard_ratio)},
+        {"samples, sigma (smoothgrad)", fmt::format("{}, {}", opt.samples, opt.sigma)},
+        {"steps, rule, baseline (integrated-gradients)",
+         fmt::format("{}, {}, {}", opt.steps, cli.ig_method, cli.baseline)},
+        {"normalisation", fmt::format("mean {} std {} from {}", l.mean, l.std, l.normalisation)},
+        {"colormap, alpha", fmt::format("{}, {}", cli.colormap, cli.alpha)},
+    };
+    const auto dist = distance.to_vector<double>();
+    for (int64_t layer = 0; layer < distance.size(0); ++layer)
+      report.attention_distance.emplace_back(dist.begin() + layer * distance.size(1),
+                                             dist.begin() + (layer + 1) * distance.size(1));
+    const int64_t enlarge = std::max<int64_t>(1, (112 + std::max(H, W) - 1) / std::max(H, W));
+    json predictions = json::array();
+    const auto p = probs.to_vector<double>();
+    const int64_t K = probs.size(1);
+    for (int64_t i = 0; i < N; ++i) {
+      const Sample& s = samples[i];
+      const std::string dir = fmt::format("{}/{:03d}", tmp, i);
+      fs::create_directories(dir);
+      const int64_t pred =
+          std::max_element(p.begin() + i * K, p.begin() + (i + 1) * K) - (p.begin() + i * K);
+      const int64_t target = pass.targets[i];
+      ex::ReportImage ri;
+      ri.name = s.name;
+      ri.original_png = ex::encode_png(ex::enlarge(ex::to_rgb8(s.display), enlarge));
+      ex::write_png(dir + "/original.png", ex::enlarge(ex::to_rgb8(s.display), enlarge));
+      if (s.label >= 0)
+        ri.label = s.label < static_cast<int64_t>(label_names.size()) ? label_names[s.label]
+                                                                      : std::to_string(s.label);
+      ri.predicted = l.classes[pred];
+      ri.probability = p[i * K + pred];
+      ri.target = l.classes[target];
+      json entry = {{"index", i},
+                    {"name", s.name},
+                    {"predicted", pred},
+                    {"predicted_name", l.classes[pred]},
+                    {"probability", p[i * K + pred]},
+                    {"target", target},
+                    {"target_name", l.classes[target]},
+                    {"target_probability", p[i * K + target]}};
+      if (s.label >= 0) entry["label"] = s.label;
+      for (const auto& e : results) {
+        const std::string name = ex::method_name(e.method);
+        const ex::Rgb8 png = overlay_png(s.display, e.map.select(0, i), cli, enlarge);
+        ex::write_png(dir + "/" + name + ".png", png);
+        ri.maps.emplace_back(name, ex::encode_png(png));
+        if (!e.completeness_gap.empty()) {
+          entry["completeness_gap"] = e.completeness_gap[i];
+          ri.notes.push_back(
+              fmt::format("integrated-gradients completeness gap {:.4g}", e.completeness_gap[i]));
+        }
+        if (e.heads.defined()) {  // DINO's figure: every head of the layer
+          std::vector<ex::Rgb8> tiles;
+          const Tensor heads = e.heads.select(0, i);
+          const Tensor up = ex::minmax(ex::upsample(heads, H, W));
+          for (int64_t h = 0; h < heads.size(0); ++h)
+            tiles.push_back(overlay_png(s.display, up.select(0, h), cli, enlarge));
+          const ex::Rgb8 grid = ex::tile(tiles, std::min<int64_t>(heads.size(0), 6));
+          ex::write_png(dir + "/heads.png", grid);
+          ri.head_grid_png = ex::encode_png(grid);
+        }
+      }
+      predictions.push_back(entry);
+      report.images.push_back(std::move(ri));
+    }
+    tools::write_file_atomically(tmp + "/predictions.json", predictions.dump(2) + "\n");
+    ex::write_report(tmp + "/index.html", report);
+    publish(tmp, cli.out);
+
+    for (const auto& [name, s] : seconds) fmt::print("  {:<22} {:7.2f} s\n", name, s);
+    fmt::print("\n");
+    for (int64_t i = 0; i < N; ++i) {
+      const auto& e = predictions[i];
+      fmt::print("  {:<28} predicted {} ({}){}\n", samples[i].name,
+                 e["predicted_name"].get<std::string>(), percent(e["probability"].get<double>()),
+                 samples[i].label >= 0 && !label_names.empty()
+                     ? fmt::format(", label {}", label_names[samples[i].label])
+                     : std::string());
+    }
+    fmt::print("\nmaps: {}/<method>.npy   report: {}/index.html\n", cli.out, cli.out);
+  } catch (...) {
+    fs::remove_all(tmp);
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Cli cli;
+  CLI::App app{
+      "vitrine-explain: attention maps, rollout, gradient rollout, Chefer relevance, "
+      "Grad-CAM and input gradients for a Vision Transformer"};
+  app.add_option("--checkpoint", cli.checkpoint,
+                 "the model: a safetensors checkpoint (Vitrine's, timm's, torchvision's, Hugging "
+                 "Face's, DINO's)")
+      ->required();
+  app.add_option("--model-config", cli.model_config,
+                 "the model's config when the checkpoint has none: a preset "
+                 "(vit_small_patch16_224, fmnist, ...) or a JSON file (ours or a Hugging Face "
+                 "config.json)");
+  app.add_option("images", cli.images, "image files (PNG, JPEG, BMP)");
+  app.add_option("--dataset", cli.dataset, "explain a data set's test images (fashion-mnist, ...)");
+  app.add_option("--data", cli.data, "the data set's folder (default: its usual place)");
+  app.add_option("--first", cli.first, "the first test image (--dataset)")->capture_default_str();
+  app.add_option("--count", cli.count, "how many test images (--dataset)")->capture_default_str();
+  app.add_option("--input", cli.input,
+                 "a .npy of the model's input [N, C, H, W] (normalised already), used exactly");
+  app.add_option("--method", cli.methods,
+                 "methods, comma-separated, or all: attention, rollout, grad-rollout, chefer, "
+                 "gradcam, saliency, smoothgrad, integrated-gradients")
+      ->capture_default_str();
+  app.add_option("--target", cli.target,
+                 "the class explained: predicted, label (--dataset), a class index or name")
+      ->capture_default_str();
+  app.add_option("--out", cli.out, "the output folder (an earlier output there is replaced)")
+      ->capture_default_str();
+  app.add_option("--device", cli.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--resize", cli.resize,
+                 "model: resize images to the model's size; none: keep their size, centre-cropped "
+                 "to a multiple of the patch")
+      ->check(CLI::IsMember({"model", "none"}))
+      ->capture_default_str();
+  app.add_option("--mean", cli.mean,
+                 "input normalisation mean per channel (default: the "
+                 "checkpoint's)");
+  app.add_option("--std", cli.std, "input normalisation std per channel");
+  app.add_option("--layer", cli.opt.layer, "attention, gradcam: the block (negative from the end)")
+      ->capture_default_str();
+  app.add_option("--head", cli.opt.head, "attention: the head, -1 for the mean")
+      ->capture_default_str();
+  app.add_option("--threshold", cli.opt.threshold,
+                 "attention: DINO's mask keeping this fraction of the attention mass (0: none)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--head-fusion", cli.head_fusion, "rollout: mean, max or min")
+      ->check(CLI::IsMember({"mean", "max", "min"}))
+      ->capture_default_str();
+  app.add_option("--discard-ratio", cli.opt.discard_ratio,
+                 "rollout, grad-rollout: fraction of the smallest attention entries dropped")
+      ->check(CLI::Range(0.0, 0.999999))
+      ->capture_default_str();
+  app.add_option("--steps", cli.opt.steps, "integrated-gradients: points on the path")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--ig-method", cli.ig_method, "integrated-gradients: gausslegendre or trapezoid")
+      ->check(CLI::IsMember({"gausslegendre", "trapezoid"}))
+      ->capture_default_str();
+  app.add_option("--baseline", cli.baseline,
+                 "integrated-gradients: black (a black image) or blur (Gaussian blur, kernel 11, "
+                 "sigma 5)")
+      ->check(CLI::IsMember({"black", "blur"}))
+      ->capture_default_str();
+  app.add_option("--samples", cli.opt.samples, "smoothgrad: noisy samples")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--sigma", cli.opt.sigma,
+                 "smoothgrad: noise level, a fraction of the input's value range")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--seed", cli.opt.seed, "smoothgrad: the noise seed")->capture_default_str();
+  app.add_option("--colormap", cli.colormap, "inferno, jet or viridis")
+      ->check(CLI::IsMember({"inferno", "jet", "viridis"}))
+      ->capture_default_str();
+  app.add_option("--alpha", cli.alpha, "heatmap opacity over the image")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  const int sources = !cli.images.empty() + !cli.dataset.empty() + !cli.input.empty();
+  if (sources > 1) {
+    fmt::print(stderr, "vitrine-explain: give images, --dataset or --input, not several\n");
+    return 2;
+  }
+  try {
+    return run(cli);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "vitrine-explain: error: {}\n", e.what());
+    return 1;
+  }
+}

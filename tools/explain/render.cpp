@@ -1,0 +1,191 @@
+// Colormaps, overlays, enlarging, tiling and PNG encoding (see render.h).
+#include "tools/explain/render.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "backends/error.h"
+#include "tools/common/files.h"
+
+// stb_image_write's implementation, private to this file (STB_IMAGE_WRITE_STATIC), so that it
+// cannot clash with another copy in the same program (the tests have their own).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_STATIC
+#include <stb/stb_image_write.h>
+#pragma GCC diagnostic pop
+
+namespace vitrine::explain {
+
+namespace {
+
+#include "tools/explain/colormaps.inc"
+
+constexpr std::pair<Colormap, const char*> kNames[] = {
+    {Colormap::Inferno, "inferno"}, {Colormap::Jet, "jet"}, {Colormap::Viridis, "viridis"}};
+
+/// A float tensor's values as a contiguous float32 CPU tensor, after checking its rank.
+Tensor float_values(const Tensor& t, int rank, const char* fn, const char* what) {
+  VT_CHECK(t.defined(), "{}: the {} is undefined", fn, what);
+  VT_CHECK(is_floating_point(t.dtype()), "{}: the {} must be a float tensor, got {}", fn, what,
+           dtype_name(t.dtype()));
+  VT_CHECK(t.dim() == rank, "{}: the {} must have {} dims, got shape {}", fn, what, rank,
+           t.shape());
+  return t.detach().to(kCPU).to(kFloat32).contiguous();
+}
+
+/// The three channel values of pixel i (of hw) of an image [c, H, W] as 255 * v, v clamped to
+/// [0, 1] and NaN as 0, not yet rounded; a grey image gives its value thrice.
+std::array<double, 3> channels(const float* image, int64_t c, int64_t hw, int64_t i) {
+  std::array<double, 3> out{};
+  for (int64_t k = 0; k < 3; ++k) {
+    const float v = image[(c == 1 ? 0 : k) * hw + i];
+    out[k] = 255 * (std::isnan(v) ? 0.0 : std::clamp(static_cast<double>(v), 0.0, 1.0));
+  }
+  return out;
+}
+
+/// Checks an image tensor [C, H, W] has C = 1 or 3.
+Tensor image_values(const Tensor& image, const char* fn) {
+  Tensor v = float_values(image, 3, fn, "image [C, H, W]");
+  VT_CHECK(v.shape()[0] == 1 || v.shape()[0] == 3,
+           "{}: the image must have 1 (grey) or 3 (RGB) channels, got shape {}", fn, v.shape());
+  return v;
+}
+
+Rgb8 blank(int64_t height, int64_t width, uint8_t value = 0) {
+  return {height, width, std::vector<uint8_t>(static_cast<size_t>(height * width * 3), value)};
+}
+
+}  // namespace
+
+Colormap parse_colormap(const std::string& name) {
+  for (const auto& [c, n] : kNames)
+    if (name == n) return c;
+  fail("unknown colormap '{}' (expected inferno, jet or viridis)", name);
+}
+
+std::string colormap_name(Colormap c) {
+  for (const auto& [k, n] : kNames)
+    if (k == c) return n;
+  VT_ASSERT(false);
+  return "";
+}
+
+std::array<uint8_t, 3> color(Colormap c, double v) {
+  if (std::isnan(v)) return {0, 0, 0};
+  const auto& lut = c == Colormap::Inferno ? kInferno : c == Colormap::Jet ? kJet : kViridis;
+  const double x = std::clamp(v, 0.0, 1.0);
+  return lut[std::min<size_t>(static_cast<size_t>(x * 256), 255)];
+}
+
+Rgb8 to_rgb8(const Tensor& image) {
+  const Tensor v = image_values(image, "to_rgb8");
+  const int64_t c = v.shape()[0], h = v.shape()[1], w = v.shape()[2];
+  const float* p = v.data<float>();
+  Rgb8 out = blank(h, w);
+  for (int64_t i = 0; i < h * w; ++i) {
+    const std::array<double, 3> rgb = channels(p, c, h * w, i);
+    for (int64_t k = 0; k < 3; ++k)
+      out.pixels[i * 3 + k] = static_cast<uint8_t>(std::lround(rgb[k]));
+  }
+  return out;
+}
+
+Rgb8 heatmap(const Tensor& map, Colormap c) {
+  const Tensor v = float_values(map, 2, "heatmap", "map [H, W]");
+  const int64_t h = v.shape()[0], w = v.shape()[1];
+  const float* p = v.data<float>();
+  Rgb8 out = blank(h, w);
+  for (int64_t i = 0; i < h * w; ++i) {
+    const std::array<uint8_t, 3> rgb = color(c, p[i]);
+    std::copy(rgb.begin(), rgb.end(), out.pixels.begin() + i * 3);
+  }
+  return out;
+}
+
+Rgb8 overlay(const Tensor& image, const Tensor& map, Colormap c, double alpha) {
+  VT_CHECK(alpha >= 0 && alpha <= 1, "overlay: alpha must be in [0, 1], got {}", alpha);
+  const Tensor img = image_values(image, "overlay");
+  const Tensor m = float_values(map, 2, "overlay", "map [H, W]");
+  const int64_t channels_in = img.shape()[0], h = img.shape()[1], w = img.shape()[2];
+  VT_CHECK(m.shape()[0] == h && m.shape()[1] == w,
+           "overlay: the map {} must have the image's height and width ({} x {})", m.shape(), h, w);
+  const float* pi = img.data<float>();
+  const float* pm = m.data<float>();
+  Rgb8 out = blank(h, w);
+  for (int64_t i = 0; i < h * w; ++i) {
+    const std::array<double, 3> under = channels(pi, channels_in, h * w, i);
+    const std::array<uint8_t, 3> over = color(c, pm[i]);
+    for (int64_t k = 0; k < 3; ++k)
+      out.pixels[i * 3 + k] =
+          static_cast<uint8_t>(std::lround((1 - alpha) * under[k] + alpha * over[k]));
+  }
+  return out;
+}
+
+Rgb8 enlarge(const Rgb8& image, int64_t factor) {
+  VT_CHECK(factor >= 1, "enlarge: the factor must be at least 1, got {}", factor);
+  Rgb8 out = blank(image.height * factor, image.width * factor);
+  for (int64_t y = 0; y < out.height; ++y)
+    for (int64_t x = 0; x < out.width; ++x) {
+      const auto from = image.pixels.begin() + ((y / factor) * image.width + x / factor) * 3;
+      std::copy(from, from + 3, out.pixels.begin() + (y * out.width + x) * 3);
+    }
+  return out;
+}
+
+Rgb8 tile(const std::vector<Rgb8>& tiles, int64_t columns, int64_t gap) {
+  VT_CHECK(!tiles.empty(), "tile: no tiles were given");
+  VT_CHECK(columns >= 1 && gap >= 0, "tile: columns must be >= 1 and gap >= 0, got {} and {}",
+           columns, gap);
+  const int64_t n = static_cast<int64_t>(tiles.size()), h = tiles[0].height, w = tiles[0].width;
+  for (int64_t i = 0; i < n; ++i)
+    VT_CHECK(tiles[i].height == h && tiles[i].width == w,
+             "tile: every tile must be {} x {} (as the first), tile {} is {} x {}", h, w, i,
+             tiles[i].height, tiles[i].width);
+  const int64_t cols = std::min(columns, n), rows = (n + cols - 1) / cols;
+  Rgb8 out = blank(rows * h + (rows - 1) * gap, cols * w + (cols - 1) * gap, 255);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t top = i / cols * (h + gap), left = i % cols * (w + gap);
+    for (int64_t y = 0; y < h; ++y) {
+      const auto from = tiles[i].pixels.begin() + y * w * 3;
+      std::copy(from, from + w * 3, out.pixels.begin() + ((top + y) * out.width + left) * 3);
+    }
+  }
+  return out;
+}
+
+std::string encode_png(const Rgb8& image) {
+  VT_CHECK(image.height > 0 && image.width > 0, "encode_png: the image is empty ({} x {})",
+           image.height, image.width);
+  VT_CHECK(static_cast<int64_t>(image.pixels.size()) == image.height * image.width * 3,
+           "encode_png: a {} x {} RGB image needs {} bytes, it has {}", image.height, image.width,
+           image.height * image.width * 3, image.pixels.size());
+  std::string png;
+  auto append = [](void* context, void* data, int size) {
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data),
+                                               static_cast<size_t>(size));
+  };
+  const int w = static_cast<int>(image.width), h = static_cast<int>(image.height);
+  VT_CHECK(stbi_write_png_to_func(append, &png, w, h, 3, image.pixels.data(), w * 3) != 0,
+           "encode_png: stb_image_write could not encode the {} x {} image", h, w);
+  return png;
+}
+
+void write_png(const std::string& path, const Rgb8& image) {
+  std::string png;
+  try {
+    png = encode_png(image);
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
+  tools::write_file_atomically(path, png);
+}
+
+}  // namespace vitrine::explain

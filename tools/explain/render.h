@@ -1,0 +1,60 @@
+// Pictures of explanations: maps through matplotlib's colormaps, overlays on the input image,
+// enlargement and tiling, and PNG encoding (stb_image_write). Pixels are 8-bit RGB in HWC order;
+// float inputs are in [0, 1] (clamped; NaN is drawn as 0) and become bytes by rounding v * 255 to
+// the nearest integer.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace vitrine::explain {
+
+enum class Colormap { Inferno, Jet, Viridis };
+/// "inferno", "jet" or "viridis"; another name is an Error listing these.
+Colormap parse_colormap(const std::string& name);
+std::string colormap_name(Colormap c);
+
+/// An 8-bit RGB image, height x width x 3 bytes in row-major HWC order.
+struct Rgb8 {
+  int64_t height = 0, width = 0;
+  std::vector<uint8_t> pixels;  // HWC RGB
+};
+
+/// The colour of v under a colormap, as matplotlib's cmap(v, bytes=True) gives it: v clamped to
+/// [0, 1] picks entry floor(v * 256), clamped to 255, of a 256-entry table (generated from
+/// matplotlib by make_colormaps.py: its listed inferno and viridis, and jet sampled from its
+/// segment data). NaN gives black (matplotlib's "bad" colour, transparent black, without alpha).
+std::array<uint8_t, 3> color(Colormap c, double v);
+
+/// An image [C, H, W] (C = 1 grey, drawn in all three channels, or C = 3 RGB) of any float
+/// dtype with values in [0, 1] (clamped), each rounded to the nearest of 0..255.
+Rgb8 to_rgb8(const Tensor& image);
+
+/// A map [H, W] with values in [0, 1] drawn with a colormap.
+Rgb8 heatmap(const Tensor& map, Colormap c);
+
+/// A map [H, W] blended over an image [C, H, W] of the same height and width, per pixel and
+/// channel in float, then rounded to the nearest byte:
+///   out = (1 - alpha) * 255 * clamp(image) + alpha * color(map),     alpha in [0, 1].
+Rgb8 overlay(const Tensor& image, const Tensor& map, Colormap c, double alpha);
+
+/// The image enlarged factor times in each direction (nearest neighbour: every pixel becomes a
+/// factor x factor block), so that 28 x 28 images are visible. factor >= 1.
+Rgb8 enlarge(const Rgb8& image, int64_t factor);
+
+/// Tiles of one size laid out row by row in min(columns, n) columns (as many rows as needed),
+/// separated by gap white pixels, the unused cells of the last row white. A tile of another size
+/// than the first, no tiles, columns < 1 or gap < 0 is an Error.
+Rgb8 tile(const std::vector<Rgb8>& tiles, int64_t columns, int64_t gap = 2);
+
+/// The PNG file's bytes of an image (8-bit RGB, stbi_write_png_to_func). An empty image or one
+/// whose pixels are not height x width x 3 bytes is an Error.
+std::string encode_png(const Rgb8& image);
+
+/// Writes an image as a PNG file, atomically (temp file + rename). Errors name the file.
+void write_png(const std::string& path, const Rgb8& image);
+
+}  // namespace vitrine::explain
