@@ -324,7 +324,7 @@ Tensor VisionTransformer::embed(const Tensor& images_in, const ViTForwardOptions
   const int64_t B = images.size(0), gh = H / c.patch, gw = W / c.patch;
   last_grid_ = {gh, gw};
   // [B, C, H, W] -> [B, D, gh, gw] -> [B, gh*gw, D]
-  Tensor x = patch_embed->forward(images).flatten(2).transpose(1, 2);
+  Tensor x = (*patch_embed)(images).flatten(2).transpose(1, 2);
   Tensor pos = pos_embed_for(gh, gw, options.pos_interp);
   Tensor cls = cls_token.expand({B, 1, c.dim});
   if (c.no_embed_class) {  // timm: prefix tokens carry no position embedding
@@ -339,7 +339,7 @@ Tensor VisionTransformer::embed(const Tensor& images_in, const ViTForwardOptions
           {x.slice(1, 0, 1), register_tokens.expand({B, c.registers, c.dim}), x.slice(1, 1, kEnd)},
           1);
   }
-  return pos_drop->forward(x);
+  return (*pos_drop)(x);
 }
 
 Tensor VisionTransformer::forward_features(const Tensor& images, const ViTForwardOptions& options) {
@@ -349,15 +349,15 @@ Tensor VisionTransformer::forward_features(const Tensor& images, const ViTForwar
     x = (*b)(x);
     if (capture_tokens_) block_outputs_.push_back(x);
   }
-  return norm ? norm->forward(x) : x;
+  return norm ? (*norm)(x) : x;
 }
 
 Tensor VisionTransformer::forward_head(const Tensor& tokens) {
   Tensor t = config_.pool == "cls" ? tokens.select(1, 0)
                                    : ops::mean(tokens.slice(1, config_.prefix_tokens(), kEnd), {1});
-  if (fc_norm) t = fc_norm->forward(t);
-  if (pre_logits) t = ops::tanh(pre_logits->forward(t));
-  if (head) t = head->forward(t);
+  if (fc_norm) t = (*fc_norm)(t);
+  if (pre_logits) t = ops::tanh((*pre_logits)(t));
+  if (head) t = (*head)(t);
   return t;
 }
 
@@ -391,11 +391,11 @@ Tensor VisionTransformer::get_last_selfattention(const Tensor& images,
                                                  const ViTForwardOptions& options) {
   Tensor x = embed(images, options);
   const size_t n = blocks->size();
-  for (size_t i = 0; i + 1 < n; ++i) x = (*blocks)[i]->forward(x);
+  for (size_t i = 0; i + 1 < n; ++i) x = (*(*blocks)[i])(x);
   auto last = blocks->at<ViTBlock>(n - 1);
   const bool probs = last->attn->capturing_probs(), grads = last->attn->capturing_grads();
   last->attn->capture(true, grads);
-  last->attn->attend(last->norm1->forward(x));
+  last->attn->attend((*last->norm1)(x));
   Tensor a = last->attn->attention();
   last->attn->capture(probs, grads);
   return a;
@@ -409,9 +409,9 @@ Tensor VisionTransformer::get_attention_output(const Tensor& images, int64_t lay
   VT_CHECK(head_index >= 0 && head_index < config_.heads,
            "get_attention_output: head {} is out of range ({} heads)", head_index, config_.heads);
   Tensor x = embed(images, options);
-  for (int64_t i = 0; i < layer; ++i) x = (*blocks)[static_cast<size_t>(i)]->forward(x);
+  for (int64_t i = 0; i < layer; ++i) x = (*(*blocks)[static_cast<size_t>(i)])(x);
   auto b = blocks->at<ViTBlock>(static_cast<size_t>(layer));
-  return b->attn->attend(b->norm1->forward(x)).select(1, head_index);  // [B, N, Dh]
+  return b->attn->attend((*b->norm1)(x)).select(1, head_index);  // [B, N, Dh]
 }
 
 std::string VisionTransformer::summary_table(int64_t batch) {
@@ -434,32 +434,32 @@ std::string VisionTransformer::summary_table(int64_t batch) {
   auto count = [](const nn::Module& m) { return m.num_parameters(); };
   Tensor images = ops::zeros({batch, c.channels, c.image_h, c.image_w}, patch_embed->weight.dtype(),
                              patch_embed->weight.device());
-  Tensor p = patch_embed->forward(images);
+  Tensor p = (*patch_embed)(images);
   rows.push_back({"patch_embed.proj (Conv2d)", p.shape().str(), count(*patch_embed)});
   Tensor x = embed(images, {});
   int64_t token_params = cls_token.numel() + pos_embed.numel() +
                          (register_tokens.defined() ? register_tokens.numel() : 0);
   rows.push_back({"tokens (cls, registers, pos_embed)", x.shape().str(), token_params});
   for (size_t i = 0; i < blocks->size(); ++i) {
-    x = (*blocks)[i]->forward(x);
+    x = (*(*blocks)[i])(x);
     rows.push_back({fmt::format("blocks.{} (Block)", i), x.shape().str(), count(*(*blocks)[i])});
   }
   if (norm) {
-    x = norm->forward(x);
+    x = (*norm)(x);
     rows.push_back({"norm (LayerNorm)", x.shape().str(), count(*norm)});
   }
   Tensor t = c.pool == "cls" ? x.select(1, 0) : ops::mean(x.slice(1, c.prefix_tokens(), kEnd), {1});
   rows.push_back({fmt::format("pool ({})", c.pool), t.shape().str(), 0});
   if (fc_norm) {
-    t = fc_norm->forward(t);
+    t = (*fc_norm)(t);
     rows.push_back({"fc_norm (LayerNorm)", t.shape().str(), count(*fc_norm)});
   }
   if (pre_logits) {
-    t = ops::tanh(pre_logits->forward(t));
+    t = ops::tanh((*pre_logits)(t));
     rows.push_back({"pre_logits.fc (Linear + tanh)", t.shape().str(), count(*pre_logits)});
   }
   if (head) {
-    t = head->forward(t);
+    t = (*head)(t);
     rows.push_back({"head (Linear)", t.shape().str(), count(*head)});
   }
   std::string out = fmt::format("{:<36} {:<18} {:>12}\n", "layer", "output shape", "params");

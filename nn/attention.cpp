@@ -25,7 +25,7 @@ Tensor MultiheadSelfAttention::attend(const Tensor& x) {
            x.defined() ? x.shape() : Dims{});
   const int64_t B = x.size(0), N = x.size(1);
   // [B, N, 3D] -> [B, N, 3, H, Dh] -> [3, B, H, N, Dh]
-  Tensor qkv_t = qkv->forward(x).reshape({B, N, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
+  Tensor qkv_t = (*qkv)(x).reshape({B, N, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
   Tensor q = qkv_t.select(0, 0), k = qkv_t.select(0, 1), v = qkv_t.select(0, 2);
   Tensor attn = ops::softmax(ops::matmul(q * scale, k.mT()), -1);  // [B, H, N, N]
   if (capture_probs_) {
@@ -36,13 +36,13 @@ Tensor MultiheadSelfAttention::attend(const Tensor& x) {
       attn.register_hook([slot](const Tensor& g) { *slot = g.detach(); });
     }
   }
-  return ops::matmul(attn_drop->forward(attn), v);  // [B, H, N, Dh]
+  return ops::matmul((*attn_drop)(attn), v);  // [B, H, N, Dh]
 }
 
 Tensor MultiheadSelfAttention::forward(const Tensor& x) {
   const int64_t B = x.size(0), N = x.size(1);
   Tensor out = attend(x).transpose(1, 2).reshape({B, N, dim});  // heads merged: [B, N, D]
-  return proj_drop->forward(proj->forward(out));
+  return (*proj_drop)((*proj)(out));
 }
 
 std::string MultiheadSelfAttention::extra_repr() const {

@@ -14,7 +14,7 @@ std::shared_ptr<Module> Sequential::push_back(std::shared_ptr<Module> m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (auto& m : items_) y = m->forward(y);
+  for (auto& m : items_) y = (*m)(y);
   return y;
 }
 

@@ -11,8 +11,6 @@ MLP::MLP(int64_t in, int64_t hidden, int64_t out, double drop, Generator& gen) {
   drop2 = register_module("drop2", std::make_shared<Dropout>(drop, gen));
 }
 
-Tensor MLP::forward(const Tensor& x) {
-  return drop2->forward(fc2->forward(drop1->forward(act->forward(fc1->forward(x)))));
-}
+Tensor MLP::forward(const Tensor& x) { return (*drop2)((*fc2)((*drop1)((*act)((*fc1)(x))))); }
 
 }  // namespace vitrine::nn

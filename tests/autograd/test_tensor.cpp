@@ -58,7 +58,7 @@ TEST_CASE("factories: values") {
   CHECK_ERROR_CONTAINS(ops::arange(0, 5, 0), "arange", "step");
 }
 
-TEST_CASE("random: same seed, same numbers; different seeds differ") {
+TEST_CASE("random: same seed, same numbers, different seeds differ") {
   Generator a(42), b(42), c(43);
   Tensor x = ops::randn({1000}, a), y = ops::randn({1000}, b), z = ops::randn({1000}, c);
   check_close(x, y.to_vector<double>(), 0, 0);

@@ -128,7 +128,7 @@ TEST_CASE("loader: batch shapes, dtypes and contents") {
   CHECK_FALSE(loader.next().has_value());  // stays at the end
 }
 
-TEST_CASE("loader: every example exactly once per epoch; shuffles differ between epochs") {
+TEST_CASE("loader: every example exactly once per epoch, shuffles differ between epochs") {
   auto ds = std::make_shared<TinyDataset>(53, 1, 2, 2);
   data::DataLoader loader(ds, data::Compose(), opts(8, 2));
   std::vector<std::vector<int64_t>> orders;

@@ -480,7 +480,7 @@ TEST_CASE("image_folder: classes, files, sizes and exact lossless pixels") {
   CHECK_ERROR_CONTAINS(ds.get(5), "index 5 is out of range (size 5)");
 }
 
-TEST_CASE("image_folder: channels 1 gives ITU-R 601 luma; grey stays exact") {
+TEST_CASE("image_folder: channels 1 gives ITU-R 601 luma, grey stays exact") {
   vt_test::TempDir tmp;
   const std::string root = tmp / "root";
   Bytes rgb = hwc_image(3, 2, 3, 7), g = hwc_image(2, 2, 1, 8);

@@ -216,7 +216,7 @@ TEST_CASE("transforms: RandomCrop pads with zeros and takes every offset, determ
                        "crop size (11, 6) is larger than the image (6, 6) with padding 2");
 }
 
-TEST_CASE("transforms: Compose is deterministic per (seed, epoch, index); epochs differ") {
+TEST_CASE("transforms: Compose is deterministic per (seed, epoch, index), epochs differ") {
   data::Compose c;
   c.add(std::make_shared<data::Resize>(8, 8))
       .add(std::make_shared<data::RandomCrop>(8, 8, 2))

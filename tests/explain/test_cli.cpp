@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "browser.h"
 #include "nn/state.h"
 #include "test_util.h"
 #include "tools/explain/explain.h"
@@ -43,13 +44,13 @@ std::vector<uint8_t> square_image(int y0, int x0, int w = 28, int h = 28) {
 }
 
 /// The shared set-up: a checkpoint with config, normalisation and class names, three images.
+/// (It holds no tensors: a static that outlives the backends' own statics must not free any.)
 struct Setup {
   TempDir dir;
   std::string checkpoint = dir / "model.safetensors";
-  std::shared_ptr<models::VisionTransformer> model;
   Setup() {
     Generator gen(21);
-    model = std::make_shared<models::VisionTransformer>(cli_config(), gen);
+    auto model = std::make_shared<models::VisionTransformer>(cli_config(), gen);
     nn::Metadata md;
     nn::set_metadata_json(md, nn::kMeanKey, std::vector<double>{0.25});
     nn::set_metadata_json(md, nn::kStdKey, std::vector<double>{0.5});
@@ -113,12 +114,25 @@ TEST_CASE("vitrine-explain: every method on image files writes maps, pictures an
   CHECK(ex::read_npy(out + "/logits.npy").shape() == Dims{3, 3});
   CHECK(ex::read_npy(out + "/attention_probs.npy").shape() == Dims{2, 2, 17, 17});
   CHECK(fs::file_size(out + "/000/heads.png") > 100);
+  CHECK(fs::file_size(out + "/002/all.png") > 100);
   const json pred = json::parse(read_text(out + "/predictions.json"));
   REQUIRE(pred.size() == 3);
   CHECK(pred[2]["name"] == "wide.png");
   CHECK(pred[0].contains("completeness_gap"));
   const std::string html = read_text(out + "/index.html");
   for (ex::Method m : ex::all_methods()) CHECK(html.find(ex::method_name(m)) != std::string::npos);
+  // The report in a real browser: every image decodes, the console stays quiet, nothing is
+  // fetched (Debian's chromium, which scripts/install-deps.sh installs).
+  if (find_chromium().empty()) {
+    MESSAGE("SKIPPED: the browser check of index.html: chromium is not on PATH");
+  } else {
+    const BrowserCheck b = check_in_browser(out + "/index.html");
+    CHECK(b.images == 3 * (1 + 8 + 1));  // per image: the original, 8 methods, the head grid
+    CHECK(b.decoded == b.images);
+    CHECK(b.console_errors.empty());
+    CHECK(b.fetched.empty());
+    CHECK(fs::file_size(b.screenshot_path) > 10000);
+  }
   CHECK(entries(s.dir.dir.string() + "/out_files").size() > 10);
 
   // A second run into the same folder replaces it.
@@ -153,7 +167,8 @@ TEST_CASE("vitrine-explain: with --input its maps are the library's, to the last
   o.baseline = ex::IgBaseline::Blur;
   o.ig_rule = ex::IgRule::Trapezoid;
   o.seed = 9;
-  const auto results = ex::explain(*s.model, x, {2, 2}, ex::all_methods(), o);
+  auto model = models::load_vit(s.checkpoint);
+  const auto results = ex::explain(*model, x, {2, 2}, ex::all_methods(), o);
   for (const auto& e : results) {
     const std::string name = ex::method_name(e.method);
     INFO(name);

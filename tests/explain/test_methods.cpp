@@ -227,7 +227,7 @@ TEST_CASE("explain: on a tiny ViT the pass matches autograd and leaves the model
                        "8x10 is not a multiple of the patch size 4");
 }
 
-TEST_CASE("explain: IG is complete with enough steps; SmoothGrad without noise is the gradient") {
+TEST_CASE("explain: IG is complete with enough steps, SmoothGrad without noise is the gradient") {
   Generator gen(5);
   models::VisionTransformer model(tiny_config(), gen);
   model.to(kFloat64);

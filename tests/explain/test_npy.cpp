@@ -95,7 +95,7 @@ TEST_CASE("npy: shapes are written as Python tuples, data from the first of 64-b
   CHECK(b[191] == '\n');
 }
 
-TEST_CASE("npy: round trips keep float32 bits; other float dtypes and layouts are converted") {
+TEST_CASE("npy: round trips keep float32 bits, other float dtypes and layouts are converted") {
   TempDir dir;
   Generator g(7);
   const Tensor x = ops::randn({3, 4, 5}, g, kFloat32);
@@ -181,7 +181,7 @@ TEST_CASE("npy: bad files are Errors naming the file and what was found") {
   CHECK_ERROR_CONTAINS(read_npy(path), path, "truncated");  // a size that overflows 64 bits
 }
 
-TEST_CASE("npy: write errors name the file; a failed write leaves nothing behind") {
+TEST_CASE("npy: write errors name the file, and a failed write leaves nothing behind") {
   TempDir dir;
   CHECK_ERROR_CONTAINS(write_npy(dir / "i.npy", ops::from_vector(std::vector<int64_t>{1, 2})),
                        dir / "i.npy", "float tensors", "int64");

@@ -120,6 +120,8 @@ TEST_CASE("render: enlarge repeats every pixel as a block") {
     for (int64_t x = 0; x < 6; ++x) CHECK(pixel(e, y, x) == Rgb{0, static_cast<uint8_t>(x / 3), 7});
   CHECK(enlarge(ramp(2, 2), 1).pixels == ramp(2, 2).pixels);
   CHECK_ERROR_CONTAINS(enlarge(ramp(1, 1), 0), "enlarge", "at least 1", "0");
+  CHECK_ERROR_CONTAINS(enlarge(Rgb8{2, 2, std::vector<uint8_t>(5)}, 2), "enlarge", "12 bytes",
+                       "has 5");
 }
 
 TEST_CASE("render: tile lays tiles out row by row with white gaps") {

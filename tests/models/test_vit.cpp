@@ -96,7 +96,7 @@ TEST_CASE("vit: registers come right after the class token, after the position e
   }
 }
 
-TEST_CASE("vit: other input sizes interpolate the position embedding; bad sizes fail or crop") {
+TEST_CASE("vit: other input sizes interpolate the position embedding, bad sizes fail or crop") {
   Generator g(2);
   VisionTransformer m(tiny(), g);
   CHECK(m.pos_embed_for(2, 2, PosInterp::Size).same(m.pos_embed));

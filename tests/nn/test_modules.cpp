@@ -99,7 +99,38 @@ TEST_CASE("module: registration errors") {
                        "no single-input forward");
 }
 
-TEST_CASE("module: train/eval reaches every descendant; dropout is identity in eval") {
+TEST_CASE("module: forward hooks see calls through operator(), may replace the output, detach") {
+  nn::Sequential seq;
+  auto fc = std::make_shared<nn::Linear>(2, 2);
+  seq.push_back(fc);
+  Tensor x = ops::ones({1, 2});
+  int calls = 0;
+  Tensor seen;
+  const int64_t keep =
+      fc->register_forward_hook([&](nn::Module& m, const Tensor& in, const Tensor& out) {
+        CHECK(&m == fc.get());
+        CHECK(in.same(x));
+        ++calls;
+        seen = out;
+        return Tensor();  // keep the output
+      });
+  Tensor y = seq.forward(x);
+  CHECK(calls == 1);
+  CHECK(seen.same(y));
+  fc->forward(x);  // a direct forward skips hooks, as in PyTorch
+  CHECK(calls == 1);
+  const int64_t twice = fc->register_forward_hook(
+      [](nn::Module&, const Tensor&, const Tensor& out) { return out * 2.0; });
+  check_close((*fc)(x), fc->forward(x) * 2.0, 0, 0);
+  CHECK(calls == 2);
+  fc->remove_forward_hook(twice);
+  fc->remove_forward_hook(keep);
+  fc->remove_forward_hook(keep);  // unknown handles are ignored
+  check_close((*fc)(x), fc->forward(x), 0, 0);
+  CHECK(calls == 2);
+}
+
+TEST_CASE("module: train/eval reaches every descendant, dropout is identity in eval") {
   auto seq = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Dropout>(0.5), std::make_shared<nn::Identity>()});
   CHECK((*seq)[0]->is_training());

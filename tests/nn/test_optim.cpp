@@ -363,7 +363,7 @@ TEST_CASE("sgd: a fresh optimizer loaded from state continues the identical traj
   check_state_round_trip("sgd_momentum");
 }
 
-TEST_CASE("adamw: state is created on a parameter's first gradient; others are left alone") {
+TEST_CASE("adamw: state is created on a parameter's first gradient, others are left alone") {
   Tensor a = leaf({1, 2}), b = leaf({3, 4});
   AdamW opt({a, b}, {.lr = 0.1});
   CHECK(opt.state_tensors().empty());
@@ -404,7 +404,7 @@ TEST_CASE("adam: defaults are PyTorch's (AdamW weight decay 0.01)") {
   CHECK(adamw.param_groups()[0].initial_lr == 1e-3);
 }
 
-TEST_CASE("sgd: plain step is p -= lr (g + wd p); zero_grad clears or zeroes") {
+TEST_CASE("sgd: plain step is p -= lr (g + wd p), zero_grad clears or zeroes") {
   Tensor a = leaf({1, -2}, kFloat32);
   SGD opt({a}, {.lr = 0.5, .weight_decay = 0.25});
   a.set_grad(ops::tensor({1, 1}, kFloat32));
@@ -467,7 +467,7 @@ TEST_CASE("schedule: warm-up cosine factors") {
   for (size_t i = 0; i < f.size(); ++i) CHECK(h.factor(i) == doctest::Approx(f[i]).epsilon(1e-14));
 }
 
-TEST_CASE("schedule: step factors match PyTorch's StepLR; constant is 1") {
+TEST_CASE("schedule: step factors match PyTorch's StepLR, constant is 1") {
   const json& st = fx().at("schedules").at("step");
   StepSchedule s(st.at("step_size"), st.at("gamma"));
   const auto f = st.at("factors").get<std::vector<double>>();
@@ -475,7 +475,7 @@ TEST_CASE("schedule: step factors match PyTorch's StepLR; constant is 1") {
   CHECK(ConstantSchedule().factor(1000) == 1);
 }
 
-TEST_CASE("schedule: apply sets every group's lr to initial_lr * factor; state round trip") {
+TEST_CASE("schedule: apply sets every group's lr to initial_lr * factor, state round trip") {
   ParamGroup g0, g1;
   g0.params = {leaf({1})};
   g0.lr = 0.1;
@@ -543,7 +543,7 @@ TEST_CASE("clip_grad_norm: total norm and clipped gradients match PyTorch") {
   }
 }
 
-TEST_CASE("clip_grad_norm: parameters without gradients are skipped; no gradients give 0") {
+TEST_CASE("clip_grad_norm: parameters without gradients are skipped, no gradients give 0") {
   Tensor a = leaf({3, 4}), b = leaf({1});
   CHECK(clip_grad_norm_({a, b}, 1.0) == 0);
   a.set_grad(ops::tensor({3, 4}, kFloat64));

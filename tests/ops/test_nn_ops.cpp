@@ -368,7 +368,7 @@ TEST_CASE("dropout: gradcheck") {
       {x});
 }
 
-TEST_CASE("dropout: p = 1 gives zeros; p outside [0, 1] is an error") {
+TEST_CASE("dropout: p = 1 gives zeros, p outside [0, 1] is an error") {
   Tensor x = rand64({6}, 51);
   Tensor y = ops::dropout(x, 1.0, true);
   check_close(y, std::vector<double>(6, 0.0), 0);

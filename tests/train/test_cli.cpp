@@ -199,7 +199,7 @@ TEST_CASE("train-cli: a run killed with SIGKILL and resumed ends as the uninterr
 }
 
 TEST_CASE(
-    "train-cli: Ctrl-C stops at a step boundary, saves, says how to resume; resume ends "
+    "train-cli: Ctrl-C stops at a step boundary, saves, says how to resume, resume ends "
     "as the uninterrupted run") {
   Reference& r = reference();
   TempDir dir;
@@ -222,7 +222,7 @@ TEST_CASE(
   CHECK(metrics_lines(out) == metrics_lines(r.out));
 }
 
-TEST_CASE("train-cli: --eval reproduces the run's test metrics; --summary prints the model") {
+TEST_CASE("train-cli: --eval reproduces the run's test metrics, --summary prints the model") {
   Reference& r = reference();
   TempDir dir;
   const Ran ev = run({"--eval", r.out + "/last.safetensors", "--data", r.data}, dir, "eval");

@@ -155,7 +155,7 @@ TEST_CASE("trainer: a short run learns the synthetic task and writes its run fol
   CHECK(best->config().num_classes == 3);
 }
 
-TEST_CASE("trainer: the same seed gives the same metrics and weights; another seed does not") {
+TEST_CASE("trainer: the same seed gives the same metrics and weights, another seed does not") {
   SingleThread st;
   TempDir a, b, c;
   Sets s;

@@ -347,8 +347,10 @@ int run(const Cli& cli) {
       const int64_t target = pass.targets[i];
       ex::ReportImage ri;
       ri.name = s.name;
-      ri.original_png = ex::encode_png(ex::enlarge(ex::to_rgb8(s.display), enlarge));
-      ex::write_png(dir + "/original.png", ex::enlarge(ex::to_rgb8(s.display), enlarge));
+      const ex::Rgb8 original = ex::enlarge(ex::to_rgb8(s.display), enlarge);
+      ri.original_png = ex::encode_png(original);
+      ex::write_png(dir + "/original.png", original);
+      std::vector<ex::Rgb8> row{original};  // all.png: the original, then every method
       if (s.label >= 0)
         ri.label = s.label < static_cast<int64_t>(label_names.size()) ? label_names[s.label]
                                                                       : std::to_string(s.label);
@@ -369,6 +371,7 @@ int run(const Cli& cli) {
         const ex::Rgb8 png = overlay_png(s.display, e.map.select(0, i), cli, enlarge);
         ex::write_png(dir + "/" + name + ".png", png);
         ri.maps.emplace_back(name, ex::encode_png(png));
+        row.push_back(png);
         if (!e.completeness_gap.empty()) {
           entry["completeness_gap"] = e.completeness_gap[i];
           ri.notes.push_back(
@@ -385,6 +388,7 @@ int run(const Cli& cli) {
           ri.head_grid_png = ex::encode_png(grid);
         }
       }
+      ex::write_png(dir + "/all.png", ex::tile(row, static_cast<int64_t>(row.size())));
       predictions.push_back(entry);
       report.images.push_back(std::move(ri));
     }

@@ -50,12 +50,20 @@ std::array<double, 3> channels(const float* image, int64_t c, int64_t hw, int64_
   return out;
 }
 
-/// Checks an image tensor [C, H, W] has C = 1 or 3.
+/// An image [C, H, W]'s values as float_values gives them, after checking that C is 1 or 3.
 Tensor image_values(const Tensor& image, const char* fn) {
   Tensor v = float_values(image, 3, fn, "image [C, H, W]");
   VT_CHECK(v.shape()[0] == 1 || v.shape()[0] == 3,
            "{}: the image must have 1 (grey) or 3 (RGB) channels, got shape {}", fn, v.shape());
   return v;
+}
+
+/// Checks that an image's pixels are height x width x 3 bytes; fn names the caller.
+void check_rgb8(const Rgb8& image, const char* fn) {
+  VT_CHECK(image.height >= 0 && image.width >= 0 &&
+               static_cast<int64_t>(image.pixels.size()) == image.height * image.width * 3,
+           "{}: a {} x {} RGB image needs {} bytes, it has {}", fn, image.height, image.width,
+           image.height * image.width * 3, image.pixels.size());
 }
 
 Rgb8 blank(int64_t height, int64_t width, uint8_t value = 0) {
@@ -131,6 +139,7 @@ Rgb8 overlay(const Tensor& image, const Tensor& map, Colormap c, double alpha) {
 
 Rgb8 enlarge(const Rgb8& image, int64_t factor) {
   VT_CHECK(factor >= 1, "enlarge: the factor must be at least 1, got {}", factor);
+  check_rgb8(image, "enlarge");
   Rgb8 out = blank(image.height * factor, image.width * factor);
   for (int64_t y = 0; y < out.height; ++y)
     for (int64_t x = 0; x < out.width; ++x) {
@@ -145,10 +154,12 @@ Rgb8 tile(const std::vector<Rgb8>& tiles, int64_t columns, int64_t gap) {
   VT_CHECK(columns >= 1 && gap >= 0, "tile: columns must be >= 1 and gap >= 0, got {} and {}",
            columns, gap);
   const int64_t n = static_cast<int64_t>(tiles.size()), h = tiles[0].height, w = tiles[0].width;
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < n; ++i) {
+    check_rgb8(tiles[i], "tile");
     VT_CHECK(tiles[i].height == h && tiles[i].width == w,
              "tile: every tile must be {} x {} (as the first), tile {} is {} x {}", h, w, i,
              tiles[i].height, tiles[i].width);
+  }
   const int64_t cols = std::min(columns, n), rows = (n + cols - 1) / cols;
   Rgb8 out = blank(rows * h + (rows - 1) * gap, cols * w + (cols - 1) * gap, 255);
   for (int64_t i = 0; i < n; ++i) {
@@ -164,9 +175,7 @@ Rgb8 tile(const std::vector<Rgb8>& tiles, int64_t columns, int64_t gap) {
 std::string encode_png(const Rgb8& image) {
   VT_CHECK(image.height > 0 && image.width > 0, "encode_png: the image is empty ({} x {})",
            image.height, image.width);
-  VT_CHECK(static_cast<int64_t>(image.pixels.size()) == image.height * image.width * 3,
-           "encode_png: a {} x {} RGB image needs {} bytes, it has {}", image.height, image.width,
-           image.height * image.width * 3, image.pixels.size());
+  check_rgb8(image, "encode_png");
   std::string png;
   auto append = [](void* context, void* data, int size) {
     static_cast<std::string*>(context)->append(static_cast<const char*>(data),

@@ -1,7 +1,8 @@
 // Pictures of explanations: maps through matplotlib's colormaps, overlays on the input image,
-// enlargement and tiling, and PNG encoding (stb_image_write). Pixels are 8-bit RGB in HWC order;
-// float inputs are in [0, 1] (clamped; NaN is drawn as 0) and become bytes by rounding v * 255 to
-// the nearest integer.
+// enlargement and tiling, and PNG encoding (stb_image_write). Pixels are 8-bit RGB in HWC order.
+// Float inputs are in [0, 1] and clamped to it: an image's value v becomes the byte nearest to
+// v * 255 (NaN: 0); a map's value picks a colour (NaN: black). An Rgb8 whose pixels are not
+// height x width x 3 bytes is an Error wherever one is taken.
 #pragma once
 #include <array>
 #include <cstdint>

@@ -59,10 +59,9 @@ std::string image_row(const ReportImage& im) {
   // The original and the overlays are shown kDisplayHeight high, the head grid at the original's
   // scale (so that tiles of the image's size match it).
   const double scale = kDisplayHeight / static_cast<double>(std::max<int64_t>(original.second, 1));
-  std::string out = fmt::format(
-      "<section class=\"image\">\n<h3>{}</h3>\n<p>predicted <b>{}</b> "
-      "({:.1f}%)",
-      escape_html(im.name), escape_html(im.predicted), 100 * im.probability);
+  std::string out =
+      fmt::format("<section class=\"image\">\n<h3>{}</h3>\n<p>predicted <b>{}</b> ({:.1f}%)",
+                  escape_html(im.name), escape_html(im.predicted), 100 * im.probability);
   if (!im.label.empty())
     out += fmt::format(", true label <b class=\"{}\">{}</b>",
                        im.label == im.predicted ? "right" : "wrong", escape_html(im.label));
