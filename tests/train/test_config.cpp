@@ -1,7 +1,7 @@
 // tools/train/config: the default config and the preset files validate; --set overrides of every
 // type; unknown keys and type mismatches give messages naming the key and the valid keys;
 // validate_config's range checks; config files that are missing, invalid or partial; data_path
-// and make_schedule.
+// and make_schedule; fashion-mnist-pasted's optional data.pasted section.
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -425,6 +425,102 @@ TEST_CASE("train config: data_path resolves the default folder only for Fashion-
                        "with DIR the folder holding data_batch_1.bin");
   CHECK_ERROR_CONTAINS(tr::data_path(with("data.dataset=imagefolder")),
                        "one sub-folder of images per class");
+}
+
+TEST_CASE("train config: fashion-mnist-pasted and its optional data.pasted section") {
+  // The preset: the localisation benchmark's data set, every data.pasted key given.
+  const json preset = tr::load_config(kConfigs + "/fashion_mnist_pasted.json");
+  CHECK_NOTHROW(tr::validate_config(preset));
+  CHECK(preset["data"]["dataset"] == "fashion-mnist-pasted");
+  CHECK(tr::data_path(preset) == nn::data::fashion_mnist_dir());
+  const models::ViTConfig vit = tr::model_config(preset);
+  CHECK(vit.image_h == 64);
+  CHECK(vit.patch == 8);
+  const nn::data::PastedOptions o = tr::pasted_options(preset);
+  CHECK(o.canvas == 64);
+  CHECK(o.distractors == "fragments");
+  CHECK(o.count == 3);
+
+  // Without the section: PastedOptions' defaults (a 64x64 canvas), so a 64x64 model fits.
+  json c = tr::default_config();
+  c["data"]["dataset"] = "fashion-mnist-pasted";
+  c["model"] = vit.to_json();
+  CHECK_NOTHROW(tr::validate_config(c));
+  CHECK(tr::pasted_options(c).canvas == 64);
+  CHECK(tr::pasted_options(c).seed == 0);
+  CHECK(tr::data_path(c) == nn::data::fashion_mnist_dir());
+  // Part of the section: the rest from the defaults.
+  tr::apply_override(c, "data.pasted={\"distractors\": \"noise\", \"noise\": 0.2}");
+  CHECK_NOTHROW(tr::validate_config(c));
+  CHECK(tr::pasted_options(c).distractors == "noise");
+  CHECK(tr::pasted_options(c).noise == 0.2);
+  CHECK(tr::pasted_options(c).max_scale == 1.5);
+  tr::apply_override(c, "data.pasted.seed=7");  // a key the section leaves out
+  CHECK(tr::pasted_options(c).seed == 7);
+  CHECK_ERROR_CONTAINS(tr::apply_override(c, "data.pasted.cont=2"),
+                       "unknown key \"data.pasted.cont\"", "did you mean \"data.pasted.count\"?",
+                       "the keys of \"data.pasted\" are: canvas, count, distractors, max_scale, "
+                       "min_scale, noise, seed");
+  CHECK_ERROR_CONTAINS(tr::apply_override(c, "data.pasted.count=many"),
+                       "data.pasted.count takes a number, got many (a string)");
+  {  // absent from the config: set it whole
+    json d = tr::default_config();
+    CHECK_ERROR_CONTAINS(tr::apply_override(d, "data.pasted.canvas=96"),
+                         "data.pasted is not in the config", "set it whole, as data.pasted={");
+  }
+  // The canvas is the data set's image size: the model must take it.
+  tr::apply_override(c, "data.pasted.canvas=72");
+  CHECK_ERROR_CONTAINS(tr::validate_config(c), "fashion-mnist-pasted's 1x72x72 images",
+                       "the model takes 1x64x64");
+
+  struct Case {
+    json pasted;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {{{"canvs", 64}},
+       {"config: unknown key \"data.pasted.canvs\"", "did you mean \"data.pasted.canvas\"?",
+        "the keys of \"data.pasted\" are: canvas, min_scale, max_scale"}},
+      {{{"canvas", 40}},
+       {"config: data.pasted.canvas 40 cannot hold fashion-mnist's 28x28 items at "
+        "data.pasted.max_scale 1.5 (42x42)"}},
+      {{{"canvas", 0}}, {"config: data.pasted.canvas must be an integer >= 1, got 0"}},
+      {{{"min_scale", 0}}, {"config: data.pasted.min_scale must be > 0, got 0"}},
+      {{{"max_scale", 0.5}},
+       {"config: data.pasted.min_scale (1) must not exceed data.pasted.max_scale (0.5)"}},
+      {{{"distractors", "fragment"}},
+       {"config: data.pasted.distractors must be one of none, noise, fragments, got "
+        "\"fragment\"",
+        "did you mean \"fragments\"?"}},
+      {{{"count", -1}}, {"config: data.pasted.count must be an integer in [0, 100], got -1"}},
+      {{{"noise", 1.5}}, {"config: data.pasted.noise must be in [0, 1], got 1.5"}},
+      {{{"seed", "x"}}, {"config: data.pasted.seed must be an integer >= 0, got \"x\""}},
+      {3, {"config: data.pasted must be an object", "got a number"}},
+  };
+  for (const Case& tc : cases) {
+    INFO("data.pasted = " << tc.pasted.dump());
+    json bad = preset;
+    bad["data"]["pasted"] = tc.pasted;
+    bool thrown = false;
+    try {
+      tr::validate_config(bad);
+    } catch (const Error& e) {
+      thrown = true;
+      const std::string msg = e.what();
+      INFO("message: " << msg);
+      for (const std::string& s : tc.expected)
+        CHECK_MESSAGE(msg.find(s) != std::string::npos, "missing \"" << s << "\"");
+    }
+    CHECK(thrown);
+  }
+  // The section belongs to fashion-mnist-pasted alone.
+  json other = tr::default_config();
+  other["data"]["pasted"] = json::object();
+  CHECK_ERROR_CONTAINS(tr::validate_config(other),
+                       "config: data.pasted is read by data.dataset \"fashion-mnist-pasted\" "
+                       "only, got data.dataset \"fashion-mnist\"");
+  CHECK_NOTHROW(tr::validate_config(tr::default_config()));  // the others are unchanged
+  CHECK_FALSE(tr::default_config()["data"].contains("pasted"));
 }
 
 TEST_CASE("train config: make_schedule counts epochs in optimizer steps") {

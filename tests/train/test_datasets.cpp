@@ -1,6 +1,7 @@
 // tools/train/datasets: the data sets a config names, for each image-folder layout (train/ and
 // test/ sub-folders, val/ instead of test/, one folder split in two), the validation split, and
-// the errors for a missing folder or a train/ folder without its test set.
+// the errors for a missing folder or a train/ folder without its test set; fashion-mnist-pasted's
+// canvases and seeds when Fashion-MNIST is installed.
 #include <fstream>
 
 #include "test_util.h"
@@ -99,4 +100,35 @@ TEST_CASE("datasets: the real Fashion-MNIST, when installed, splits 54000 / 6000
   CHECK(s.validation->size() == 6000);
   CHECK(s.test->size() == 10000);
   CHECK(s.test->classes().at(0) == "T-shirt/top");
+}
+
+TEST_CASE("datasets: fashion-mnist-pasted, when installed: canvases, split, the test set's seed") {
+  if (!fs::exists(nn::data::fashion_mnist_dir())) {
+    MESSAGE("Fashion-MNIST is not installed: skipped");
+    return;
+  }
+  json c = tr::load_config(VITRINE_CONFIGS "/fashion_mnist_pasted.json");
+  tr::apply_override(c, "data.pasted.seed=4");
+  tr::Datasets s = tr::load_datasets(c);
+  CHECK(s.train->size() == 54000);
+  CHECK(s.validation->size() == 6000);
+  CHECK(s.test->size() == 10000);
+  CHECK(s.test->classes().at(0) == "T-shirt/top");
+  const nn::data::Example e = s.test->get(3);
+  CHECK(e.image.height == 64);
+  CHECK(e.image.width == 64);
+  // The test file's canvases are drawn with data.pasted.seed + 1, the training file's with seed.
+  nn::data::PastedOptions o = tr::pasted_options(c);
+  o.seed = 5;
+  const nn::data::PastedObjects test(nn::data::fashion_mnist(nn::data::fashion_mnist_dir(), false),
+                                     o);
+  CHECK(e.image.pixels == test.get(3).image.pixels);
+  CHECK(e.label == test.get(3).label);
+  o.seed = 4;
+  const nn::data::PastedObjects train(nn::data::fashion_mnist(nn::data::fashion_mnist_dir(), true),
+                                      o);
+  const auto* part = dynamic_cast<const nn::data::Subset*>(s.train.get());
+  REQUIRE(part != nullptr);
+  CHECK(s.train->get(0).image.pixels == train.get(part->indices().at(0)).image.pixels);
+  CHECK(tr::load_test_set(c)->get(3).image.pixels == e.image.pixels);
 }

@@ -6,7 +6,10 @@
 #include <fstream>
 #include <regex>
 
+#include <fmt/format.h>
+
 #include "test_util.h"
+#include "tools/common/html.h"
 #include "tools/train/config.h"
 #include "tools/train/metrics.h"
 #include "tools/train/report.h"
@@ -244,10 +247,10 @@ TEST_CASE("report: line_chart_svg ticks, points and legend") {
   // x 0..100: step = the 1/2/5 x 10^k at least 100 / 5 = 20 -> 20, ticks 0, 20, ..., 100.
   // y 0.2..0.9: at least 0.7 / 5 = 0.14 -> 0.2, from 0.2 (at or below 0.2) to 1.0 (above 0.9).
   const std::string svg =
-      tr::line_chart_svg({{"a<b", "#123456", {{0, 0.2}, {50, 0.5}, {100, 0.9}}, false},
-                          {"empty", "#000", {}, false},
-                          {"val", "#abcdef", {{50, 0.4}, {100, 0.6}}, true}},
-                         "global step", "accuracy");
+      tools::line_chart_svg({{"a<b", "#123456", {{0, 0.2}, {50, 0.5}, {100, 0.9}}, false},
+                             {"empty", "#000", {}, false},
+                             {"val", "#abcdef", {{50, 0.4}, {100, 0.6}}, true}},
+                            "global step", "accuracy");
   CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"320\"", 0) ==
         0);
   CHECK(tick_labels(svg) == std::vector<std::string>{"0", "20", "40", "60", "80", "100", "0.2",
@@ -267,29 +270,43 @@ TEST_CASE("report: line_chart_svg ticks, points and legend") {
 
   // Steps of thousands; a constant (widened by a tenth); tiny values in the shortest form.
   const std::string big =
-      tr::line_chart_svg({{"lr", "#000", {{50, 0.001}, {4220, 0.001}}, false}}, "step", "lr");
+      tools::line_chart_svg({{"lr", "#000", {{50, 0.001}, {4220, 0.001}}, false}}, "step", "lr");
   CHECK(tick_labels(big) == std::vector<std::string>{"0", "1000", "2000", "3000", "4000", "5000",
                                                      "0.00090", "0.00095", "0.00100", "0.00105",
                                                      "0.00110"});
   const std::string tiny =
-      tr::line_chart_svg({{"g", "#000", {{1, 0}, {2, 2e-5}}, false}}, "step", "grad");
+      tools::line_chart_svg({{"g", "#000", {{1, 0}, {2, 2e-5}}, false}}, "step", "grad");
   CHECK(tick_labels(tiny) == std::vector<std::string>{"1.0", "1.2", "1.4", "1.6", "1.8", "2.0", "0",
                                                       "5e-06", "1e-05", "1.5e-05", "2e-05"});
-  const std::string one = tr::line_chart_svg({{"p", "#000", {{0, 0}}, true}}, "x", "y");
+  const std::string one = tools::line_chart_svg({{"p", "#000", {{0, 0}}, true}}, "x", "y");
   CHECK(tick_labels(one) == std::vector<std::string>{"-1.0", "-0.5", "0.0", "0.5", "1.0", "-1.0",
                                                      "-0.5", "0.0", "0.5", "1.0"});
   CHECK(count(one, "<polyline") == 0);  // a lone dot has no line
   CHECK(count(one, "<circle") == 2);
 
   // Nothing to draw: no series, only empty ones, only non-finite points.
-  for (const std::vector<tr::Series>& none :
-       {std::vector<tr::Series>{}, std::vector<tr::Series>{{"a", "#000", {}, false}},
-        std::vector<tr::Series>{{"a", "#000", {{NAN, 1}, {2, INFINITY}}, false}}}) {
-    const std::string s = tr::line_chart_svg(none, "x", "y", 300, 200);
+  for (const std::vector<tools::Series>& none :
+       {std::vector<tools::Series>{}, std::vector<tools::Series>{{"a", "#000", {}, false}},
+        std::vector<tools::Series>{{"a", "#000", {{NAN, 1}, {2, INFINITY}}, false}}}) {
+    const std::string s = tools::line_chart_svg(none, "x", "y", 300, 200);
     CHECK(s.find(">no data</text>") != std::string::npos);
     CHECK(s.find("width=\"300\" height=\"200\"") != std::string::npos);
     CHECK(count(s, "<polyline") == 0);
   }
+
+  // A legend wider than the chart wraps: names of 20 characters take 23 + 20 * 6.5 = 153 px and
+  // 16 px of gap; three fit from x = 64 to 624, the next three go on a second row, 18 px lower,
+  // and the plot's top moves down from 30 to 48.
+  std::vector<tools::Series> six;
+  for (int k = 0; k < 6; ++k)
+    six.push_back({fmt::format("series-{}-abcdefghijk", k), "#000", {{0, 0}, {1, 1}}, false});
+  const std::string wrapped = tools::line_chart_svg(six, "x", "y");
+  CHECK(captures(wrapped, "<text x=\"([0-9.]+)\" y=\"19\">series") ==
+        std::vector<std::string>{"87.0", "256.0", "425.0"});
+  CHECK(captures(wrapped, "<text x=\"([0-9.]+)\" y=\"37\">series") ==
+        std::vector<std::string>{"87.0", "256.0", "425.0"});
+  CHECK(wrapped.find("<rect x=\"64.0\" y=\"48.0\" width=\"560.0\" height=\"230.0\"") !=
+        std::string::npos);
 }
 
 TEST_CASE("report: confusion_svg writes every count, shaded by the row's share") {

@@ -1,4 +1,5 @@
-// Escaping, base64, nice axes and SVG helpers for the tools' HTML reports (see html.h).
+// Escaping, base64, nice axes, SVG helpers and the line chart of the tools' HTML reports (see
+// html.h).
 #include "tools/common/html.h"
 
 #include <algorithm>
@@ -106,5 +107,116 @@ std::string svg_open(int width, int height) {
 }
 
 double text_width(std::string_view s) { return 6.5 * static_cast<double>(s.size()); }
+
+std::string line_chart_svg(const std::vector<Series>& series, const std::string& x_title,
+                           const std::string& y_title, int width, int height) {
+  std::vector<Series> drawn;
+  double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+  for (const Series& s : series) {
+    Series d{s.name, s.colour, {}, s.dots};
+    for (const auto& [x, y] : s.points) {
+      if (!std::isfinite(x) || !std::isfinite(y)) continue;
+      d.points.emplace_back(x, y);
+      x_lo = std::min(x_lo, x);
+      x_hi = std::max(x_hi, x);
+      y_lo = std::min(y_lo, y);
+      y_hi = std::max(y_hi, y);
+    }
+    if (!d.points.empty()) drawn.push_back(std::move(d));
+  }
+  std::string out = svg_open(width, height);
+  if (drawn.empty()) {
+    out += fmt::format(
+        "<rect x=\"0.5\" y=\"0.5\" width=\"{}\" height=\"{}\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n"
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#777\">no data</text>\n</svg>\n",
+        width - 1, height - 1, width / 2, height / 2);
+    return out;
+  }
+
+  // The legend, in rows above the plot that wrap at the chart's right edge: (x, row) per series.
+  const double left = 64, right = width - 16.0, bottom = height - 42.0;
+  std::vector<std::pair<double, int>> legend;
+  double lx = left;
+  int rows = 1;
+  for (const Series& s : drawn) {
+    const double w = 23 + text_width(s.name);
+    if (lx > left && lx + w > right) {
+      lx = left;
+      ++rows;
+    }
+    legend.emplace_back(lx, rows - 1);
+    lx += w + 16;
+  }
+  const double top = 30 + 18.0 * (rows - 1);
+  const Axis ax = nice_axis(x_lo, x_hi), ay = nice_axis(y_lo, y_hi);
+  auto px = [&](double x) { return left + (x - ax.lo) / (ax.hi - ax.lo) * (right - left); };
+  auto py = [&](double y) { return bottom - (y - ay.lo) / (ay.hi - ay.lo) * (bottom - top); };
+
+  out += fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fff\" "
+      "stroke=\"#999\"/>\n",
+      left, top, right - left, bottom - top);
+  for (int64_t k = ax.first; k <= ax.last; ++k) {
+    const double x = px(ax.tick(k));
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>\n"
+        "<text class=\"tick\" x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
+        x, top, bottom, bottom + 16, ax.label(k));
+  }
+  for (int64_t k = ay.first; k <= ay.last; ++k) {
+    const double y = py(ay.tick(k));
+    out += fmt::format(
+        "<line x1=\"{1:.1f}\" y1=\"{0:.1f}\" x2=\"{2:.1f}\" y2=\"{0:.1f}\" stroke=\"#eee\"/>\n"
+        "<text class=\"tick\" x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        y, left, right, left - 6, y + 4, ay.label(k));
+  }
+
+  for (const Series& s : drawn) {
+    const std::string colour = escape_html(s.colour);
+    std::string pts;
+    for (const auto& [x, y] : s.points)
+      pts += fmt::format("{}{:.1f},{:.1f}", pts.empty() ? "" : " ", px(x), py(y));
+    if (!s.dots) {
+      out += fmt::format(
+          "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" "
+          "stroke-linejoin=\"round\" points=\"{}\"/>\n",
+          colour, pts);
+      continue;
+    }
+    if (s.points.size() >= 2)
+      out += fmt::format(
+          "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1\" stroke-dasharray=\"4 3\" "
+          "points=\"{}\"/>\n",
+          colour, pts);
+    for (const auto& [x, y] : s.points)
+      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>\n", px(x),
+                         py(y), colour);
+  }
+
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    const Series& s = drawn[i];
+    const auto [x, row] = legend[i];
+    const int y = 15 + 18 * row;
+    const std::string colour = escape_html(s.colour);
+    if (s.dots)
+      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{}\" r=\"3.5\" fill=\"{}\"/>\n", x + 9, y,
+                         colour);
+    else
+      out += fmt::format(
+          "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{1:.1f}\" y2=\"{2}\" stroke=\"{3}\" "
+          "stroke-width=\"2\"/>\n",
+          x, x + 18, y, colour);
+    out +=
+        fmt::format("<text x=\"{:.1f}\" y=\"{}\">{}</text>\n", x + 23, y + 4, escape_html(s.name));
+  }
+
+  out += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n"
+      "<text transform=\"translate(14,{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n"
+      "</svg>\n",
+      (left + right) / 2, height - 8, escape_html(x_title), (top + bottom) / 2,
+      escape_html(y_title));
+  return out;
+}
 
 }  // namespace vitrine::tools

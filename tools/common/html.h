@@ -1,6 +1,6 @@
 // What the tools' self-contained HTML reports share: escaping, base64 for data: URIs, the "nice"
-// axis of a chart and small SVG helpers. The reports fetch nothing: their images are data: URIs
-// and their charts inline SVG, so a page opens offline and can be mailed as it is.
+// axis of a chart, small SVG helpers and the line chart. The reports fetch nothing: their images
+// are data: URIs and their charts inline SVG, so a page opens offline and can be mailed as it is.
 //
 // The nice axis of a chart runs from a multiple of a "nice" step at or below the data's minimum
 // to the one at or above its maximum, every multiple of the step being a tick:
@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace vitrine::tools {
 
@@ -46,5 +48,25 @@ std::string svg_open(int width, int height);
 
 /// A rough width in pixels of a label at font size 11 (no font metrics without a browser).
 double text_width(std::string_view s);
+
+/// One line of a line chart: (x, y) points with a name (the legend's) and a CSS colour.
+struct Series {
+  std::string name, colour;
+  std::vector<std::pair<double, double>> points;
+  bool dots = false;
+};
+
+/// The SVG of a line chart, width x height px: x and y on the nice axes of the data's range (a
+/// faint grid line at every tick), axis titles, and a legend above the plot in rows that wrap at
+/// the chart's width (one row: the plot's top at y = 30 px; each further row moves it down 18 px).
+/// The plot spans x = 64 .. width - 16 and y = top .. height - 42.
+///
+/// A series is one <polyline> of all its points (dots = false), or a <circle> per point joined
+/// by a dashed <polyline> when it has two or more (dots = true: e.g. validation points). Tick
+/// labels are <text class="tick">. Non-finite points are skipped, and series left without points
+/// have no line and no legend entry; with nothing to draw the SVG says "no data". Names, colours
+/// and titles are escaped.
+std::string line_chart_svg(const std::vector<Series>& series, const std::string& x_title,
+                           const std::string& y_title, int width = 640, int height = 320);
 
 }  // namespace vitrine::tools

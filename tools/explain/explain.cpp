@@ -714,7 +714,7 @@ Explanation explain_method(models::VisionTransformer& model, const Tensor& image
                            Method m, const Options& options) {
   check_images(model, images);
   const int64_t H = images.size(2), W = images.size(3), patch = model.config().patch;
-  Explanation e{m, {}, {}, {}, {}, {}};
+  Explanation e{m, {}, {}, {}, {}, {}, {}};
   switch (m) {
     case Method::Attention:
       e.grid = attention_map(pass, options.layer, options.head, &e.heads);
@@ -739,14 +739,14 @@ Explanation explain_method(models::VisionTransformer& model, const Tensor& image
                             : m == Method::SmoothGrad
                                 ? smoothgrad(model, images, pass.targets, options)
                                 : integrated_gradients(model, images, pass.targets, options);
-      const Tensor map = attribution_map(a, m);
-      e.grid = patch_mean(map, patch);
-      e.map = minmax(map);
+      e.raw = attribution_map(a, m);
+      e.grid = patch_mean(e.raw, patch);
       e.completeness_gap = a.completeness_gap;
       break;
     }
   }
-  if (!e.map.defined()) e.map = minmax(upsample(e.grid, H, W));
+  if (!e.raw.defined()) e.raw = upsample(e.grid, H, W);
+  e.map = minmax(e.raw);
   return e;
 }
 

@@ -196,6 +196,7 @@ struct Explanation {
   Method method;
   Tensor grid;   // [B, gh, gw] raw values on the patch grid
   Tensor map;    // [B, H, W] at image resolution, in [0, 1]
+  Tensor raw;    // [B, H, W] at image resolution before scaling (the evaluation's maps)
   Tensor heads;  // attention: [B, H, gh, gw] every head of the chosen layer (raw)
   Tensor mask;   // attention with a threshold: [B, gh, gw] of 0/1
   std::vector<double> completeness_gap;  // integrated gradients

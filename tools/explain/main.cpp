@@ -17,10 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/data/image_folder.h"
+#include "nn/data/pasted.h"
 #include "nn/data/transforms.h"
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "tools/common/files.h"
+#include "tools/explain/evaluate.h"
 #include "tools/explain/explain.h"
 #include "tools/explain/npy.h"
 #include "tools/explain/render.h"
@@ -45,6 +47,10 @@ struct Cli {
   double alpha = 0.5;
   std::vector<float> mean, std;
   ex::Options opt;
+  // --evaluate
+  bool evaluate = false;
+  int64_t sanity_count = 100, patches_per_step = 4;
+  std::string removal = "zero";
 };
 
 /// One image to explain: what the model sees and what a person sees.
@@ -53,6 +59,7 @@ struct Sample {
   Tensor input;    // [C, H, W], the model's input (normalised)
   Tensor display;  // [C, H, W] in [0, 1]
   int64_t label = -1;
+  std::optional<nn::data::Box> box;  // the object's box (the pasted benchmark's images)
 };
 
 /// The model, its class names and the input normalisation it was trained with.
@@ -124,8 +131,7 @@ Sample prepare(const std::string& name, const nn::data::Image& raw, int64_t labe
   } else {
     im = nn::data::center_crop(im, im.height / c.patch * c.patch, im.width / c.patch * c.patch);
   }
-  Sample s{name, to_tensor(nn::data::normalize(im, l.mean, l.std)), to_tensor(im), label};
-  return s;
+  return {name, to_tensor(nn::data::normalize(im, l.mean, l.std)), to_tensor(im), label, {}};
 }
 
 std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
@@ -146,7 +152,8 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
       Tensor in = x.select(0, i).contiguous();
       // What a person sees: the input scaled to [0, 1] (its normalisation is unknown).
       Tensor d = ex::minmax(in.reshape({1, in.numel()})).reshape(in.shape());
-      out.push_back({fmt::format("{}[{}]", fs::path(cli.input).filename().string(), i), in, d, -1});
+      out.push_back(
+          {fmt::format("{}[{}]", fs::path(cli.input).filename().string(), i), in, d, -1, {}});
     }
     return out;
   }
@@ -161,9 +168,20 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
     VT_CHECK(cli.first >= 0 && cli.count >= 1 && cli.first + cli.count <= test->size(),
              "--first {} --count {}: the test set {} has {} images", cli.first, cli.count,
              test->source(), test->size());
+    // The localisation benchmark knows where each object is (its images are used at their own
+    // size, so the boxes stay true).
+    auto pasted = std::dynamic_pointer_cast<const nn::data::PastedObjects>(test);
     for (int64_t i = cli.first; i < cli.first + cli.count; ++i) {
       nn::data::Example e = test->get(i);
       out.push_back(prepare(fmt::format("{} #{}", cli.dataset, i), e.image, e.label, cli, l));
+      if (pasted) {
+        VT_CHECK(
+            out.back().input.size(1) == e.image.height && out.back().input.size(2) == e.image.width,
+            "--dataset {}: its {}x{} images must be used at their size, not resized to the "
+            "model's {}x{}",
+            cli.dataset, e.image.height, e.image.width, c.image_h, c.image_w);
+        out.back().box = pasted->tight_box(i);  // the item's drawn pixels, not its square
+      }
     }
     return out;
   }
@@ -174,6 +192,32 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
   for (size_t i = 0; i < cli.images.size(); ++i)
     out.push_back(prepare(cli.images[i], files.get(static_cast<int64_t>(i)).image, -1, cli, l));
   return out;
+}
+
+/// The samples' model inputs as one batch [N, C, H, W] (they must share a size).
+Tensor batch_of(const std::vector<Sample>& samples) {
+  std::vector<Tensor> inputs;
+  for (const Sample& s : samples) {
+    VT_CHECK(s.input.shape() == samples[0].input.shape(),
+             "{} is {}x{} but {} is {}x{}: images must share one size (use --resize model)", s.name,
+             s.input.size(1), s.input.size(2), samples[0].name, samples[0].input.size(1),
+             samples[0].input.size(2));
+    inputs.push_back(s.input);
+  }
+  return ops::stack(inputs, 0);
+}
+
+/// The methods' options from the command line.
+ex::Options options_of(const Cli& cli, const Loaded& l) {
+  ex::Options opt = cli.opt;
+  opt.head_fusion = cli.head_fusion == "max"   ? ex::HeadFusion::Max
+                    : cli.head_fusion == "min" ? ex::HeadFusion::Min
+                                               : ex::HeadFusion::Mean;
+  opt.ig_rule = cli.ig_method == "trapezoid" ? ex::IgRule::Trapezoid : ex::IgRule::GaussLegendre;
+  opt.baseline = cli.baseline == "blur" ? ex::IgBaseline::Blur : ex::IgBaseline::Black;
+  if (cli.input.empty())  // a black pixel, normalised; with --input the baseline is exactly 0
+    for (size_t ch = 0; ch < l.mean.size(); ++ch) opt.black.push_back(-l.mean[ch] / l.std[ch]);
+  return opt;
 }
 
 /// Replaces -1 ("predicted") or resolves --target: a class index, a class name, or "label".
@@ -217,7 +261,8 @@ std::vector<int64_t> targets_for(const Cli& cli, const std::vector<Sample>& samp
 std::string temp_folder_for(const std::string& out) {
   if (fs::exists(out))
     VT_CHECK(fs::is_directory(out) && fs::exists(fs::path(out) / "index.html") &&
-                 fs::exists(fs::path(out) / "predictions.json"),
+                 (fs::exists(fs::path(out) / "predictions.json") ||
+                  fs::exists(fs::path(out) / "evaluation.json")),
              "--out {}: exists and is not a vitrine-explain output folder (it would be replaced)",
              out);
   const fs::path tmp = fs::path(out).string() + fmt::format(".tmp-{}", getpid());
@@ -252,24 +297,9 @@ int run(const Cli& cli) {
 
   std::vector<std::string> label_names;
   const std::vector<Sample> samples = read_samples(cli, l, label_names);
-  for (const Sample& s : samples)
-    VT_CHECK(s.input.shape() == samples[0].input.shape(),
-             "{} is {}x{} but {} is {}x{}: images must share one size (use --resize model)", s.name,
-             s.input.size(1), s.input.size(2), samples[0].name, samples[0].input.size(1),
-             samples[0].input.size(2));
-  std::vector<Tensor> inputs;
-  for (const Sample& s : samples) inputs.push_back(s.input);
-  const Tensor batch = ops::stack(inputs, 0);
+  const Tensor batch = batch_of(samples);
   const int64_t N = batch.size(0), H = batch.size(2), W = batch.size(3);
-
-  ex::Options opt = cli.opt;
-  opt.head_fusion = cli.head_fusion == "max"   ? ex::HeadFusion::Max
-                    : cli.head_fusion == "min" ? ex::HeadFusion::Min
-                                               : ex::HeadFusion::Mean;
-  opt.ig_rule = cli.ig_method == "trapezoid" ? ex::IgRule::Trapezoid : ex::IgRule::GaussLegendre;
-  opt.baseline = cli.baseline == "blur" ? ex::IgBaseline::Blur : ex::IgBaseline::Black;
-  if (cli.input.empty())  // a black pixel, normalised; with --input the baseline is exactly 0
-    for (size_t ch = 0; ch < l.mean.size(); ++ch) opt.black.push_back(-l.mean[ch] / l.std[ch]);
+  const ex::Options opt = options_of(cli, l);
   const std::vector<int64_t> targets = targets_for(cli, samples, l.classes);
 
   fmt::print(
@@ -414,6 +444,67 @@ int run(const Cli& cli) {
   return 0;
 }
 
+/// --evaluate: every method's faithfulness (and localisation, on the pasted benchmark) and the
+/// sanity checks, as tables (printed, evaluation.md, evaluation.json) and a report.
+int run_evaluation(const Cli& cli) {
+  const auto methods = ex::parse_methods(cli.methods);
+  Loaded l = load(cli);
+  l.model->to(Device::parse(cli.device));
+  l.model->eval();
+  std::vector<std::string> label_names;
+  const std::vector<Sample> samples = read_samples(cli, l, label_names);
+  const Tensor batch = batch_of(samples);
+  std::optional<std::vector<nn::data::Box>> boxes;
+  if (samples.front().box) {
+    boxes.emplace();
+    for (const Sample& s : samples) boxes->push_back(*s.box);
+  }
+  ex::EvalOptions eo;
+  eo.methods = methods;
+  eo.explain = options_of(cli, l);
+  eo.curves.patches_per_step = cli.patches_per_step;
+  eo.curves.removal = ex::parse_removal(cli.removal);
+  eo.curves.black = eo.explain.black;
+  eo.sanity_images = cli.sanity_count;
+  eo.seed = cli.opt.seed;
+  fmt::print(
+      "evaluating {} on {} images{} ({} patches per step, removal {}), sanity checks on "
+      "{}\n",
+      cli.methods, batch.size(0), boxes ? " with object boxes" : "", cli.patches_per_step,
+      cli.removal, std::min<int64_t>(cli.sanity_count, batch.size(0)));
+  std::fflush(stdout);
+  const std::string tmp = temp_folder_for(cli.out);
+  try {
+    const ex::EvalResult r =
+        ex::evaluate(*l.model, batch, targets_for(cli, samples, l.classes), boxes, eo,
+                     [](const std::string& stage, int64_t done, int64_t total) {
+                       fmt::print("  {} {}/{}\n", stage, done, total);
+                       std::fflush(stdout);
+                     });
+    const std::string md = ex::to_markdown(r);
+    tools::write_file_atomically(tmp + "/evaluation.md", md);
+    tools::write_file_atomically(tmp + "/evaluation.json", ex::to_json(r).dump(2) + "\n");
+    ex::write_evaluation_report(
+        tmp + "/index.html", r, "vitrine-explain --evaluate",
+        {{"checkpoint", cli.checkpoint},
+         {"images", fmt::format("{} ({} from {})", batch.size(0),
+                                cli.dataset.empty() ? "given" : cli.dataset, cli.first)},
+         {"methods", cli.methods},
+         {"target", cli.target},
+         {"patches per step, removal", fmt::format("{}, {}", cli.patches_per_step, cli.removal)},
+         {"smoothgrad samples, sigma", fmt::format("{}, {}", eo.explain.samples, eo.explain.sigma)},
+         {"integrated-gradients steps", std::to_string(eo.explain.steps)},
+         {"sanity images", std::to_string(std::min<int64_t>(cli.sanity_count, batch.size(0)))}});
+    publish(tmp, cli.out);
+    fmt::print("\n{}\nfinished in {:.0f} s   tables: {}/evaluation.md   report: {}/index.html\n",
+               md, r.seconds, cli.out, cli.out);
+  } catch (...) {
+    fs::remove_all(tmp);
+    throw;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -495,6 +586,21 @@ int main(int argc, char** argv) {
   app.add_option("--alpha", cli.alpha, "heatmap opacity over the image")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  app.add_flag("--evaluate", cli.evaluate,
+               "measure the methods instead of drawing them: deletion/insertion, the pointing "
+               "game and energy in the box (on fashion-mnist-pasted), sanity checks");
+  app.add_option("--sanity-count", cli.sanity_count,
+                 "--evaluate: images for the cascading-randomisation checks (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--patches-per-step", cli.patches_per_step,
+                 "--evaluate: patches deleted or inserted per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--removal", cli.removal,
+                 "--evaluate: what replaces a deleted patch: zero (black), mean or blur")
+      ->check(CLI::IsMember({"zero", "mean", "blur"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -506,7 +612,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return run(cli);
+    return cli.evaluate ? run_evaluation(cli) : run(cli);
   } catch (const std::exception& e) {
     fmt::print(stderr, "vitrine-explain: error: {}\n", e.what());
     return 1;

@@ -1,15 +1,18 @@
-// The index.html of vitrine-explain (see report.h): image rows of <figure>s with data: URI PNGs,
-// and the attention-distance scatter plot as inline SVG.
+// vitrine-explain's pages (see report.h): the index.html of image rows of <figure>s with data: URI
+// PNGs and the attention-distance scatter plot as inline SVG; the evaluation's tables, mean curves
+// and shaded sanity table.
 #include "tools/explain/report.h"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "backends/error.h"
 #include "tools/common/files.h"
 #include "tools/common/html.h"
+#include "tools/explain/evaluate.h"
 
 namespace vitrine::explain {
 
@@ -162,6 +165,130 @@ img { image-rendering: pixelated; display: block; max-width: 100%; height: auto;
 svg { max-width: 100%; height: auto; display: block; margin: 0.5em 0; }
 )css";
 
+// ---- evaluation page ---------------------------------------------------------------------------
+
+const char* kEvalStyle = R"css(
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th .hint { display: block; font-size: 0.8em; color: #888; }
+td.best { font-weight: bold; background: #e8f5e9; }
+tr.baseline td { font-style: italic; color: #666; }
+table.eval td:first-child { white-space: nowrap; }
+p.how { color: #444; max-width: 60em; }
+)css";
+
+// The curves' colours: tab10 without its grey, which the baselines get (random light, centre dark).
+constexpr const char* kMethodColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                          "#8c564b", "#e377c2", "#bcbd22", "#17becf"};
+
+bool is_baseline(const std::string& row) { return row == "random" || row == "centre"; }
+
+/// The summary of per-image values, when there are some and their mean is finite.
+std::optional<Stat> finite_stat(const std::vector<double>& values) {
+  if (values.empty()) return std::nullopt;
+  const Stat s = summarize(values);
+  if (!std::isfinite(s.mean)) return std::nullopt;
+  return s;
+}
+
+/// A row's summary in one column (a map row -> per-image values).
+std::optional<Stat> stat_of(const std::map<std::string, std::vector<double>>& column,
+                            const std::string& row) {
+  auto it = column.find(row);
+  return it == column.end() ? std::nullopt : finite_stat(it->second);
+}
+
+/// "mean [lo, hi]" with `digits` decimals, or "-" when there is no finite mean.
+std::string stat_text(const std::optional<Stat>& s, int digits) {
+  if (!s) return "-";
+  auto num = [&](double v) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "-"; };
+  return fmt::format("{} [{}, {}]", num(s->mean), num(s->lo), num(s->hi));
+}
+
+struct Column {
+  std::string title, hint;
+  const std::map<std::string, std::vector<double>>* values;
+  bool lower_is_better;
+};
+
+std::string faithfulness_table(const EvalResult& r, const std::vector<Column>& columns) {
+  // The best mean per column among the methods (the baselines are never best).
+  std::vector<std::optional<double>> best(columns.size());
+  for (size_t c = 0; c < columns.size(); ++c)
+    for (const std::string& row : r.rows) {
+      if (is_baseline(row)) continue;
+      const auto s = stat_of(*columns[c].values, row);
+      if (s && (!best[c] || (columns[c].lower_is_better ? s->mean < *best[c] : s->mean > *best[c])))
+        best[c] = s->mean;
+    }
+  std::string out = "<table class=\"eval\">\n<tr><th>method</th>";
+  for (const Column& c : columns)
+    out += fmt::format("<th class=\"num\">{}<span class=\"hint\">{}</span></th>",
+                       escape_html(c.title), escape_html(c.hint));
+  out += "</tr>\n";
+  for (const std::string& row : r.rows) {
+    const bool baseline = is_baseline(row);
+    out +=
+        fmt::format("<tr{}><td>{}</td>", baseline ? " class=\"baseline\"" : "", escape_html(row));
+    for (size_t c = 0; c < columns.size(); ++c) {
+      const auto s = stat_of(*columns[c].values, row);
+      const bool is_best = !baseline && s && best[c] && s->mean == *best[c];
+      out += fmt::format("<td class=\"num{}\">{}</td>", is_best ? " best" : "",
+                         escape_html(stat_text(s, 3)));
+    }
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+/// One mean curve per row: point s of S + 1 at x = s / S.
+std::string curves_svg(const EvalResult& r,
+                       const std::map<std::string, std::vector<double>>& curves,
+                       const std::string& x_title) {
+  std::vector<tools::Series> series;
+  size_t method = 0;
+  for (const std::string& row : r.rows) {
+    auto it = curves.find(row);
+    if (it == curves.end() || it->second.empty()) continue;
+    const std::string colour = row == "random"   ? "#aaaaaa"
+                               : row == "centre" ? "#555555"
+                                                 : kMethodColours[method++ % 9];
+    tools::Series s{row, colour, {}, false};
+    const size_t n = it->second.size();
+    for (size_t i = 0; i < n; ++i)
+      s.points.emplace_back(n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0.0,
+                            it->second[i]);
+    series.push_back(std::move(s));
+  }
+  return tools::line_chart_svg(series, x_title, "target probability", 560, 340);
+}
+
+/// White at |rho| = 0 to tab10's red (214, 39, 40) at |rho| = 1; white text on the darker half.
+std::string sanity_cell(const std::vector<double>& per_image) {
+  const std::optional<Stat> s = finite_stat(per_image);
+  if (!s) return "<td class=\"num\">-</td>";
+  const double a = std::clamp(std::abs(s->mean), 0.0, 1.0);
+  auto mix = [&](int to) { return static_cast<int>(std::lround(255 + (to - 255) * a)); };
+  return fmt::format("<td class=\"num\" style=\"background:#{:02x}{:02x}{:02x};color:{}\">{}</td>",
+                     mix(214), mix(39), mix(40), a > 0.6 ? "#fff" : "#222",
+                     escape_html(stat_text(s, 2)));
+}
+
+std::string sanity_table(const EvalResult& r) {
+  std::string out = "<table class=\"eval sanity\">\n<tr><th>method</th>";
+  for (const std::string& step : r.sanity_steps)
+    out += fmt::format("<th class=\"num\">{}</th>", escape_html(step));
+  out += "</tr>\n";
+  for (const std::string& row : r.rows) {
+    auto it = r.sanity.find(row);
+    if (it == r.sanity.end()) continue;
+    out += fmt::format("<tr><td>{}</td>", escape_html(row));
+    for (size_t i = 0; i < r.sanity_steps.size(); ++i)
+      out += i < it->second.size() ? sanity_cell(it->second[i]) : "<td class=\"num\">-</td>";
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
 }  // namespace
 
 std::string write_report(const std::string& path, const ReportData& data) {
@@ -188,6 +315,77 @@ std::string write_report(const std::string& path, const ReportData& data) {
         "values are local attention, high ones global. Colour: the head (cycling past ten).</p>\n",
         data.patch);
     out += distance_svg(data.attention_distance);
+  }
+  out += "</body>\n</html>\n";
+  tools::write_file_atomically(path, out);
+  return path;
+}
+
+std::string write_evaluation_report(
+    const std::string& path, const EvalResult& result, const std::string& title,
+    const std::vector<std::pair<std::string, std::string>>& settings) {
+  const EvalResult& r = result;
+  const std::string heading = title.empty() ? "vitrine-explain evaluation" : title;
+  std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  out += fmt::format("<title>{0}</title>\n<style>{1}{2}</style>\n</head>\n<body>\n<h1>{0}</h1>\n",
+                     escape_html(heading), kStyle, kEvalStyle);
+  out += fmt::format("<p class=\"sub\">{} images", r.images);
+  if (std::isfinite(r.seconds) && r.seconds > 0) out += fmt::format(", {:.0f} s", r.seconds);
+  out += "</p>\n";
+  if (!settings.empty()) {
+    out += "<h2>Settings</h2>\n<table>\n";
+    for (const auto& [name, value] : settings)
+      out +=
+          fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", escape_html(name), escape_html(value));
+    out += "</table>\n";
+  }
+
+  const bool loc = !r.pointing.empty();
+  std::vector<Column> columns = {{"deletion AUC", "lower is better", &r.deletion_auc, true},
+                                 {"insertion AUC", "higher is better", &r.insertion_auc, false}};
+  if (loc) {
+    columns.push_back({"pointing game", "higher is better", &r.pointing, false});
+    columns.push_back({"energy in box", "higher is better", &r.energy, false});
+  }
+  out += fmt::format("<h2>Faithfulness{}</h2>\n", loc ? " and localisation" : "");
+  out += fmt::format(
+      "<p class=\"how\">Deletion removes the patches in the order of the map's relevance, most "
+      "relevant first, and follows the explained class's probability: a faithful map makes it "
+      "fall fast, so a <b>lower</b> deletion AUC (area under the curve) is better. Insertion adds "
+      "them in that order to an image with every patch removed: a <b>higher</b> insertion AUC is "
+      "better.{} Cells: mean [95% interval] over {} images; the best method of each column is "
+      "shaded. The baselines in italics, <i>random</i> (uniform noise) and <i>centre</i> (a "
+      "Gaussian at the image's centre), are never highlighted: a method worth its cost beats "
+      "them.</p>\n",
+      loc ? " Pointing game: the share of images whose map has its maximum in the object's box; "
+            "energy in box: the share of the map's positive relevance that lies in the box; "
+            "<b>higher</b> is better for both."
+          : "",
+      r.images);
+  out += faithfulness_table(r, columns);
+
+  out +=
+      "<h2>Mean curves</h2>\n<p class=\"how\">The explained class's probability, averaged over "
+      "the images, as the patches are removed (deletion: the faster it falls, the better) or "
+      "inserted (insertion: the faster it rises, the better), most relevant first.</p>\n"
+      "<div class=\"row\">\n";
+  out += "<figure>" + curves_svg(r, r.deletion_curve, "fraction of patches removed") +
+         "<figcaption>deletion</figcaption></figure>\n";
+  out += "<figure>" + curves_svg(r, r.insertion_curve, "fraction of patches inserted") +
+         "<figcaption>insertion</figcaption></figure>\n</div>\n";
+
+  out += "<h2>Sanity</h2>\n";
+  if (r.sanity_steps.empty()) {
+    out += "<p class=\"how\">The sanity checks were not run.</p>\n";
+  } else {
+    out +=
+        "<p class=\"how\">The model's layers are re-initialised from the top, one more step per "
+        "column (cascading randomisation), and each method's map of the randomised model is "
+        "compared with its map of the trained one by Spearman's rank correlation &rho; (mean "
+        "[95% interval] over the images). A map that explains the model changes as its weights "
+        "go: &rho; should fall towards 0. <b>&rho; near 1 means the map does not depend on the "
+        "weights.</b> Shade: |&rho;|, from white (0) to red (1).</p>\n";
+    out += sanity_table(r);
   }
   out += "</body>\n</html>\n";
   tools::write_file_atomically(path, out);

@@ -1,6 +1,7 @@
-// vitrine-explain's report: one self-contained index.html. Its images are PNGs embedded as
-// data:image/png;base64 URIs and its chart inline SVG; there is no script and nothing is fetched,
-// so the page opens offline and can be mailed as it is. Every string is HTML-escaped.
+// vitrine-explain's reports: the explained images' index.html and the evaluation's page. Each is
+// one self-contained file: images are PNGs embedded as data:image/png;base64 URIs and charts
+// inline SVG; there is no script and nothing is fetched, so a page opens offline and can be
+// mailed as it is. Every string is HTML-escaped.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,6 +9,8 @@
 #include <vector>
 
 namespace vitrine::explain {
+
+struct EvalResult;  // tools/explain/evaluate.h
 
 /// One explained image of the report.
 struct ReportImage {
@@ -48,5 +51,27 @@ struct ReportData {
 /// and which of its pictures), a non-finite attention distance (naming layer and head), a file
 /// that cannot be written.
 std::string write_report(const std::string& path, const ReportData& data);
+
+/// Writes path (atomically, tools/common/files.h): a self-contained page (inline CSS and SVG, no
+/// script, nothing fetched) of an evaluation (evaluate.h), each part under a sentence that says
+/// how to read it:
+///  - the title (default "vitrine-explain evaluation"), the number of images, the settings table;
+///  - faithfulness: a row per result row, columns deletion AUC and insertion AUC, with
+///    localisation values (result.pointing not empty) also pointing game and energy in box; each
+///    cell "mean [lo, hi]" (summarize(), 3 decimals). In each column the best method (lowest
+///    deletion AUC, highest of the others; every row that ties with it) has class "best". The
+///    baselines, rows "random" and "centre", are <tr class="baseline"> (italics) and never best;
+///  - the mean deletion and insertion curves as two line charts (tools::line_chart_svg), one
+///    series per row that has a curve: x = the fraction of patches removed (inserted), point s of
+///    S + 1 at s / S; y = the target's probability. Baselines are grey;
+///  - sanity: a row per method with sanity values, a column per result.sanity_steps, cells
+///    "mean [lo, hi]" of Spearman's rho (2 decimals) shaded by |mean| from white (0) to red (1),
+///    so that a map that does not depend on the weights stands out. Without sanity steps the
+///    page says the checks were not run.
+/// A value that is missing, or a mean that is not finite, is shown as "-" (and never best).
+/// Returns path. Errors (vitrine::Error): a file that cannot be written.
+std::string write_evaluation_report(
+    const std::string& path, const EvalResult& result, const std::string& title,
+    const std::vector<std::pair<std::string, std::string>>& settings);
 
 }  // namespace vitrine::explain

@@ -22,6 +22,7 @@
 #include "backends/device.h"
 #include "backends/error.h"
 #include "nn/data/dataset.h"
+#include "nn/data/pasted.h"
 #include "nn/data/transforms.h"
 
 namespace vitrine::train {
@@ -51,6 +52,12 @@ const std::vector<std::string> kTransformKeys = {"resize", "center_crop", "rando
                                                  "hflip",  "mean",        "std"};
 const std::vector<std::string> kRandomCropKeys = {"size", "padding"};
 
+// data.pasted: optional, read by fashion-mnist-pasted only; absent keys take PastedOptions'
+// defaults.
+const std::vector<std::string> kPastedKeys = {"canvas", "min_scale", "max_scale", "distractors",
+                                              "count",  "noise",     "seed"};
+const std::string kPastedDataset = "fashion-mnist-pasted";
+
 // Keys that hold an image size: a number or [h, w] (random_crop also {"size", "padding"}).
 const std::vector<std::string> kSizeKeys = {
     "model.image_size", "data.transforms.resize", "data.transforms.center_crop",
@@ -60,7 +67,7 @@ struct DatasetSpec {
   std::string name;
   int64_t channels;    // 0: any (1 or 3)
   int64_t classes;     // 0: from the folder
-  int64_t height = 0;  // 0: images of any size
+  int64_t height = 0;  // 0: images of any size (fashion-mnist-pasted: data.pasted.canvas)
   int64_t width = 0;
   const char* holds;  // what data.path must name
 };
@@ -74,6 +81,8 @@ const std::vector<DatasetSpec> kDatasets = {
      "the folder holding data_batch_1.bin ... test_batch.bin, or its parent"},
     {"cifar100", 3, 100, 32, 32, "the folder holding train.bin and test.bin, or its parent"},
     {"imagefolder", 0, 0, 0, 0, "a folder with one sub-folder of images per class"},
+    {"fashion-mnist-pasted", 1, 10, 64, 64,
+     "the folder holding train-images-idx3-ubyte(.gz) and the other three IDX files"},
 };
 
 std::vector<std::string> dataset_names() {
@@ -180,16 +189,29 @@ class Section {
              a_type(*j_));
   }
 
-  /// No unknown key (comments aside), no missing one.
-  void check_keys(const std::vector<std::string>& keys) const {
+  /// An object inside a section, named by its dotted path ("data.pasted").
+  static Section nested(const json& value, std::string dotted) {
+    Section s;
+    s.name_ = std::move(dotted);
+    s.j_ = &value;
+    return s;
+  }
+
+  /// No unknown key (comments aside), no missing one; `optional` keys may be absent.
+  void check_keys(const std::vector<std::string>& keys,
+                  const std::vector<std::string>& optional = {}) const {
+    std::vector<std::string> known = keys;
+    known.insert(known.end(), optional.begin(), optional.end());
     for (const auto& [k, v] : j_->items()) {
       (void)v;
-      if (!is_comment(k) && !contains(keys, k)) fail("config: {}", unknown_key(name_, k, keys));
+      if (!is_comment(k) && !contains(known, k)) fail("config: {}", unknown_key(name_, k, known));
     }
     for (const std::string& k : keys)
       VT_CHECK(j_->contains(k), "config: missing key \"{}\" (see configs/fashion_mnist.json)",
                key(k));
   }
+
+  bool has(const std::string& k) const { return j_->contains(k); }
 
   const json& at(const std::string& k) const {
     VT_CHECK(j_->contains(k), "config: missing key \"{}\" (see configs/fashion_mnist.json)",
@@ -253,16 +275,55 @@ class Section {
     return fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
   }
 
+  Section() = default;
+
   std::string name_;
   const json* j_ = nullptr;
 };
 
-const DatasetSpec& dataset_spec(const Section& data) {
-  const std::string name = data.choice("dataset", dataset_names());
+const DatasetSpec& named_spec(const std::string& name) {
   for (const DatasetSpec& d : kDatasets)
     if (d.name == name) return d;
   VT_ASSERT(false);
   return kDatasets[0];
+}
+
+/// data.pasted as PastedOptions: its keys checked, absent ones PastedOptions' defaults.
+nn::data::PastedOptions read_pasted(const Section& data) {
+  nn::data::PastedOptions o;
+  if (!data.has("pasted")) return o;
+  const json& j = data.at("pasted");
+  VT_CHECK(j.is_object(),
+           "config: data.pasted must be an object (as {{\"canvas\": 64, \"distractors\": "
+           "\"fragments\"}}; {{}} for the defaults), got {}",
+           a_type(j));
+  const Section s = Section::nested(j, "data.pasted");
+  s.check_keys({}, kPastedKeys);
+  if (s.has("canvas")) o.canvas = s.integer("canvas", 1);
+  if (s.has("min_scale")) o.min_scale = s.number("min_scale", 0, true);
+  if (s.has("max_scale")) o.max_scale = s.number("max_scale", 0, true);
+  VT_CHECK(o.min_scale <= o.max_scale,
+           "config: data.pasted.min_scale ({}) must not exceed data.pasted.max_scale ({})",
+           o.min_scale, o.max_scale);
+  if (s.has("distractors")) o.distractors = s.choice("distractors", nn::data::distractor_names());
+  if (s.has("count")) o.count = s.integer("count", 0, nn::data::kMaxFragments);
+  if (s.has("noise")) o.noise = s.number("noise", 0, false, 1, false);
+  if (s.has("seed")) o.seed = static_cast<uint64_t>(s.integer("seed", 0));
+  const DatasetSpec& items = named_spec("fashion-mnist");
+  const int64_t h = nn::data::scaled_size(items.height, o.max_scale);
+  const int64_t w = nn::data::scaled_size(items.width, o.max_scale);
+  VT_CHECK(o.canvas >= h && o.canvas >= w,
+           "config: data.pasted.canvas {} cannot hold {}'s {}x{} items at data.pasted.max_scale {} "
+           "({}x{})",
+           o.canvas, items.name, items.height, items.width, o.max_scale, h, w);
+  return o;
+}
+
+/// The data set's spec; fashion-mnist-pasted's image size is data.pasted.canvas.
+DatasetSpec dataset_spec(const Section& data) {
+  DatasetSpec d = named_spec(data.choice("dataset", dataset_names()));
+  if (d.name == kPastedDataset) d.height = d.width = read_pasted(data).canvas;
+  return d;
 }
 
 /// "1x28x28"
@@ -433,6 +494,17 @@ std::map<std::string, json> optional_keys(const std::string& parent, const json&
     for (const std::string& k : kTransformKeys) out[k] = nullptr;
   } else if (parent == "data.transforms.random_crop" && node.is_object()) {
     for (const std::string& k : kRandomCropKeys) out[k] = nullptr;
+  } else if (parent == "data") {
+    out["pasted"] = json::object();
+  } else if (parent == "data.pasted") {
+    const nn::data::PastedOptions o;
+    out = {{"canvas", o.canvas},
+           {"min_scale", o.min_scale},
+           {"max_scale", o.max_scale},
+           {"distractors", o.distractors},
+           {"count", o.count},
+           {"noise", o.noise},
+           {"seed", o.seed}};
   }
   return out;
 }
@@ -632,8 +704,12 @@ void validate_config(const json& config) {
       fail("config: {}", unknown_key("", k, kSections));
   }
   Section data(config, "data");
-  data.check_keys(kSectionKeys.at("data"));
-  const DatasetSpec& dataset = dataset_spec(data);
+  data.check_keys(kSectionKeys.at("data"), {"pasted"});
+  const DatasetSpec dataset = dataset_spec(data);
+  VT_CHECK(dataset.name == kPastedDataset || !data.has("pasted"),
+           "config: data.pasted is read by data.dataset \"{}\" only, got data.dataset \"{}\" "
+           "(remove data.pasted)",
+           kPastedDataset, dataset.name);
   data.string("path");
   const double validation_fraction = data.number("validation_fraction", 0, false, 1, true);
   data.integer("batch_size", 1);
@@ -669,12 +745,17 @@ std::string data_path(const json& config) {
   Section data(config, "data");
   const std::string path = data.string("path");
   if (!path.empty()) return path;
-  const DatasetSpec& dataset = dataset_spec(data);
-  if (dataset.name == "fashion-mnist") return nn::data::fashion_mnist_dir();
+  const DatasetSpec dataset = dataset_spec(data);
+  if (dataset.name == "fashion-mnist" || dataset.name == kPastedDataset)
+    return nn::data::fashion_mnist_dir();
   fail(
       "config: data.path is empty, and {} has no default folder; give --data DIR (or --set "
       "data.path=DIR) with DIR {}",
       dataset.name, dataset.holds);
+}
+
+nn::data::PastedOptions pasted_options(const json& config) {
+  return read_pasted(Section(config, "data"));
 }
 
 std::unique_ptr<nn::optim::Schedule> make_schedule(const json& config, int64_t updates_per_epoch) {

@@ -1,11 +1,15 @@
 // vitrine-train's configuration: one JSON object with five sections, every key always present
 // (configs/fashion_mnist.json is the default and the reference for every key):
 //   "model":    a ViTConfig JSON (models/vit.h), or {"preset": "fmnist", ...fields overriding it}
-//   "data":     dataset ("fashion-mnist", "mnist", "cifar10", "cifar100", "imagefolder"), path
-//               ("" = the data set's default folder; only fashion-mnist has one),
-//               validation_fraction in [0, 1), batch_size, workers (-1 = a default, 0 = none),
-//               transforms (one object as nn::data::from_config takes: the training pipeline,
-//               and from the same object the evaluation one, random crops becoming centre crops)
+//   "data":     dataset ("fashion-mnist", "fashion-mnist-pasted", "mnist", "cifar10",
+//               "cifar100", "imagefolder"), path ("" = the data set's default folder; only the
+//               two Fashion-MNIST ones have one), validation_fraction in [0, 1), batch_size,
+//               workers (-1 = a default, 0 = none), transforms (one object as
+//               nn::data::from_config takes: the training pipeline, and from the same object the
+//               evaluation one, random crops becoming centre crops); and, optional, read by
+//               fashion-mnist-pasted only (an error with any other data set), pasted: {canvas,
+//               min_scale, max_scale, distractors, count, noise, seed}, nn::data::PastedOptions'
+//               fields, each optional with PastedOptions' default
 //   "optim":    name ("adamw", "adam", "sgd"), lr, weight_decay, betas [b1, b2], eps (Adam/AdamW),
 //               momentum, nesterov (SGD), label_smoothing, grad_clip (max global norm, 0 = off)
 //   "schedule": name ("constant", "step", "warmup_cosine"); warmup_epochs and min_lr_factor
@@ -32,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/vit.h"
+#include "nn/data/pasted.h"
 #include "nn/optim/schedule.h"
 
 namespace vitrine::train {
@@ -73,6 +78,11 @@ models::ViTConfig model_config(const nlohmann::json& config);
 /// data.path, or the data set's default folder when it is "" (Fashion-MNIST:
 /// nn::data::fashion_mnist_dir()); an Error for an empty path of a data set without a default.
 std::string data_path(const nlohmann::json& config);
+
+/// data.pasted as PastedOptions, absent keys taking PastedOptions' defaults (all of them when
+/// the section is absent). Checks what validate_config checks of it; errors name the key
+/// ("config: data.pasted.count must be ...").
+nn::data::PastedOptions pasted_options(const nlohmann::json& config);
 
 /// The learning-rate schedule, in optimizer steps, for updates_per_epoch optimizer steps per
 /// epoch (batches per epoch / accum_steps, rounded up):

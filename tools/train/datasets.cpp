@@ -7,6 +7,7 @@
 #include "nn/data/cifar.h"
 #include "nn/data/idx.h"
 #include "nn/data/image_folder.h"
+#include "nn/data/pasted.h"
 #include "tools/train/config.h"
 
 namespace vitrine::train {
@@ -35,6 +36,12 @@ Parts open_parts(const json& config, bool need_train) {
   if (name == "fashion-mnist") {
     if (need_train) p.train_file = data::fashion_mnist(path, true);
     p.test = data::fashion_mnist(path, false);
+  } else if (name == "fashion-mnist-pasted") {
+    data::PastedOptions o = pasted_options(config);
+    if (need_train)
+      p.train_file = std::make_shared<data::PastedObjects>(data::fashion_mnist(path, true), o);
+    o.seed += 1;  // the test canvases draw other places, scales and fragments
+    p.test = std::make_shared<data::PastedObjects>(data::fashion_mnist(path, false), o);
   } else if (name == "mnist") {
     if (need_train) p.train_file = data::mnist(path, true);
     p.test = data::mnist(path, false);

@@ -21,6 +21,9 @@ struct Datasets {
 /// Opens the config's data set (nothing is decoded yet for image folders). Errors name the
 /// folder or file and what it should hold ("data.path ... must be the folder holding ...").
 ///   fashion-mnist, mnist: the IDX files of data_path(config)
+///   fashion-mnist-pasted: Fashion-MNIST's IDX files, each item pasted on a canvas
+///                         (nn::data::PastedObjects with pasted_options(config)): the training
+///                         file with data.pasted.seed, the test file with data.pasted.seed + 1
 ///   cifar10, cifar100:    the binary batches
 ///   imagefolder:          tiny-imagenet-200 when path holds wnids.txt (its val/ images are the
 ///                         test set); else path/train/<class>/... and path/test/<class>/...

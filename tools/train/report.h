@@ -2,11 +2,11 @@
 // CSS and SVG, no script and nothing fetched from the network, so it opens offline and can be
 // mailed as it is. Every string read from the run's files is HTML-escaped.
 //
-// Charts (line_chart_svg): x and y axes are the shared nice axes (tools/common/html.h, which
-// states the rule): a tick at every multiple of a step of 1, 2 or 5 x 10^k (4 to 7 ticks), from
-// the one at or below the data's minimum to the one at or above its maximum, labelled with the
-// step's decimals. Non-finite points (a diverged loss is written as null in metrics.jsonl and
-// never reaches a chart) are skipped.
+// Charts (tools::line_chart_svg in tools/common/html.h, which states the rule of the axes): a tick
+// at every multiple of a step of 1, 2 or 5 x 10^k (4 to 7 ticks), from the one at or below the
+// data's minimum to the one at or above its maximum, labelled with the step's decimals. Non-finite
+// points (a diverged loss is written as null in metrics.jsonl and never reaches a chart) are
+// skipped.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,21 +35,6 @@ namespace vitrine::train {
 /// it. Test accuracy is printed as a percentage with two decimals ("93.33%"), F1, precision and
 /// recall with four ("0.9310").
 std::string write_report(const std::string& run_dir);
-
-/// The SVG of a line chart (exposed for tests): series of (x, y) points with a name and colour;
-/// axes with ~5 "nice" ticks each (1, 2, 5 x 10^k), axis titles, a legend. Empty series are
-/// skipped; all-empty gives an SVG with a "no data" text.
-///
-/// A series is one <polyline> of all its points (dots = false), or a <circle> per point joined
-/// by a dashed <polyline> when it has two or more (dots = true: validation points). Tick labels
-/// are <text class="tick">; see tools/common/html.h for the tick rule.
-struct Series {
-  std::string name, colour;
-  std::vector<std::pair<double, double>> points;
-  bool dots = false;
-};
-std::string line_chart_svg(const std::vector<Series>& series, const std::string& x_title,
-                           const std::string& y_title, int width = 640, int height = 320);
 
 /// The SVG of a confusion matrix [true][pred] with class names; cells shaded by the row-normalised
 /// value (white to blue), counts written in each cell (text white on dark cells) when there are at
