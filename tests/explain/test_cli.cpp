@@ -180,6 +180,37 @@ TEST_CASE("vitrine-explain: with --input its maps are the library's, to the last
   CHECK(pred[1]["target_name"] == "boot");
 }
 
+TEST_CASE("vitrine-explain --evaluate: tables for every method and the baselines, and a report") {
+  Setup& s = setup();
+  Generator gen(8);
+  ex::write_npy(s.dir / "eval_input.npy", ops::randn({3, 1, 28, 28}, gen));
+  const std::string out = s.dir / "out_eval";
+  const auto r = explain_run({"--checkpoint", s.checkpoint, "--input", "eval_input.npy",
+                              "--evaluate", "--samples", "2", "--steps", "3", "--sanity-count",
+                              "2", "--patches-per-step", "5", "--removal", "blur", "--out", out},
+                             "evaluate");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("| integrated-gradients |") != std::string::npos);
+  const json j = json::parse(read_text(out + "/evaluation.json"));
+  CHECK(j["images"] == 3);
+  CHECK(j["rows"].size() == ex::all_methods().size() + 2);
+  CHECK(j["sanity_steps"].size() == 4);  // logits, block 1, block 0, embedding
+  // 16 patches, 5 per step: 4 steps, 5 points on each mean curve.
+  CHECK(j["results"]["chefer"]["deletion_curve"].size() == 5);
+  CHECK(j["results"]["chefer"]["sanity"][3]["n"] == 2);
+  CHECK(!j["results"]["random"].contains("sanity"));
+  CHECK(!j["results"]["random"].contains("pointing"));  // no boxes without the pasted data set
+  CHECK(read_text(out + "/evaluation.md").find("| centre |") != std::string::npos);
+  CHECK(read_text(out + "/index.html").find("<svg") != std::string::npos);
+  const auto bad = explain_run({"--checkpoint", s.checkpoint, "--input", "eval_input.npy",
+                                "--evaluate", "--removal", "noise", "--out", s.dir / "out_eval_bad"},
+                               "evaluate_bad");
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("--removal") != std::string::npos);
+  check_nothing_written(s.dir / "out_eval_bad");
+}
+
 TEST_CASE("vitrine-explain: bad input is a message and a non-zero exit, and nothing is written") {
   Setup& s = setup();
   write_png(s.dir / "tiny.png", 5, 6, 1, std::vector<uint8_t>(30, 9));
