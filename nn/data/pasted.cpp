@@ -33,21 +33,6 @@ Placement place(Rng& rng, const PastedOptions& o, int64_t height, int64_t width)
   return p;
 }
 
-/// The bounding box of the pixels above 0 in any channel, in the image's coordinates; empty
-/// when there are none.
-Box nonzero_box(const Image& im) {
-  int64_t y0 = im.height, y1 = -1, x0 = im.width, x1 = -1;
-  for (int64_t c = 0; c < im.channels; ++c)
-    for (int64_t y = 0; y < im.height; ++y)
-      for (int64_t x = 0; x < im.width; ++x)
-        if (im.at(c, y, x) > 0) {
-          y0 = std::min(y0, y), y1 = std::max(y1, y);
-          x0 = std::min(x0, x), x1 = std::max(x1, x);
-        }
-  if (y1 < 0) return {};
-  return {y0, x0, y1 - y0 + 1, x1 - x0 + 1};
-}
-
 /// The range [lo, hi] of a crop's start on one axis: a window of f inside [a, b) when b - a >= f,
 /// around it when smaller, the whole image of size n when the content is empty; clamped to the
 /// image.
@@ -60,6 +45,19 @@ std::pair<int64_t, int64_t> crop_range(int64_t a, int64_t b, bool empty, int64_t
 }
 
 }  // namespace
+
+Box nonzero_box(const Image& im) {
+  int64_t y0 = im.height, y1 = -1, x0 = im.width, x1 = -1;
+  for (int64_t c = 0; c < im.channels; ++c)
+    for (int64_t y = 0; y < im.height; ++y)
+      for (int64_t x = 0; x < im.width; ++x)
+        if (im.at(c, y, x) > 0) {
+          y0 = std::min(y0, y), y1 = std::max(y1, y);
+          x0 = std::min(x0, x), x1 = std::max(x1, x);
+        }
+  if (y1 < 0) return {};
+  return {y0, x0, y1 - y0 + 1, x1 - x0 + 1};
+}
 
 const std::vector<std::string>& distractor_names() {
   static const std::vector<std::string> names = {"none", "noise", "fragments"};

@@ -63,6 +63,10 @@ struct PastedOptions {
   uint64_t seed = 0;
 };
 
+/// The bounding box of an image's pixels above 0 in any channel (an item on a black background:
+/// the item's extent); an empty Box when there are none.
+Box nonzero_box(const Image& image);
+
 /// The names PastedOptions::distractors takes.
 const std::vector<std::string>& distractor_names();
 /// The most fragments a canvas takes (what one per-example Rng can draw: 8 words each).

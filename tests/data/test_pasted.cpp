@@ -343,3 +343,12 @@ TEST_CASE("pasted: the real Fashion-MNIST test set, when installed") {
         if (b.contains(y, x) && !t.contains(y, x)) CHECK(e.image.at(0, y, x) == 0.0f);
   }
 }
+
+TEST_CASE("pasted: nonzero_box is the extent of the pixels above 0 in any channel") {
+  data::Image im{2, 5, 6, std::vector<float>(60, 0.f)};
+  CHECK(data::nonzero_box(im).empty());
+  im.at(0, 1, 4) = 0.5f;
+  CHECK(data::nonzero_box(im) == data::Box{1, 4, 1, 1});
+  im.at(1, 3, 2) = 0.1f;  // the other channel counts too
+  CHECK(data::nonzero_box(im) == data::Box{1, 2, 3, 3});
+}
