@@ -11,6 +11,7 @@
 #include <map>
 
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #pragma GCC diagnostic push
@@ -199,6 +200,20 @@ ProcessResult run_process(const std::string& exe, const std::vector<std::string>
   const std::string log = dir / (name + ".log");
   const int code = wait_process(spawn_process(exe, args, log, dir.dir.string()));
   return {code, read_text(log)};
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
+  return n;
+}
+
+std::vector<std::string> captures(const std::string& s, const std::string& re) {
+  std::vector<std::string> out;
+  const std::regex r(re);
+  for (auto it = std::sregex_iterator(s.begin(), s.end(), r); it != std::sregex_iterator(); ++it)
+    out.push_back((*it)[1].str());
+  return out;
 }
 
 }  // namespace vt_test

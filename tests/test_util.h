@@ -35,6 +35,10 @@ Tensor fixture_tensor(const nlohmann::json& j, DType dtype = kFloat64);
 
 /// The whole content of a file ("" when it cannot be read).
 std::string read_text(const std::string& path);
+/// How many times `what` occurs in s, not overlapping.
+size_t count(const std::string& s, const std::string& what);
+/// The first capture group of every match of the regular expression re in s, in order.
+std::vector<std::string> captures(const std::string& s, const std::string& re);
 
 /// Image files from 8-bit pixels in HWC order (comp = 1 grey, 3 RGB, 4 RGBA), written with
 /// stb_image_write; the parent folders are created. JPEG at quality 100.

@@ -186,8 +186,8 @@ TEST_CASE("vitrine-explain --evaluate: tables for every method and the baselines
   ex::write_npy(s.dir / "eval_input.npy", ops::randn({3, 1, 28, 28}, gen));
   const std::string out = s.dir / "out_eval";
   const auto r = explain_run({"--checkpoint", s.checkpoint, "--input", "eval_input.npy",
-                              "--evaluate", "--samples", "2", "--steps", "3", "--sanity-count",
-                              "2", "--patches-per-step", "5", "--removal", "blur", "--out", out},
+                              "--evaluate", "--samples", "2", "--steps", "3", "--sanity-count", "2",
+                              "--patches-per-step", "5", "--removal", "blur", "--out", out},
                              "evaluate");
   INFO(r.output);
   REQUIRE(r.code == 0);
@@ -203,9 +203,10 @@ TEST_CASE("vitrine-explain --evaluate: tables for every method and the baselines
   CHECK(!j["results"]["random"].contains("pointing"));  // no boxes without the pasted data set
   CHECK(read_text(out + "/evaluation.md").find("| centre |") != std::string::npos);
   CHECK(read_text(out + "/index.html").find("<svg") != std::string::npos);
-  const auto bad = explain_run({"--checkpoint", s.checkpoint, "--input", "eval_input.npy",
-                                "--evaluate", "--removal", "noise", "--out", s.dir / "out_eval_bad"},
-                               "evaluate_bad");
+  const auto bad =
+      explain_run({"--checkpoint", s.checkpoint, "--input", "eval_input.npy", "--evaluate",
+                   "--removal", "noise", "--out", s.dir / "out_eval_bad"},
+                  "evaluate_bad");
   CHECK(bad.code == 2);
   CHECK(bad.output.find("--removal") != std::string::npos);
   check_nothing_written(s.dir / "out_eval_bad");

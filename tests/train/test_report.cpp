@@ -34,21 +34,6 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
-  return n;
-}
-
-/// The first capture group of every match of re in s, in order.
-std::vector<std::string> captures(const std::string& s, const std::string& re) {
-  std::vector<std::string> out;
-  const std::regex r(re);
-  for (auto it = std::sregex_iterator(s.begin(), s.end(), r); it != std::sregex_iterator(); ++it)
-    out.push_back((*it)[1].str());
-  return out;
-}
-
 std::vector<std::string> tick_labels(const std::string& svg) {
   return captures(svg, "<text class=\"tick\"[^>]*>([^<]*)</text>");
 }
