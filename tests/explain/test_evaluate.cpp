@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "test_util.h"
+#include "tiny_vit.h"
 #include "tools/explain/evaluate.h"
 
 using namespace vitrine;
@@ -21,19 +22,6 @@ LogitsFn one_patch_model(int64_t py, int64_t px, int64_t patch) {
     Tensor l0 = ops::mean(p, {1, 2, 3}) * 10.0;
     return ops::stack({l0, ops::zeros_like(l0)}, 1);
   };
-}
-
-models::ViTConfig tiny_config() {
-  models::ViTConfig c;
-  c.image_h = c.image_w = 12;
-  c.patch = 4;
-  c.channels = 1;
-  c.num_classes = 3;
-  c.dim = 8;
-  c.depth = 2;
-  c.heads = 2;
-  c.mlp_dim = 16;
-  return c;
 }
 
 }  // namespace
@@ -113,7 +101,7 @@ TEST_CASE("evaluate: AUC, Spearman with ties, intervals, baselines") {
 
 TEST_CASE("evaluate: cascading randomisation replaces the top layers first") {
   Generator gen(1);
-  models::VisionTransformer model(tiny_config(), gen);
+  models::VisionTransformer model(vt_test::tiny_vit_config(12, 12, 1), gen);
   CHECK(randomisation_steps(model.config()) ==
         std::vector<std::string>{"logits", "block 1", "block 0", "embedding"});
   auto same = [](const Tensor& a, const Tensor& b) {
@@ -141,7 +129,7 @@ TEST_CASE("evaluate: cascading randomisation replaces the top layers first") {
 
 TEST_CASE("evaluate: the whole evaluation on a tiny ViT, with boxes and sanity checks") {
   Generator gen(2);
-  models::VisionTransformer model(tiny_config(), gen);
+  models::VisionTransformer model(vt_test::tiny_vit_config(12, 12, 1), gen);
   Generator ig(3);
   const Tensor x = ops::randn({5, 1, 12, 12}, ig);
   std::vector<Box> boxes(5, Box{0, 0, 6, 6});

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "test_util.h"
+#include "tiny_vit.h"
 #include "tools/explain/explain.h"
 
 using namespace vitrine;
@@ -22,20 +23,6 @@ Pass tiny_pass(const std::vector<double>& attention, int64_t heads,
   p.grid_h = 1;
   p.grid_w = 2;
   return p;
-}
-
-models::ViTConfig tiny_config() {
-  models::ViTConfig c;
-  c.image_h = 8;
-  c.image_w = 12;
-  c.patch = 4;
-  c.channels = 2;
-  c.num_classes = 3;
-  c.dim = 8;
-  c.depth = 2;
-  c.heads = 2;
-  c.mlp_dim = 16;
-  return c;
 }
 
 Tensor tiny_images(int64_t batch, uint64_t seed) {
@@ -196,7 +183,7 @@ TEST_CASE("explain: the blur baseline is a normalised Gaussian: constants stay c
 
 TEST_CASE("explain: on a tiny ViT the pass matches autograd and leaves the model as it was") {
   Generator gen(3);
-  models::VisionTransformer model(tiny_config(), gen);
+  models::VisionTransformer model(vt_test::tiny_vit_config(8, 12, 2), gen);
   model.to(kFloat64);
   model.train();
   Tensor x = tiny_images(2, 7).to(kFloat64);
@@ -229,7 +216,7 @@ TEST_CASE("explain: on a tiny ViT the pass matches autograd and leaves the model
 
 TEST_CASE("explain: IG is complete with enough steps, SmoothGrad without noise is the gradient") {
   Generator gen(5);
-  models::VisionTransformer model(tiny_config(), gen);
+  models::VisionTransformer model(vt_test::tiny_vit_config(8, 12, 2), gen);
   model.to(kFloat64);
   Tensor x = tiny_images(2, 9).to(kFloat64);
   Options o;
@@ -268,7 +255,7 @@ TEST_CASE("explain: IG is complete with enough steps, SmoothGrad without noise i
 
 TEST_CASE("explain: explain() gives every method's grid and [0, 1] map at image resolution") {
   Generator gen(11);
-  models::VisionTransformer model(tiny_config(), gen);
+  models::VisionTransformer model(vt_test::tiny_vit_config(8, 12, 2), gen);
   Tensor x = tiny_images(3, 4);
   Options o;
   o.samples = 2;

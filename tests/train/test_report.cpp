@@ -238,8 +238,9 @@ TEST_CASE("report: line_chart_svg ticks, points and legend") {
                             "global step", "accuracy");
   CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"320\"", 0) ==
         0);
-  CHECK(tick_labels(svg) == std::vector<std::string>{"0", "20", "40", "60", "80", "100", "0.2",
-                                                     "0.4", "0.6", "0.8", "1.0"});
+  // y ticks (with the frame's grid), then x ticks.
+  CHECK(tick_labels(svg) == std::vector<std::string>{"0.2", "0.4", "0.6", "0.8", "1.0", "0", "20",
+                                                     "40", "60", "80", "100"});
   // The plot spans x 64..624 and y 278 (bottom, 0.2) .. 30 (top, 1.0): 0.9 is at
   // 278 - 0.7 / 0.8 * 248 = 61.
   const std::vector<std::string> lines = captures(svg, "<polyline[^>]*points=\"([^\"]*)\"");
@@ -256,13 +257,13 @@ TEST_CASE("report: line_chart_svg ticks, points and legend") {
   // Steps of thousands; a constant (widened by a tenth); tiny values in the shortest form.
   const std::string big =
       tools::line_chart_svg({{"lr", "#000", {{50, 0.001}, {4220, 0.001}}, false}}, "step", "lr");
-  CHECK(tick_labels(big) == std::vector<std::string>{"0", "1000", "2000", "3000", "4000", "5000",
-                                                     "0.00090", "0.00095", "0.00100", "0.00105",
-                                                     "0.00110"});
+  CHECK(tick_labels(big) == std::vector<std::string>{"0.00090", "0.00095", "0.00100", "0.00105",
+                                                     "0.00110", "0", "1000", "2000", "3000", "4000",
+                                                     "5000"});
   const std::string tiny =
       tools::line_chart_svg({{"g", "#000", {{1, 0}, {2, 2e-5}}, false}}, "step", "grad");
-  CHECK(tick_labels(tiny) == std::vector<std::string>{"1.0", "1.2", "1.4", "1.6", "1.8", "2.0", "0",
-                                                      "5e-06", "1e-05", "1.5e-05", "2e-05"});
+  CHECK(tick_labels(tiny) == std::vector<std::string>{"0", "5e-06", "1e-05", "1.5e-05", "2e-05",
+                                                      "1.0", "1.2", "1.4", "1.6", "1.8", "2.0"});
   const std::string one = tools::line_chart_svg({{"p", "#000", {{0, 0}}, true}}, "x", "y");
   CHECK(tick_labels(one) == std::vector<std::string>{"-1.0", "-0.5", "0.0", "0.5", "1.0", "-1.0",
                                                      "-0.5", "0.0", "0.5", "1.0"});

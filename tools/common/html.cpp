@@ -108,6 +108,21 @@ std::string svg_open(int width, int height) {
 
 double text_width(std::string_view s) { return 6.5 * static_cast<double>(s.size()); }
 
+std::string plot_frame(double left, double top, double right, double bottom, const Axis& ay) {
+  std::string out = fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fff\" "
+      "stroke=\"#999\"/>\n",
+      left, top, right - left, bottom - top);
+  for (int64_t k = ay.first; k <= ay.last; ++k) {
+    const double y = bottom - (ay.tick(k) - ay.lo) / (ay.hi - ay.lo) * (bottom - top);
+    out += fmt::format(
+        "<line x1=\"{1:.1f}\" y1=\"{0:.1f}\" x2=\"{2:.1f}\" y2=\"{0:.1f}\" stroke=\"#eee\"/>\n"
+        "<text class=\"tick\" x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        y, left, right, left - 6, y + 4, ay.label(k));
+  }
+  return out;
+}
+
 std::string line_chart_svg(const std::vector<Series>& series, const std::string& x_title,
                            const std::string& y_title, int width, int height) {
   std::vector<Series> drawn;
@@ -152,23 +167,13 @@ std::string line_chart_svg(const std::vector<Series>& series, const std::string&
   auto px = [&](double x) { return left + (x - ax.lo) / (ax.hi - ax.lo) * (right - left); };
   auto py = [&](double y) { return bottom - (y - ay.lo) / (ay.hi - ay.lo) * (bottom - top); };
 
-  out += fmt::format(
-      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fff\" "
-      "stroke=\"#999\"/>\n",
-      left, top, right - left, bottom - top);
+  out += plot_frame(left, top, right, bottom, ay);
   for (int64_t k = ax.first; k <= ax.last; ++k) {
     const double x = px(ax.tick(k));
     out += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>\n"
         "<text class=\"tick\" x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
         x, top, bottom, bottom + 16, ax.label(k));
-  }
-  for (int64_t k = ay.first; k <= ay.last; ++k) {
-    const double y = py(ay.tick(k));
-    out += fmt::format(
-        "<line x1=\"{1:.1f}\" y1=\"{0:.1f}\" x2=\"{2:.1f}\" y2=\"{0:.1f}\" stroke=\"#eee\"/>\n"
-        "<text class=\"tick\" x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
-        y, left, right, left - 6, y + 4, ay.label(k));
   }
 
   for (const Series& s : drawn) {

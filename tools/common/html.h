@@ -46,6 +46,11 @@ Axis nice_axis(double lo, double hi);
 /// The opening <svg> tag of a width x height drawing (sans-serif, font size 11).
 std::string svg_open(int width, int height);
 
+/// A chart's plot area: its white frame [left, right] x [top, bottom] and, for every tick of the
+/// y axis ay (drawn from bottom = ay.lo to top = ay.hi), a faint grid line and its label to the
+/// left of the frame.
+std::string plot_frame(double left, double top, double right, double bottom, const Axis& ay);
+
 /// A rough width in pixels of a label at font size 11 (no font metrics without a browser).
 double text_width(std::string_view s);
 

@@ -65,6 +65,43 @@ class EvalMode {
   bool was_training_;
 };
 
+/// Every block's attention capturing its probabilities for the lifetime of the guard, then each
+/// block's capture state as it was.
+class CaptureAttention {
+ public:
+  explicit CaptureAttention(models::VisionTransformer& m) : m_(m) {
+    for (const auto& b : *m.blocks) {
+      auto& attn = *std::static_pointer_cast<models::ViTBlock>(b)->attn;
+      was_.emplace_back(attn.capturing_probs(), attn.capturing_grads());
+    }
+    m.capture(true);
+  }
+  ~CaptureAttention() {
+    for (size_t l = 0; l < was_.size(); ++l)
+      m_.blocks->at<models::ViTBlock>(l)->attn->capture(was_[l].first, was_[l].second);
+  }
+  CaptureAttention(const CaptureAttention&) = delete;
+  CaptureAttention& operator=(const CaptureAttention&) = delete;
+
+ private:
+  models::VisionTransformer& m_;
+  std::vector<std::pair<bool, bool>> was_;
+};
+
+/// A forward hook on a module for the lifetime of the guard.
+class ForwardHook {
+ public:
+  ForwardHook(nn::Module& m, nn::Module::ForwardHook hook)
+      : m_(m), handle_(m.register_forward_hook(std::move(hook))) {}
+  ~ForwardHook() { m_.remove_forward_hook(handle_); }
+  ForwardHook(const ForwardHook&) = delete;
+  ForwardHook& operator=(const ForwardHook&) = delete;
+
+ private:
+  nn::Module& m_;
+  int64_t handle_;
+};
+
 Device model_device(const models::VisionTransformer& model) {
   return model.parameters().front().device();
 }
@@ -198,21 +235,34 @@ std::vector<double> fuse_heads(const double* A, const double* G, int64_t H, int6
   return f;
 }
 
+/// Every layer's attention (and, with grads, its gradient) as doubles, with the sizes.
+struct Layers {
+  int64_t B = 0, H = 0, N = 0;
+  std::vector<std::vector<double>> A, G;
+};
+Layers read_layers(const Pass& pass, bool grads) {
+  VT_CHECK(!pass.attentions.empty(), "explain: the pass holds no attention probabilities");
+  VT_CHECK(!grads || pass.attention_grads.size() == pass.attentions.size(),
+           "explain: the pass holds no attention gradients");
+  Layers l;
+  l.B = pass.attentions[0].size(0);
+  l.H = pass.attentions[0].size(1);
+  l.N = pass.attentions[0].size(2);
+  for (size_t i = 0; i < pass.attentions.size(); ++i) {
+    l.A.push_back(values(pass.attentions[i]));
+    if (grads) l.G.push_back(values(pass.attention_grads[i]));
+  }
+  return l;
+}
+
 /// Shared by rollout and grad-rollout: per layer fuse, discard, add I and halve, re-normalise
 /// rows; the CLS row of the product.
 Tensor rollout_impl(const Pass& pass, HeadFusion fusion, double discard_ratio, bool gradients) {
   VT_CHECK(discard_ratio >= 0 && discard_ratio < 1,
            "explain: discard ratio must be in [0, 1), got {}", discard_ratio);
-  VT_CHECK(!pass.attentions.empty(), "explain: the pass holds no attention probabilities");
-  VT_CHECK(!gradients || pass.attention_grads.size() == pass.attentions.size(),
-           "explain: the pass holds no attention gradients");
-  const int64_t B = pass.attentions[0].size(0), H = pass.attentions[0].size(1),
-                N = pass.attentions[0].size(2), NN = N * N;
-  std::vector<std::vector<double>> A, G;
-  for (size_t l = 0; l < pass.attentions.size(); ++l) {
-    A.push_back(values(pass.attentions[l]));
-    if (gradients) G.push_back(values(pass.attention_grads[l]));
-  }
+  const Layers ls = read_layers(pass, gradients);
+  const int64_t B = ls.B, H = ls.H, N = ls.N, NN = N * N;
+  const auto &A = ls.A, &G = ls.G;
   std::vector<std::vector<double>> rows;
   for (int64_t b = 0; b < B; ++b) {
     std::vector<std::vector<double>> layers;
@@ -305,49 +355,35 @@ Pass run_pass(models::VisionTransformer& model, const Tensor& images,
   const int64_t gl = resolve_layer(gradcam_layer, c.depth, "gradcam");
   EvalMode eval(model);
   FrozenParameters frozen(model);
-  std::vector<std::pair<bool, bool>> captured;
-  for (int64_t l = 0; l < c.depth; ++l) {
-    auto& attn = *model.blocks->at<models::ViTBlock>(l)->attn;
-    captured.emplace_back(attn.capturing_probs(), attn.capturing_grads());
-  }
-  model.capture(true);
+  CaptureAttention capture(model);
 
   // Grad-CAM's activation: the chosen block's norm1 output, kept by a forward hook.
   Tensor tokens;
-  auto& norm1 = *model.blocks->at<models::ViTBlock>(gl)->norm1;
-  const int64_t hook =
-      norm1.register_forward_hook([&tokens](nn::Module&, const Tensor&, const Tensor& out) {
-        tokens = out;
-        return Tensor();
-      });
+  ForwardHook hook(*model.blocks->at<models::ViTBlock>(gl)->norm1,
+                   [&tokens](nn::Module&, const Tensor&, const Tensor& out) {
+                     tokens = out;
+                     return Tensor();
+                   });
 
   Pass pass;
-  try {
-    Tensor x = images.to(model_device(model)).to(model_dtype(model)).detach().contiguous();
-    x.requires_grad_(true);
-    Tensor logits = model.forward(x);
-    pass.targets = resolve_targets(logits, targets);
-    std::vector<Tensor> inputs{x, tokens};
-    const auto attn = model.attentions();
-    inputs.insert(inputs.end(), attn.begin(), attn.end());
-    // One backward of sum_b y_{c_b}: every image's gradients at once.
-    const auto grads = grad({logits}, inputs, {target_selector(logits, pass.targets)}, false, false,
-                            /*allow_unused=*/true);
-    pass.logits = logits.detach().to(kCPU);
-    pass.input_grad = grads[0].to(kCPU);
-    pass.tokens = tokens.detach().to(kCPU);
-    pass.tokens_grad = grads[1].to(kCPU);
-    for (size_t l = 0; l < attn.size(); ++l) {
-      pass.attentions.push_back(attn[l].detach().to(kCPU));
-      pass.attention_grads.push_back(grads[2 + l].to(kCPU));
-    }
-  } catch (...) {
-    norm1.remove_forward_hook(hook);
-    throw;
+  Tensor x = images.to(model_device(model)).to(model_dtype(model)).detach().contiguous();
+  x.requires_grad_(true);
+  Tensor logits = model.forward(x);
+  pass.targets = resolve_targets(logits, targets);
+  std::vector<Tensor> inputs{x, tokens};
+  const auto attn = model.attentions();
+  inputs.insert(inputs.end(), attn.begin(), attn.end());
+  // One backward of sum_b y_{c_b}: every image's gradients at once.
+  const auto grads = grad({logits}, inputs, {target_selector(logits, pass.targets)}, false, false,
+                          /*allow_unused=*/true);
+  pass.logits = logits.detach().to(kCPU);
+  pass.input_grad = grads[0].to(kCPU);
+  pass.tokens = tokens.detach().to(kCPU);
+  pass.tokens_grad = grads[1].to(kCPU);
+  for (size_t l = 0; l < attn.size(); ++l) {
+    pass.attentions.push_back(attn[l].detach().to(kCPU));
+    pass.attention_grads.push_back(grads[2 + l].to(kCPU));
   }
-  norm1.remove_forward_hook(hook);
-  for (int64_t l = 0; l < c.depth; ++l)
-    model.blocks->at<models::ViTBlock>(l)->attn->capture(captured[l].first, captured[l].second);
   pass.prefix = c.prefix_tokens();
   std::tie(pass.grid_h, pass.grid_w) = model.last_grid();
   return pass;
@@ -412,15 +448,9 @@ Tensor grad_rollout(const Pass& pass, double discard_ratio) {
 }
 
 Tensor chefer(const Pass& pass) {
-  VT_CHECK(!pass.attentions.empty() && pass.attention_grads.size() == pass.attentions.size(),
-           "explain: the pass holds no attention gradients");
-  const int64_t B = pass.attentions[0].size(0), H = pass.attentions[0].size(1),
-                N = pass.attentions[0].size(2), NN = N * N;
-  std::vector<std::vector<double>> A, G;
-  for (size_t l = 0; l < pass.attentions.size(); ++l) {
-    A.push_back(values(pass.attentions[l]));
-    G.push_back(values(pass.attention_grads[l]));
-  }
+  const Layers ls = read_layers(pass, true);
+  const int64_t B = ls.B, H = ls.H, N = ls.N, NN = N * N;
+  const auto &A = ls.A, &G = ls.G;
   // R = I; R = R + Abar_l R = (I + Abar_l) R per layer, so R = (I + Abar_L) ... (I + Abar_1).
   std::vector<std::vector<double>> rows;
   for (int64_t b = 0; b < B; ++b) {

@@ -109,18 +109,8 @@ std::string distance_svg(const std::vector<std::vector<double>>& distance) {
   };
   auto py = [&](double y) { return bottom - (y - ay.lo) / (ay.hi - ay.lo) * (bottom - top); };
 
-  std::string out = tools::svg_open(width, height);
-  out += fmt::format(
-      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fff\" "
-      "stroke=\"#999\"/>\n",
-      left, top, right - left, bottom - top);
-  for (int64_t k = ay.first; k <= ay.last; ++k) {
-    const double y = py(ay.tick(k));
-    out += fmt::format(
-        "<line x1=\"{1:.1f}\" y1=\"{0:.1f}\" x2=\"{2:.1f}\" y2=\"{0:.1f}\" stroke=\"#eee\"/>\n"
-        "<text class=\"tick\" x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
-        y, left, right, left - 6, y + 4, ay.label(k));
-  }
+  std::string out =
+      tools::svg_open(width, height) + tools::plot_frame(left, top, right, bottom, ay);
   // Every layer is labelled up to 16 layers; deeper models at the multiples of a nice step.
   const int64_t every =
       layers <= 16 ? 1 : std::max<int64_t>(1, std::lround(tools::nice_axis(1, layers).tick(1)));
