@@ -7,6 +7,7 @@
 #include "autograd/tensor.h"
 #include "backends/backend.h"
 #include "backends/generator.h"
+#include "backends/threads.h"
 #include "models/vit.h"
 #include "nn/nn.h"
 #include "ops/ops.h"

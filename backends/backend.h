@@ -191,6 +191,18 @@ class Backend {
                                       int64_t ignore_index, double label_smoothing,
                                       const Strided& dloss, const Strided& dlogits) = 0;
 
+  /// Multi-head self-attention, fused. qkv: [B, N, 3, H, Dh] contiguous (a qkv projection's
+  /// output); with q, k, v the [N, Dh] slices of batch b and head h:
+  ///   P = softmax(scale q k^T)  -> probs [B, H, N, N],   out[b, :, h, :] = P v
+  /// out: [B, N, H, Dh] contiguous (the heads side by side, as the output projection reads them).
+  virtual void attention(const Strided& qkv, double scale, const Strided& probs,
+                         const Strided& out) = 0;
+  /// Its backward from probs and dout [B, N, H, Dh], written into dqkv [B, N, 3, H, Dh]:
+  ///   dP = dout v^T,  dS = P (dP - rowsum(dP P)),  dq = scale dS k,  dk = scale dS^T q,
+  ///   dv = P^T dout
+  virtual void attention_backward(const Strided& qkv, const Strided& probs, const Strided& dout,
+                                  double scale, const Strided& dqkv) = 0;
+
   /// x: one image [C, H, W] -> cols [C * kh * kw, out_h * out_w] (zero padding).
   virtual void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) = 0;
   /// The adjoint of im2col: dx [C, H, W] (zeroed here) += scattered cols.

@@ -40,6 +40,14 @@ Tensor MultiheadSelfAttention::attend(const Tensor& x) {
 }
 
 Tensor MultiheadSelfAttention::forward(const Tensor& x) {
+  // Nothing needs the probabilities as a tensor of the graph (no capture, no dropout on them):
+  // the fused kernel computes the same heads without the permutes and copies.
+  if (!capture_probs_ && (attn_drop->p == 0 || !attn_drop->is_training())) {
+    VT_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim,
+             "MultiheadSelfAttention: expected input [B, N, {}], got {}", dim,
+             x.defined() ? x.shape() : Dims{});
+    return (*proj_drop)((*proj)(ops::attention((*qkv)(x), num_heads, scale)));
+  }
   const int64_t B = x.size(0), N = x.size(1);
   Tensor out = attend(x).transpose(1, 2).reshape({B, N, dim});  // heads merged: [B, N, D]
   return (*proj_drop)((*proj)(out));

@@ -1,6 +1,8 @@
 // Multi-head self-attention as timm's Attention: one fused qkv projection, scaled dot-product
 // attention per head, attention dropout, output projection. For explanation methods it can keep
-// its attention probabilities (after softmax, before dropout) and their gradient.
+// its attention probabilities (after softmax, before dropout) and their gradient. When nothing
+// asks for them (no capture; no attention dropout, or eval mode) forward runs the fused kernel
+// (ops::attention), as timm's fused_attn path does; attn_drop is then not called.
 #pragma once
 #include "nn/layers.h"
 

@@ -23,12 +23,7 @@ Tensor Linear::forward(const Tensor& x) {
   VT_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features,
            "Linear: input shape {} does not end in in_features = {}",
            x.defined() ? x.shape() : Dims{}, in_features);
-  // Flatten leading dims so the product is one GEMM (a view for contiguous inputs).
-  Dims out_shape = x.shape();
-  out_shape[out_shape.size() - 1] = out_features;
-  Tensor y = ops::matmul(x.reshape({-1, in_features}), weight.mT());
-  if (bias.defined()) y = y + bias;
-  return y.reshape(out_shape);
+  return ops::linear(x, weight, bias);  // leading dims flattened: one GEMM
 }
 
 std::string Linear::extra_repr() const {

@@ -62,4 +62,37 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return matmul_nd(a, b);
 }
 
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_same(x, weight, "linear");
+  check_float(x, "linear");
+  VT_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
+           "linear: input shape {} does not fit weight shape {} (expected [..., {}])", x.shape(),
+           weight.shape(), weight.dim() == 2 ? weight.size(1) : -1);
+  const int64_t K = weight.size(1), N = weight.size(0);
+  int64_t M = 1;
+  for (int i = 0; i + 1 < x.dim(); ++i) M *= x.size(i);
+  if (bias.defined()) {
+    check_same(x, bias, "linear");
+    VT_CHECK(bias.dim() == 1 && bias.size(0) == N, "linear: bias has shape {}, expected [{}]",
+             bias.shape(), N);
+  }
+  Dims out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = N;
+  Tensor x2 = x.reshape({M, K}), wt = weight.mT();  // [M, K], [K, N]
+  Tensor ca = gemm_ready(x2) ? x2 : x2.contiguous();
+  Tensor cb = gemm_ready(wt) ? wt : wt.contiguous();
+  Tensor y = empty_on(x, {M, N}, x.dtype());
+  Backend& be = x.backend();
+  if (bias.defined()) be.copy(broadcast_view(bias, {M, N}), y.strided());  // rows of b
+  be.gemm(ca.strided(), cb.strided(), y.strided(), /*accumulate=*/bias.defined());
+  // dx = dy W, dW = dy^T x, db = sum over rows of dy: ops, so differentiable again.
+  Tensor out =
+      record(y, "linear", {x2, weight, bias},
+             [sx = save(x2), sw = save(weight)](const Tensor& dy, const Needs& n) -> Grads {
+               return {n[0] ? matmul(dy, sw.get()) : Tensor(),
+                       n[1] ? matmul(dy.mT(), sx.get()) : Tensor(), n[2] ? sum(dy, {0}) : Tensor()};
+             });
+  return out.reshape(out_shape);
+}
+
 }  // namespace vitrine::ops

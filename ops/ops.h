@@ -124,6 +124,9 @@ Tensor sum_to(const Tensor& x, const Dims& shape);
 // ---- linear algebra (linalg.cpp) -----------------------------------------------------------
 /// a @ b: 1-D/2-D as NumPy, batched with broadcast batch dims; da = dy b^T, db = a^T dy
 Tensor matmul(const Tensor& a, const Tensor& b);
+/// y = x W^T + b (PyTorch's F.linear): x [..., in], weight [out, in], bias [out] or undefined;
+/// one GEMM onto the bias rows (no separate pass adding it)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- shape (shape.cpp): views share storage where strides allow ---------------------------
 /// Same elements, new shape (one dim may be -1); a view when strides allow, else a copy.
@@ -167,6 +170,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor softmax(const Tensor& x, int64_t dim);
 /// y_i = x_i - max - log sum_j e^(x_j - max) along dim
 Tensor log_softmax(const Tensor& x, int64_t dim);
+/// Fused multi-head self-attention (attention.cpp). qkv: [B, N, 3 * heads * Dh], laid out as
+/// timm's qkv projection output ([B, N, 3, heads, Dh]); with q, k, v the [N, Dh] slices of one
+/// image and head:  out[b, :, h] = softmax(scale q k^T) v,  returned as [B, N, heads * Dh].
+Tensor attention(const Tensor& qkv, int64_t heads, double scale);
 /// y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of normalized_shape
 /// (biased var); weight/bias may be undefined
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,

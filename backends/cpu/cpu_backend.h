@@ -47,6 +47,11 @@ class CpuBackend final : public Backend {
   void cross_entropy_backward(const Strided& logits, const Strided& target, int64_t ignore_index,
                               double label_smoothing, const Strided& dloss,
                               const Strided& dlogits) override;
+  // attention.cpp
+  void attention(const Strided& qkv, double scale, const Strided& probs,
+                 const Strided& out) override;
+  void attention_backward(const Strided& qkv, const Strided& probs, const Strided& dout,
+                          double scale, const Strided& dqkv) override;
   // conv.cpp
   void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) override;
   void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) override;

@@ -4,6 +4,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/simd.h"
 
 namespace vitrine::cpu {
 
@@ -183,6 +184,16 @@ void CpuBackend::unary(UnaryOp op, const Strided& x, const Strided& y, double al
   dispatch_numeric(x.dtype, "unary", [&]<typename T>() {
     T* yp = y.ptr<T>();
     const T* xp = x.ptr<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (op == UnaryOp::Gelu) {  // float32 GELU: the vectorised kernel of simd.h
+        loop.run([&](auto off, int64_t n, auto in) {
+          if (in[0] == 1 && in[1] == 1) return simd::gelu(xp + off[1], yp + off[0], n);
+          for (int64_t j = 0; j < n; ++j)
+            simd::gelu(xp + off[1] + j * in[1], yp + off[0] + j * in[0], 1);
+        });
+        return;
+      }
+    }
     with_unary_fn<T>(op, static_cast<T>(alpha), static_cast<T>(beta), [&](auto f) {
       loop.run([&](auto off, int64_t n, auto in) {
         T* yr = yp + off[0];
@@ -217,6 +228,18 @@ void CpuBackend::binary(BinaryOp op, const Strided& a, const Strided& b, const S
       VT_ASSERT(!"arithmetic on bool");  // ops reject bool before reaching the kernel
     } else {
       T* yp = y.ptr<T>();
+      if constexpr (std::is_same_v<T, float>) {
+        if (op == BinaryOp::GeluBackward) {  // a = x, b = dy
+          loop.run([&](auto off, int64_t n, auto in) {
+            if (in[0] == 1 && in[1] == 1 && in[2] == 1)
+              return simd::gelu_backward(ap + off[1], bp + off[2], yp + off[0], n);
+            for (int64_t j = 0; j < n; ++j)
+              simd::gelu_backward(ap + off[1] + j * in[1], bp + off[2] + j * in[2],
+                                  yp + off[0] + j * in[0], 1);
+          });
+          return;
+        }
+      }
       with_binary_fn<T>(op, [&](auto f) {
         loop.run([&](auto off, int64_t n, auto in) {
           binary_run(yp + off[0], ap + off[1], bp + off[2], n, in[0], in[1], in[2], f);

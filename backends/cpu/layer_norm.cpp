@@ -1,14 +1,16 @@
 // CPU layer norm over the last dim. x, y, dy, dx: contiguous [R, C]; w, b, dw, db: [C] (absent
 // when data is null); mean, rstd: [R], x's dtype. The variance is biased (divides by C), as in
-// PyTorch. Statistics and row sums accumulate in double. Rows run in parallel; dw/db are summed
-// per fixed block of rows and the block partials are added in block order, so every result is
-// independent of the number of threads.
+// PyTorch. Statistics and row sums accumulate in double, except in the float32 kernels with
+// weight and bias (simd.h: vectorised, row statistics in float, dw/db partials in double). Rows run
+// in parallel; dw/db are summed per fixed block of rows and the block partials are added in block
+// order, so every result is independent of the number of threads.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/simd.h"
 
 namespace vitrine::cpu {
 
@@ -25,6 +27,14 @@ void CpuBackend::layer_norm(const Strided& x, const Strided& w, const Strided& b
   VT_ASSERT(mean.numel() == rows && rstd.numel() == rows);
   VT_ASSERT(!w.data || w.numel() == cols);
   VT_ASSERT(!b.data || b.numel() == cols);
+  if (x.dtype == DType::Float32 && w.data && b.data) {  // the vectorised row kernel of simd.h
+    parallel_for(rows, 3 * cols, [&](int64_t r) {
+      simd::layer_norm_row(x.ptr<float>() + r * cols, w.ptr<float>(), b.ptr<float>(),
+                           static_cast<float>(eps), y.ptr<float>() + r * cols,
+                           mean.ptr<float>() + r, rstd.ptr<float>() + r, cols);
+    });
+    return;
+  }
   dispatch_float(x.dtype, "layer_norm", [&]<typename T>() {
     const T* wp = w.data ? w.ptr<T>() : nullptr;
     const T* bp = b.data ? b.ptr<T>() : nullptr;
@@ -78,6 +88,15 @@ void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const S
       double* pwb = want_params ? pw.data() + blk * cols : nullptr;
       double* pbb = want_params ? pb.data() + blk * cols : nullptr;
       const int64_t end = std::min(rows, (blk + 1) * per_block);
+      if constexpr (std::is_same_v<T, float>) {
+        if (wp) {  // the vectorised row kernel
+          for (int64_t r = blk * per_block; r < end; ++r)
+            simd::layer_norm_backward_row(
+                x.ptr<T>() + r * cols, wp, mean.ptr<T>()[r], rstd.ptr<T>()[r],
+                dy.ptr<T>() + r * cols, dx.data ? dx.ptr<T>() + r * cols : nullptr, pwb, pbb, cols);
+          return;
+        }
+      }
       for (int64_t r = blk * per_block; r < end; ++r) {
         const T* xr = x.ptr<T>() + r * cols;
         const T* gr = dy.ptr<T>() + r * cols;

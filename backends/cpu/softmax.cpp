@@ -1,13 +1,15 @@
 // CPU softmax / log_softmax over the last dim, and their backward. All operands contiguous and of
 // one shape, viewed as [R, C] (C = the last dim; a 0-dim tensor is one row of one). Rows run in
-// parallel; each row is computed by one thread in a fixed order, with sums in double, so results
-// do not depend on the thread count. The max is subtracted before exp (no overflow); as in
-// PyTorch, a row holding NaN or +inf, or only -inf, gives NaN.
+// parallel; each row is computed by one thread in a fixed order, so results do not depend on the
+// thread count. Float32 softmax runs the vectorised row kernels of simd.h (sums in float, in SIMD
+// lanes); float64 and log_softmax sum in double. The max is subtracted before exp (no overflow); as
+// in PyTorch, a row holding NaN or +inf, or only -inf, gives NaN.
 #include <cmath>
 #include <limits>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/simd.h"
 
 namespace vitrine::cpu {
 
@@ -23,6 +25,12 @@ std::pair<int64_t, int64_t> rows_cols(const Strided& t) {
 void CpuBackend::softmax(const Strided& x, const Strided& y, bool log) {
   VT_ASSERT(x.is_contiguous() && y.is_contiguous() && x.shape == y.shape && x.dtype == y.dtype);
   const auto [rows, cols] = rows_cols(x);
+  if (x.dtype == DType::Float32 && !log) {  // the vectorised row kernel (sums in float)
+    parallel_for(rows, 8 * cols, [&](int64_t r) {
+      simd::softmax_row(x.ptr<float>() + r * cols, y.ptr<float>() + r * cols, cols);
+    });
+    return;
+  }
   dispatch_float(x.dtype, log ? "log_softmax" : "softmax", [&]<typename T>() {
     parallel_for(rows, cols, [&](int64_t r) {
       const T* xr = x.ptr<T>() + r * cols;
@@ -54,6 +62,13 @@ void CpuBackend::softmax_backward(const Strided& y, const Strided& dy, const Str
   VT_ASSERT(y.shape == dy.shape && y.shape == dx.shape && y.dtype == dy.dtype &&
             y.dtype == dx.dtype);
   const auto [rows, cols] = rows_cols(y);
+  if (y.dtype == DType::Float32 && !log) {
+    parallel_for(rows, 4 * cols, [&](int64_t r) {
+      simd::softmax_backward_row(y.ptr<float>() + r * cols, dy.ptr<float>() + r * cols,
+                                 dx.ptr<float>() + r * cols, cols);
+    });
+    return;
+  }
   dispatch_float(y.dtype, log ? "log_softmax_backward" : "softmax_backward", [&]<typename T>() {
     parallel_for(rows, cols, [&](int64_t r) {
       const T* yr = y.ptr<T>() + r * cols;

@@ -127,6 +127,13 @@ class CudaBackend final : public Backend {
                               const Strided&) override {
     unsupported("cross_entropy_backward");
   }
+  void attention(const Strided&, double, const Strided&, const Strided&) override {
+    unsupported("attention");
+  }
+  void attention_backward(const Strided&, const Strided&, const Strided&, double,
+                          const Strided&) override {
+    unsupported("attention_backward");
+  }
   void im2col(const Strided&, const Strided&, const ConvGeometry&) override {
     unsupported("im2col");
   }

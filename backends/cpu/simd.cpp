@@ -1,0 +1,89 @@
+// The row kernels of simd.h, each compiled for AVX-512, AVX2 and the baseline.
+#include "backends/cpu/simd.h"
+
+#include <cmath>
+
+namespace vitrine::cpu::simd {
+
+namespace {
+constexpr float kSqrt1_2 = 0.70710678118654752440f;     // 1 / sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // 1 / sqrt(2 pi)
+}  // namespace
+
+VT_SIMD_CLONES void gelu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float e = exp_approx(-0.5f * v * v);
+    y[i] = 0.5f * v * (1.0f + erf_approx(v * kSqrt1_2, e));
+  }
+}
+
+VT_SIMD_CLONES void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float e = exp_approx(-0.5f * v * v);
+    const float cdf = 0.5f * (1.0f + erf_approx(v * kSqrt1_2, e));
+    dx[i] = dy[i] * (cdf + v * kInvSqrt2Pi * e);
+  }
+}
+
+VT_SIMD_CLONES void softmax_row(const float* x, float* y, int64_t n) {
+  float m = -__builtin_inff();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = exp_approx(x[i] - m);
+    y[i] = e;
+    s += e;
+  }
+  const float inv = 1.0f / s;
+  for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+}
+
+VT_SIMD_CLONES void softmax_backward_row(const float* y, const float* dy, float* dx, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += dy[i] * y[i];
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] * (dy[i] - s);
+}
+
+VT_SIMD_CLONES void layer_norm_row(const float* x, const float* w, const float* b, float eps,
+                                   float* y, float* mean, float* rstd, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  const float mu = s / static_cast<float>(n);
+  float ss = 0;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < n; ++i) ss += (x[i] - mu) * (x[i] - mu);
+  const float rs = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  *mean = mu;
+  *rstd = rs;
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mu) * rs * w[i] + b[i];
+}
+
+VT_SIMD_CLONES void layer_norm_backward_row(const float* x, const float* w, float mean, float rstd,
+                                            const float* dy, float* dx, double* pw, double* pb,
+                                            int64_t n) {
+  if (dx) {
+    float sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = dy[i] * w[i];
+      sg += g;
+      sgx += g * ((x[i] - mean) * rstd);
+    }
+    const float a = sg / static_cast<float>(n), bb = sgx / static_cast<float>(n);
+    for (int64_t i = 0; i < n; ++i) dx[i] = rstd * (dy[i] * w[i] - a - (x[i] - mean) * rstd * bb);
+  }
+  if (pw) {
+    for (int64_t i = 0; i < n; ++i) {
+      pw[i] += static_cast<double>(dy[i] * ((x[i] - mean) * rstd));
+      pb[i] += static_cast<double>(dy[i]);
+    }
+  }
+}
+
+}  // namespace vitrine::cpu::simd

@@ -1,0 +1,105 @@
+// The vectorised float32 math of backends/cpu/simd.h against libm in double: the error bounds its
+// header states, the edge cases (0 below the normal range, inf, NaN), and the row kernels that use
+// it (GELU forward and backward, softmax forward and backward).
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/simd.h"
+#include "test_util.h"
+
+using namespace vitrine::cpu;
+
+namespace {
+std::vector<float> grid(float lo, float hi, int n) {
+  std::vector<float> v;
+  for (int i = 0; i <= n; ++i) v.push_back(lo + (hi - lo) * static_cast<float>(i) / n);
+  return v;
+}
+double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_grad_ref(double x) {
+  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+         x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+}
+}  // namespace
+
+TEST_CASE("simd: exp_approx has relative error below 2e-7 on [-87, 88]") {
+  double worst = 0;
+  for (float x : grid(-87.0f, 88.0f, 200001)) {
+    const double ref = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(simd::exp_approx(x) - ref) / ref);
+  }
+  INFO("worst relative error " << worst);
+  CHECK(worst < 2e-7);
+}
+
+TEST_CASE("simd: exp_approx edge cases (underflow to 0, overflow to inf, NaN)") {
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(simd::exp_approx(-inf) == 0.0f);
+  CHECK(simd::exp_approx(-100.0f) == 0.0f);
+  CHECK(simd::exp_approx(0.0f) == 1.0f);
+  CHECK(simd::exp_approx(inf) == inf);
+  CHECK(simd::exp_approx(100.0f) == inf);
+  CHECK(std::isnan(simd::exp_approx(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST_CASE("simd: erf_approx has absolute error below 5e-7 on [-10, 10]") {
+  double worst = 0;
+  for (float x : grid(-10.0f, 10.0f, 100001)) {
+    const float e = simd::exp_approx(-x * x);
+    worst = std::max(worst, std::abs(simd::erf_approx(x, e) - std::erf(static_cast<double>(x))));
+  }
+  INFO("worst absolute error " << worst);
+  CHECK(worst < 5e-7);
+  CHECK(std::abs(simd::erf_approx(0.0f, 1.0f)) < 1e-7);
+}
+
+TEST_CASE("simd: gelu and its backward against the exact formulas in double") {
+  const std::vector<float> x = grid(-12.0f, 12.0f, 30001);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(n), dy(n, 1.5f), dx(n);
+  simd::gelu(x.data(), y.data(), n);
+  simd::gelu_backward(x.data(), dy.data(), dx.data(), n);
+  double worst_y = 0, worst_dx = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    worst_y = std::max(worst_y, std::abs(y[i] - gelu_ref(x[i])) / (1 + std::abs(x[i])));
+    worst_dx = std::max(worst_dx, std::abs(dx[i] - 1.5 * gelu_grad_ref(x[i])));
+  }
+  INFO("gelu " << worst_y << ", backward " << worst_dx);
+  CHECK(worst_y < 3e-7);
+  CHECK(worst_dx < 1e-6);
+}
+
+TEST_CASE("simd: softmax rows and their backward against double") {
+  for (int64_t n : {1, 3, 17, 50, 197, 1000}) {
+    std::vector<float> x(n), y(n), dy(n), dx(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(std::sin(0.7 * i) * 8);
+      dy[i] = static_cast<float>(std::cos(1.3 * i));
+    }
+    simd::softmax_row(x.data(), y.data(), n);
+    simd::softmax_backward_row(y.data(), dy.data(), dx.data(), n);
+    double m = -1e300, s = 0;
+    for (float v : x) m = std::max(m, static_cast<double>(v));
+    std::vector<double> p(n);
+    for (int64_t i = 0; i < n; ++i) s += p[i] = std::exp(x[i] - m);
+    double dot = 0;
+    for (int64_t i = 0; i < n; ++i) dot += (p[i] /= s) * dy[i];
+    for (int64_t i = 0; i < n; ++i) {
+      CHECK(y[i] == doctest::Approx(p[i]).epsilon(1e-6).scale(1e-9));
+      CHECK(dx[i] == doctest::Approx(p[i] * (dy[i] - dot)).epsilon(1e-5).scale(1e-7));
+    }
+  }
+  // as PyTorch: a row with NaN, +inf, or only -inf gives NaN everywhere
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::vector<float> x : {std::vector<float>{1, NAN, 2}, std::vector<float>{1, inf, 2},
+                               std::vector<float>{-inf, -inf, -inf}}) {
+    std::vector<float> y(3);
+    simd::softmax_row(x.data(), y.data(), 3);
+    for (float v : y) CHECK(std::isnan(v));
+  }
+  std::vector<float> x{0, -inf, 0}, y(3);
+  simd::softmax_row(x.data(), y.data(), 3);
+  CHECK(y[0] == 0.5f);
+  CHECK(y[1] == 0.0f);
+}

@@ -1,0 +1,82 @@
+#include "tools/bench/bench.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+#include "ops/ops.h"
+
+namespace vitrine::bench {
+
+double forward_flops(const models::ViTConfig& c) {
+  const double P = static_cast<double>(c.num_patches()), N = P + c.prefix_tokens();
+  const double D = c.dim, M = c.mlp_dim, K = c.num_classes;
+  const double patch_values = static_cast<double>(c.channels) * c.patch * c.patch;
+  double f = 2 * P * patch_values * D;
+  const double block = 2 * N * D * 3 * D + 4 * N * N * D + 2 * N * D * D + 4 * N * D * M;
+  f += c.depth * block;
+  if (c.representation > 0) f += 2 * D * c.representation;
+  f += 2 * (c.representation > 0 ? c.representation : D) * K;
+  return f;
+}
+
+Stats stats_of(std::vector<double> values) {
+  Stats s;
+  s.runs = values;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  s.median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  s.min = values.front();
+  s.max = values.back();
+  return s;
+}
+
+nlohmann::json to_json(const Stats& s, bool with_runs) {
+  nlohmann::json j = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+  if (with_runs) j["runs"] = s.runs;
+  return j;
+}
+
+std::vector<double> time_repeats(const std::function<void()>& f, int64_t warmup, int64_t repeats,
+                                 int64_t steps) {
+  using clock = std::chrono::steady_clock;
+  for (int64_t i = 0; i < warmup; ++i) f();
+  std::vector<double> seconds;
+  for (int64_t r = 0; r < repeats; ++r) {
+    const auto t0 = clock::now();
+    for (int64_t i = 0; i < steps; ++i) f();
+    seconds.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  return seconds;
+}
+
+double sgemm_peak_gflops(int64_t n, int reps) {
+  Tensor a = ops::full({n, n}, 0.5), b = ops::full({n, n}, 0.25);
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor c = ops::matmul(a, b);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n / s / 1e9);
+  }
+  return best;
+}
+
+double current_rss_mb() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+}  // namespace vitrine::bench

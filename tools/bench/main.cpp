@@ -1,0 +1,213 @@
+// vitrine-bench: how fast does Vitrine train and run a ViT on this machine, and how much of the
+// machine does it use? For a named model config and batch size it times a training step
+// (forward, cross-entropy, backward, AdamW) and an inference pass, after warm-up, and reports
+// the median and spread over repeats in images per second, the model FLOPs per image (counted
+// analytically, bench.h), the GFLOP/s achieved and their share of the machine's own sgemm peak,
+// the peak resident memory of training, and (--what explain) the time of every explanation
+// method on one image. bench/compare.py runs it side by side with PyTorch (bench/torch_bench.py,
+// same flags, same JSON).
+//
+//   vitrine-bench --model fmnist --threads 2
+//   vitrine-bench --model vit_small_patch16_224 --what explain --json vits.json
+//
+// Exit codes: 0 done, 1 error, 2 bad command line.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "autograd/grad_mode.h"
+#include "backends/threads.h"
+#include "nn/nn.h"
+#include "ops/ops.h"
+#include "tools/bench/bench.h"
+#include "tools/common/files.h"
+#include "tools/explain/explain.h"
+
+namespace {
+
+using namespace vitrine;
+using json = nlohmann::json;
+namespace ex = vitrine::explain;
+
+struct Cli {
+  std::string model = "fmnist", what = "train,infer", json_path, device = "cpu";
+  int64_t batch = 0, warmup = 3, repeats = 7, steps = 0;
+  int threads = 2;
+};
+
+/// The batch the issue fixes for each benchmark config (8 for the 224x224 ones).
+int64_t default_batch(const std::string& model) {
+  if (model == "fmnist") return 128;
+  if (model == "cifar10") return 64;
+  return 8;
+}
+
+json throughput(const std::vector<double>& seconds, int64_t images_per_repeat,
+                double flops_per_image, double peak) {
+  std::vector<double> ips;
+  for (double s : seconds) ips.push_back(static_cast<double>(images_per_repeat) / s);
+  const bench::Stats st = bench::stats_of(ips);
+  const double gflops = flops_per_image * st.median / 1e9;
+  return {{"images_per_s", bench::to_json(st)},
+          {"gflops", gflops},
+          {"peak_share", peak > 0 ? gflops / peak : 0.0}};
+}
+
+void print_row(const std::string& what, const json& j) {
+  const json& s = j["images_per_s"];
+  fmt::print("{:<8} {:>10.1f} {:>10.1f} {:>10.1f} {:>9.1f} {:>7.1f}%\n", what,
+             s["median"].get<double>(), s["min"].get<double>(), s["max"].get<double>(),
+             j["gflops"].get<double>(), 100 * j["peak_share"].get<double>());
+}
+
+json time_explain(models::VisionTransformer& model, const Cli& cli) {
+  const auto& c = model.config();
+  Generator gen(7);
+  Tensor image = ops::randn({1, c.channels, c.image_h, c.image_w}, gen);
+  ex::Options opt;
+  json out = json::object();
+  fmt::print("\nexplain, one {}x{} image (ms, from the image to the map)\n", c.image_h, c.image_w);
+  fmt::print("{:<22} {:>9} {:>9} {:>9}\n", "method", "median", "min", "max");
+  for (ex::Method m : ex::all_methods()) {
+    auto once = [&] {
+      ex::Pass pass = ex::run_pass(model, image, {-1}, opt.layer);
+      ex::Explanation e = ex::explain_method(model, image, pass, m, opt);
+      (void)e;
+    };
+    std::vector<double> ms;
+    for (double s : bench::time_repeats(once, 1, cli.repeats, 1)) ms.push_back(1e3 * s);
+    const bench::Stats st = bench::stats_of(ms);
+    out[ex::method_name(m)] = bench::to_json(st, false);
+    fmt::print("{:<22} {:>9.1f} {:>9.1f} {:>9.1f}\n", ex::method_name(m), st.median, st.min,
+               st.max);
+  }
+  return out;
+}
+
+int run(const Cli& cli) {
+  set_num_threads(cli.threads);
+  const models::ViTConfig config = models::resolve_config(cli.model);
+  const int64_t batch = cli.batch > 0 ? cli.batch : default_batch(cli.model);
+  const int64_t steps = cli.steps > 0 ? cli.steps : (config.image_h >= 224 ? 2 : 5);
+  std::vector<std::string> what;
+  for (size_t a = 0; a <= cli.what.size();) {
+    size_t b = cli.what.find(',', a);
+    if (b == std::string::npos) b = cli.what.size();
+    std::string w = cli.what.substr(a, b - a);
+    VT_CHECK(w == "train" || w == "infer" || w == "explain",
+             "--what: unknown part '{}' (expected train, infer or explain, comma-separated)", w);
+    what.push_back(w);
+    a = b + 1;
+  }
+  auto wants = [&](const char* w) { return std::find(what.begin(), what.end(), w) != what.end(); };
+
+  const double peak = bench::sgemm_peak_gflops();
+  const double baseline = bench::current_rss_mb();
+  Generator gen(0);
+  auto model = std::make_shared<models::VisionTransformer>(config, gen);
+  const Device device = Device::parse(cli.device);
+  model->to(device);
+  int64_t params = 0;
+  for (const Tensor& p : model->parameters()) params += p.numel();
+
+  json j = {{"framework", "vitrine"},
+            {"version", "0.1"},
+            {"variant", ""},
+            {"model", cli.model},
+            {"batch", batch},
+            {"threads", cli.threads},
+            {"params", params},
+            {"flops_per_image",
+             {{"forward", bench::forward_flops(config)}, {"train", bench::train_flops(config)}}},
+            {"sgemm_peak_gflops", peak}};
+  fmt::print("vitrine-bench: {} ({} parameters), batch {}, {} thread(s), device {}\n", cli.model,
+             params, batch, cli.threads, cli.device);
+  fmt::print(
+      "model GFLOPs per image: forward {:.4f}, training step {:.4f}; sgemm peak {:.1f} "
+      "GFLOP/s\n",
+      bench::forward_flops(config) / 1e9, bench::train_flops(config) / 1e9, peak);
+
+  Generator data_gen(1);
+  Tensor images =
+      ops::randn({batch, config.channels, config.image_h, config.image_w}, data_gen).to(device);
+  Tensor labels = ops::randint(0, config.num_classes, {batch}, data_gen).to(device);
+  const bool any_speed = wants("train") || wants("infer");
+  if (any_speed) {
+    fmt::print("\n{:<8} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "", "images/s", "min", "max",
+               "GFLOP/s", "of peak");
+  }
+  if (wants("train")) {
+    model->train();
+    nn::optim::AdamWOptions o;
+    o.lr = 1e-3;
+    o.weight_decay = 0.05;
+    nn::optim::AdamW opt(model->parameters(), o);
+    auto step = [&] {
+      opt.zero_grad();
+      Tensor loss = ops::cross_entropy((*model)(images), labels);
+      loss.backward();
+      opt.step();
+    };
+    j["train"] = throughput(bench::time_repeats(step, cli.warmup, cli.repeats, steps),
+                            batch * steps, bench::train_flops(config), peak);
+    const double peak_rss = bench::peak_rss_mb();
+    j["memory"] = {{"baseline_rss_mb", baseline},
+                   {"peak_rss_mb", peak_rss},
+                   {"train_peak_mb", peak_rss - baseline}};
+    print_row("train", j["train"]);
+  }
+  if (wants("infer")) {
+    model->eval();
+    NoGradGuard no_grad;
+    auto pass = [&] { (void)(*model)(images); };
+    j["infer"] = throughput(bench::time_repeats(pass, cli.warmup, cli.repeats, steps),
+                            batch * steps, bench::forward_flops(config), peak);
+    print_row("infer", j["infer"]);
+  }
+  if (j.contains("memory"))
+    fmt::print(
+        "\ntraining peak memory: {:.1f} MiB resident ({:.1f} MiB above the {:.1f} MiB "
+        "before the model)\n",
+        j["memory"]["peak_rss_mb"].get<double>(), j["memory"]["train_peak_mb"].get<double>(),
+        baseline);
+  if (wants("explain")) {
+    model->eval();
+    j["explain"] = time_explain(*model, cli);
+  }
+  if (!cli.json_path.empty())
+    vitrine::tools::write_file_atomically(cli.json_path, j.dump(1) + "\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Cli cli;
+  CLI::App app{
+      "vitrine-bench: training and inference speed of a ViT config, and of the "
+      "explanation methods"};
+  app.add_option("--model", cli.model,
+                 "a model config: fmnist, cifar10, vit_small_patch16_224 (any preset or JSON)");
+  app.add_option("--batch", cli.batch, "images per step (default: fmnist 128, cifar10 64, else 8)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", cli.threads, "OpenMP and OpenBLAS threads")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", cli.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--repeats", cli.repeats, "timed repeats (median and spread over these)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--steps", cli.steps, "steps per repeat (default 5, 2 at 224x224)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--what", cli.what, "train, infer, explain (comma-separated)");
+  app.add_option("--json", cli.json_path, "also write the results as JSON here");
+  app.add_option("--device", cli.device, "cpu or cuda[:N]");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(cli);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "vitrine-bench: {}\n", e.what());
+    return 1;
+  }
+}
