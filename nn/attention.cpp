@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/grad_mode.h"
 #include "ops/ops.h"
 
 namespace vitrine::nn {
@@ -40,13 +41,21 @@ Tensor MultiheadSelfAttention::attend(const Tensor& x) {
 }
 
 Tensor MultiheadSelfAttention::forward(const Tensor& x) {
-  // Nothing needs the probabilities as a tensor of the graph (no capture, no dropout on them):
-  // the fused kernel computes the same heads without the permutes and copies.
-  if (!capture_probs_ && (attn_drop->p == 0 || !attn_drop->is_training())) {
+  // The fused kernel computes the same heads without the permutes and copies. It serves whenever
+  // the probabilities need not be a tensor of the graph: no dropout on them, and either no
+  // capture or a capture without gradients (grad mode off: the explain tools' forward-only pass).
+  const bool dropping = attn_drop->p > 0 && attn_drop->is_training();
+  if (!dropping && (!capture_probs_ || !GradMode::is_enabled())) {
     VT_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim,
              "MultiheadSelfAttention: expected input [B, N, {}], got {}", dim,
              x.defined() ? x.shape() : Dims{});
-    return (*proj_drop)((*proj)(ops::attention((*qkv)(x), num_heads, scale)));
+    Tensor probs;
+    Tensor out = ops::attention((*qkv)(x), num_heads, scale, capture_probs_ ? &probs : nullptr);
+    if (capture_probs_) {
+      attn_ = probs;
+      *attn_grad_ = Tensor();
+    }
+    return (*proj_drop)((*proj)(out));
   }
   const int64_t B = x.size(0), N = x.size(1);
   Tensor out = attend(x).transpose(1, 2).reshape({B, N, dim});  // heads merged: [B, N, D]

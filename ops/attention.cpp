@@ -27,7 +27,7 @@ Strided view5(const Tensor& t, int64_t heads) {
 }
 }  // namespace
 
-Tensor attention(const Tensor& qkv, int64_t heads, double scale) {
+Tensor attention(const Tensor& qkv, int64_t heads, double scale, Tensor* probs_out) {
   check_float(qkv, "attention");
   VT_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0,
            "attention: expected qkv [B, N, 3 * heads * head_dim] with heads = {}, got shape {}",
@@ -37,6 +37,7 @@ Tensor attention(const Tensor& qkv, int64_t heads, double scale) {
   Tensor probs = empty_on(qkv, {B, heads, N, N}, qkv.dtype());
   Tensor out = empty_on(qkv, {B, N, D}, qkv.dtype());
   qkv.backend().attention(view5(x, heads), scale, probs.strided(), out.strided());
+  if (probs_out) *probs_out = probs;  // values only: no gradient reaches them
   // probs is kept for backward (as the unfused path keeps it for its second matmul).
   return record(out, "attention", {qkv},
                 [sx = save(qkv), probs, heads, scale](const Tensor& dy, const Needs&) -> Grads {

@@ -173,7 +173,8 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 /// Fused multi-head self-attention (attention.cpp). qkv: [B, N, 3 * heads * Dh], laid out as
 /// timm's qkv projection output ([B, N, 3, heads, Dh]); with q, k, v the [N, Dh] slices of one
 /// image and head:  out[b, :, h] = softmax(scale q k^T) v,  returned as [B, N, heads * Dh].
-Tensor attention(const Tensor& qkv, int64_t heads, double scale);
+/// probs: when given, receives the probabilities [B, heads, N, N] (values outside the graph).
+Tensor attention(const Tensor& qkv, int64_t heads, double scale, Tensor* probs = nullptr);
 /// y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of normalized_shape
 /// (biased var); weight/bias may be undefined
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,

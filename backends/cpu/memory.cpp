@@ -1,6 +1,11 @@
-// CPU memory: 64-byte aligned allocation, strided copy with dtype conversion, fill, arange.
+// CPU memory: 64-byte aligned allocation (large blocks cached for reuse), strided copy with dtype
+// conversion, fill, arange.
+#include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
@@ -62,13 +67,73 @@ void dispatch_storage(DType t, F&& f) {
 }
 }  // namespace
 
+namespace {
+/// Freed blocks of 64 KiB and more, kept for reuse by size class: a training step asks for the
+/// same sizes every time, so after the first step it takes them from here, with no mmap/munmap,
+/// page faults or zeroing by the kernel (which large malloc blocks cost on every allocation).
+/// Size classes are eight per power of two (at most 12.5% rounding). Smaller blocks go straight
+/// to malloc, whose own bins serve them well. At most kMaxCached bytes wait here; the rest is
+/// freed.
+class BlockCache {
+ public:
+  static constexpr size_t kMinCached = size_t{1} << 16;
+  static constexpr size_t kMaxCached = size_t{2} << 30;
+
+  /// The bytes actually allocated for a request of n (n >= kMinCached).
+  static size_t size_class(size_t n) {
+    size_t p = std::bit_floor(n), step = p / 8;
+    return (n + step - 1) / step * step;
+  }
+  void* take(size_t cls) {
+    std::lock_guard lock(mu_);
+    auto it = free_.find(cls);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_ -= cls;
+    return p;
+  }
+  void give(void* p, size_t cls) {
+    {
+      std::lock_guard lock(mu_);
+      if (cached_ + cls <= kMaxCached) {
+        free_[cls].push_back(p);
+        cached_ += cls;
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+};
+
+/// Never destroyed: storages freed during static destruction still find it.
+BlockCache& block_cache() {
+  static BlockCache* cache = new BlockCache;
+  return *cache;
+}
+}  // namespace
+
 StoragePtr CpuBackend::allocate(size_t nbytes) {
   auto s = std::make_shared<Storage>();
   size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
-  s->data = std::aligned_alloc(64, rounded);
-  VT_CHECK(s->data != nullptr, "cpu: out of memory allocating {} bytes", nbytes);
   s->nbytes = nbytes;
   s->device = kCPU;
+  if (rounded >= BlockCache::kMinCached) {
+    const size_t cls = BlockCache::size_class(rounded);
+    void* p = block_cache().take(cls);
+    if (!p) p = std::aligned_alloc(64, cls);
+    VT_CHECK(p != nullptr, "cpu: out of memory allocating {} bytes", nbytes);
+    s->data = p;
+    s->deleter = [cls](void* q) { block_cache().give(q, cls); };
+    return s;
+  }
+  s->data = std::aligned_alloc(64, rounded);
+  VT_CHECK(s->data != nullptr, "cpu: out of memory allocating {} bytes", nbytes);
   s->deleter = [](void* p) { std::free(p); };
   return s;
 }
@@ -87,6 +152,12 @@ void CpuBackend::copy(const Strided& src, const Strided& dst) {
       loop.run([&](auto off, int64_t n, auto in) {
         D* dp = d + off[0];
         const S* sp = s + off[1];
+        if constexpr (std::is_same_v<D, S>) {
+          if (in[0] == 1 && in[1] == 1) {  // a contiguous run (a broadcast row, a slice)
+            std::memcpy(dp, sp, n * sizeof(D));
+            return;
+          }
+        }
         for (int64_t j = 0; j < n; ++j) {
           if constexpr (std::is_same_v<D, S>)
             dp[j * in[0]] = sp[j * in[1]];

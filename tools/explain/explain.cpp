@@ -346,10 +346,15 @@ bool is_input_gradient(Method m) {
   return m == Method::Saliency || m == Method::SmoothGrad || m == Method::IntegratedGradients;
 }
 
+bool needs_gradients(Method m) {
+  return m == Method::GradRollout || m == Method::Chefer || m == Method::GradCam ||
+         m == Method::Saliency;
+}
+
 // ---- the pass --------------------------------------------------------------------------------
 
 Pass run_pass(models::VisionTransformer& model, const Tensor& images,
-              const std::vector<int64_t>& targets, int64_t gradcam_layer) {
+              const std::vector<int64_t>& targets, int64_t gradcam_layer, bool gradients) {
   check_images(model, images);
   const auto& c = model.config();
   const int64_t gl = resolve_layer(gradcam_layer, c.depth, "gradcam");
@@ -367,6 +372,16 @@ Pass run_pass(models::VisionTransformer& model, const Tensor& images,
 
   Pass pass;
   Tensor x = images.to(model_device(model)).to(model_dtype(model)).detach().contiguous();
+  pass.prefix = c.prefix_tokens();
+  if (!gradients) {
+    NoGradGuard no_grad;
+    Tensor logits = model.forward(x);
+    pass.targets = resolve_targets(logits, targets);
+    pass.logits = logits.to(kCPU);
+    for (const Tensor& a : model.attentions()) pass.attentions.push_back(a.to(kCPU));
+    std::tie(pass.grid_h, pass.grid_w) = model.last_grid();
+    return pass;
+  }
   x.requires_grad_(true);
   Tensor logits = model.forward(x);
   pass.targets = resolve_targets(logits, targets);
@@ -384,7 +399,6 @@ Pass run_pass(models::VisionTransformer& model, const Tensor& images,
     pass.attentions.push_back(attn[l].detach().to(kCPU));
     pass.attention_grads.push_back(grads[2 + l].to(kCPU));
   }
-  pass.prefix = c.prefix_tokens();
   std::tie(pass.grid_h, pass.grid_w) = model.last_grid();
   return pass;
 }
@@ -744,6 +758,9 @@ Explanation explain_method(models::VisionTransformer& model, const Tensor& image
                            Method m, const Options& options) {
   check_images(model, images);
   const int64_t H = images.size(2), W = images.size(3), patch = model.config().patch;
+  VT_CHECK(!needs_gradients(m) || pass.input_grad.defined(),
+           "explain: {} needs the gradients of the pass (run_pass with gradients = true)",
+           method_name(m));
   Explanation e{m, {}, {}, {}, {}, {}, {}};
   switch (m) {
     case Method::Attention:
@@ -784,7 +801,9 @@ std::vector<Explanation> explain(models::VisionTransformer& model, const Tensor&
                                  const std::vector<int64_t>& targets,
                                  const std::vector<Method>& methods, const Options& options,
                                  Pass* pass_out) {
-  Pass pass = run_pass(model, images, targets, options.layer);
+  const bool gradients =
+      std::any_of(methods.begin(), methods.end(), [](Method m) { return needs_gradients(m); });
+  Pass pass = run_pass(model, images, targets, options.layer, gradients);
   std::vector<Explanation> out;
   for (Method m : methods) out.push_back(explain_method(model, images, pass, m, options));
   if (pass_out) *pass_out = std::move(pass);

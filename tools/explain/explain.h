@@ -43,6 +43,10 @@ std::vector<Method> all_methods();
 std::vector<Method> parse_methods(const std::string& list);
 /// Methods that read gradients of the input pixels (their maps are at pixel resolution).
 bool is_input_gradient(Method m);
+/// Whether a method reads the gradients of the Pass (grad-rollout, chefer, gradcam, saliency);
+/// attention and rollout need its forward only, smoothgrad and integrated gradients its targets
+/// (they run passes of their own).
+bool needs_gradients(Method m);
 
 enum class HeadFusion { Mean, Max, Min };
 enum class IgRule { GaussLegendre, Trapezoid };
@@ -95,8 +99,11 @@ struct Pass {
 /// sum_b logits[b, c_b]. targets: one per image, -1 for the predicted class; a class index out of
 /// range is an Error naming it and the number of classes. gradcam_layer: which block's norm1
 /// output to keep (negative from the end). The model is left as it was found (mode, capture).
+/// gradients = false: the forward alone (grad mode off, the fused attention kernel), enough for
+/// the methods that do not need_gradients(); the pass then holds no gradients and no tokens.
 Pass run_pass(models::VisionTransformer& model, const Tensor& images,
-              const std::vector<int64_t>& targets, int64_t gradcam_layer = -1);
+              const std::vector<int64_t>& targets, int64_t gradcam_layer = -1,
+              bool gradients = true);
 
 // ---- the methods on the patch grid, as pure functions of what a Pass holds -------------------
 // Each returns [B, gh, gw] (float32). They are the library's building blocks and what the
