@@ -1,0 +1,608 @@
+#!/usr/bin/env python3
+"""Vitrine against PyTorch on the CPU (issue 8): runs vitrine-bench and bench/torch_bench.py side
+by side, several rounds, and prints the ratios against the goals.
+
+    python3 bench/compare.py                          # fmnist, cifar10, ViT-S; 2 then 1 thread
+    python3 bench/compare.py --models fmnist --threads 2 --rounds 5
+    python3 bench/compare.py --explain --markdown /tmp/compare.md
+    python3 bench/compare.py --summarize bench/results/compare-2026-11-23-2250   # tables again
+
+Standard library only: runs under any python3 (Debian's /usr/bin/python3 included); PyTorch's side
+runs under --torch-python (default /usr/bin/python3, which has torch).
+
+For every round, model and thread count it runs, back to back, three separate processes, each
+writing its JSON (and its output, .log) into --out:
+    vitrine         vitrine-bench --model M --threads T --what train,infer --json ...
+    torch-tuned     torch_bench.py --variant tuned ..., with OMP_WAIT_POLICY=PASSIVE
+    torch-default   torch_bench.py --variant default ..., without OMP_WAIT_POLICY
+With --explain, each round then runs the three again with --what explain on --explain-model
+(default vit_small_patch16_224) at the first thread count. Every child gets this environment less
+the threading variables (OMP_*, GOMP_*, KMP_*, OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS,
+MKL_NUM_THREADS): each program sets its threads itself from --threads, and only the tuned run
+gets OMP_WAIT_POLICY. --warmup, --repeats and --steps, when given, are passed to all three.
+
+Per round: Vitrine's images/s (the median over its repeats) divided by each PyTorch variant's, for
+training and inference; Vitrine's train_peak_mb divided by PyTorch's; per explanation method the
+speed-up, PyTorch ms / Vitrine ms. The table gives the median of each ratio over the rounds and
+its min-max, each side's images/s, GFLOP/s and share of its own sgemm peak (medians over rounds),
+and the goals of issue 8: speed ratio >= 1.5 (fmnist), >= 1.25 (cifar10), >= 1.0
+(vit_small_patch16_224) for training and for inference; memory ratio <= 1.0; every explanation
+speed-up > 1. A goal is "met" when the median ratio meets it against both PyTorch variants.
+
+Written into --out: the JSON and log of every run, manifest.json (the plan, the commands, the
+machine), summary.json (the ratios) and summary.md (what --markdown FILE also writes: the tables
+with the machine, the date, the versions and the command).
+Exit codes: 0 done, 1 a run failed or no results, 2 bad command line.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_BENCH = os.path.join(REPO, "bench", "torch_bench.py")
+DEFAULT_VITRINE = os.path.join("build", "tools", "bench", "vitrine-bench")
+MODELS = ["fmnist", "cifar10", "vit_small_patch16_224"]
+SIDES = ["vitrine", "torch-tuned", "torch-default"]
+SIDE_TITLES = {"vitrine": "Vitrine", "torch-tuned": "PyTorch tuned",
+               "torch-default": "PyTorch default"}
+METHODS = ["attention", "rollout", "grad-rollout", "chefer", "gradcam", "saliency", "smoothgrad",
+           "integrated-gradients"]
+# issue 8: Vitrine's images/s over PyTorch's, training and inference alike
+SPEED_GOALS = {"fmnist": 1.5, "cifar10": 1.25, "vit_small_patch16_224": 1.0}
+MEMORY_GOAL = 1.0  # Vitrine's training peak over PyTorch's, at most
+EXPLAIN_GOAL = 1.0  # PyTorch ms over Vitrine ms, more than
+THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_PREFIXES = ("OMP_", "GOMP_", "KMP_")
+
+
+class Failure(Exception):
+    pass
+
+
+# ---- the plan --------------------------------------------------------------------------------
+
+def child_env(side):
+    """This environment without the threading variables; PASSIVE waiting for the tuned run."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(THREAD_PREFIXES) and k not in THREAD_VARS}
+    if side == "torch-tuned":
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
+def removed_env_vars():
+    return sorted(k for k in os.environ if k.startswith(THREAD_PREFIXES) or k in THREAD_VARS)
+
+
+def command(args, side, model, threads, what, json_path):
+    common = ["--model", model, "--threads", str(threads), "--what", what, "--json", json_path]
+    for flag in ("warmup", "repeats", "steps"):
+        value = getattr(args, flag)
+        if value is not None:
+            common += [f"--{flag}", str(value)]
+    if side == "vitrine":
+        return [args.vitrine] + common
+    variant = "tuned" if side == "torch-tuned" else "default"
+    return [args.torch_python, TORCH_BENCH] + common + ["--variant", variant]
+
+
+def plan(args):
+    runs = []
+    for r in range(1, args.rounds + 1):
+        for model in args.models:
+            for threads in args.threads:
+                for side in SIDES:
+                    runs.append({"kind": "speed", "round": r, "model": model, "threads": threads,
+                                 "side": side, "name": f"{model}-t{threads}-r{r}-{side}",
+                                 "what": "train,infer"})
+        if args.explain:
+            for side in SIDES:
+                model, threads = args.explain_model, args.threads[0]
+                runs.append({"kind": "explain", "round": r, "model": model, "threads": threads,
+                             "side": side, "name": f"explain-{model}-t{threads}-r{r}-{side}",
+                             "what": "explain"})
+    for run in runs:
+        run["json"] = run["name"] + ".json"
+        run["command"] = command(args, run["side"], run["model"], run["threads"], run["what"],
+                                 os.path.join(args.out, run["json"]))
+        run["env"] = {"OMP_WAIT_POLICY": "PASSIVE"} if run["side"] == "torch-tuned" else {}
+    return runs
+
+
+def shell_line(run):
+    env = " ".join(f"{k}={v}" for k, v in run["env"].items())
+    return (env + " " if env else "") + " ".join(shlex.quote(c) for c in run["command"])
+
+
+# ---- running ---------------------------------------------------------------------------------
+
+def tail(path, lines=40):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def execute(run, out):
+    log = os.path.join(out, run["name"] + ".log")
+    err = os.path.join(out, run["name"] + ".err")
+    t0 = time.monotonic()
+    with open(log, "w") as fo, open(err, "w") as fe:
+        try:
+            rc = subprocess.call(run["command"], stdout=fo, stderr=fe, env=child_env(run["side"]),
+                                 cwd=REPO)
+        except OSError as e:
+            raise Failure(f"could not start {run['name']}: {e}\n  command: {shell_line(run)}")
+    seconds = time.monotonic() - t0
+    if rc == 0 and os.path.getsize(err) == 0:
+        os.remove(err)
+    path = os.path.join(out, run["json"])
+    if rc != 0 or not os.path.isfile(path):
+        why = f"exit status {rc}" if rc != 0 else f"exit status 0 but no {path}"
+        raise Failure(f"{run['name']} failed ({why}) after {seconds:.0f} s\n"
+                      f"  command: {shell_line(run)}\n"
+                      f"  its stderr ({err}):\n{indent(tail(err)) or '    (empty)'}"
+                      f"  the end of its stdout ({log}):\n"
+                      f"{(indent(tail(log, 15)) or '    (empty)').rstrip()}")
+    return seconds
+
+
+def indent(text, prefix="    "):
+    return "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n")) if text else ""
+
+
+def brief(run, j):
+    if run["kind"] == "explain":
+        e = j.get("explain", {})
+        return ", ".join(f"{m} {e[m]['median']:.0f} ms" for m in METHODS if m in e)
+    parts = []
+    for part in ("train", "infer"):
+        if part in j:
+            parts.append(f"{part} {j[part]['images_per_s']['median']:.1f} images/s")
+    if "memory" in j:
+        parts.append(f"train peak {j['memory']['train_peak_mb']:.0f} MiB")
+    return ", ".join(parts)
+
+
+# ---- the summary -----------------------------------------------------------------------------
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    if n == 0:
+        return None
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def spread(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": median(values), "min": min(values), "max": max(values), "runs": values}
+
+
+def get(j, *keys):
+    for k in keys:
+        if not isinstance(j, dict) or k not in j:
+            return None
+        j = j[k]
+    return j
+
+
+def ratio(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def load_results(out, runs):
+    """{run name: its JSON} for the runs whose file exists; errors for malformed files."""
+    results = {}
+    for run in runs:
+        path = os.path.join(out, run["json"])
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                j = json.load(f)
+        except (OSError, ValueError) as e:
+            raise Failure(f"{path}: not readable as JSON ({e})")
+        want = "vitrine" if run["side"] == "vitrine" else "pytorch"
+        if j.get("framework") != want:
+            raise Failure(f"{path}: \"framework\" is {j.get('framework')!r}, expected {want!r}")
+        parts = ["explain"] if run["kind"] == "explain" else ["train", "infer"]
+        for part in parts:
+            if part not in j:
+                raise Failure(f"{path}: no \"{part}\" section")
+        results[run["name"]] = j
+    return results
+
+
+def summarize(manifest, results):
+    runs = manifest["runs"]
+    by = {(r["kind"], r["model"], r["threads"], r["round"], r["side"]): results.get(r["name"])
+          for r in runs}
+    speed_keys = []
+    for r in runs:
+        key = (r["model"], r["threads"])
+        if r["kind"] == "speed" and key not in speed_keys:
+            speed_keys.append(key)
+    rounds = sorted({r["round"] for r in runs})
+    configs = []
+    for model, threads in speed_keys:
+        per_round = []
+        for rnd in rounds:
+            js = {s: by.get(("speed", model, threads, rnd, s)) for s in SIDES}
+            if all(js.values()):
+                per_round.append(js)
+        if not per_round:
+            continue
+        c = {"model": model, "threads": threads, "rounds": len(per_round), "sides": {},
+             "ratios": {}}
+        for s in SIDES:
+            c["sides"][s] = {
+                "version": per_round[0][s].get("version"),
+                "params": per_round[0][s].get("params"),
+                "batch": per_round[0][s].get("batch"),
+                "sgemm_peak_gflops": spread([get(js[s], "sgemm_peak_gflops")
+                                             for js in per_round]),
+                "train_peak_mb": spread([get(js[s], "memory", "train_peak_mb")
+                                         for js in per_round])}
+            for part in ("train", "infer"):
+                c["sides"][s][part] = {
+                    "images_per_s": spread([get(js[s], part, "images_per_s", "median")
+                                            for js in per_round]),
+                    "gflops": spread([get(js[s], part, "gflops") for js in per_round]),
+                    "peak_share": spread([get(js[s], part, "peak_share") for js in per_round])}
+        for part in ("train", "infer"):
+            for s in SIDES[1:]:
+                c["ratios"][f"{part}_vs_{s}"] = spread([
+                    ratio(get(js["vitrine"], part, "images_per_s", "median"),
+                          get(js[s], part, "images_per_s", "median")) for js in per_round])
+        for s in SIDES[1:]:
+            c["ratios"][f"memory_vs_{s}"] = spread([
+                ratio(get(js["vitrine"], "memory", "train_peak_mb"),
+                      get(js[s], "memory", "train_peak_mb")) for js in per_round])
+        params = {s: c["sides"][s]["params"] for s in SIDES}
+        if len(set(params.values())) != 1:
+            c["warning"] = f"parameter counts differ: {params}"
+        configs.append(c)
+
+    explain = None
+    ex_runs = [r for r in runs if r["kind"] == "explain"]
+    if ex_runs:
+        model, threads = ex_runs[0]["model"], ex_runs[0]["threads"]
+        per_round = []
+        for rnd in rounds:
+            js = {s: by.get(("explain", model, threads, rnd, s)) for s in SIDES}
+            if all(js.values()):
+                per_round.append(js)
+        if per_round:
+            explain = {"model": model, "threads": threads, "rounds": len(per_round),
+                       "methods": {}}
+            for m in METHODS:
+                e = {"ms": {s: spread([get(js[s], "explain", m, "median") for js in per_round])
+                            for s in SIDES}}
+                for s in SIDES[1:]:
+                    e[f"speedup_vs_{s}"] = spread([
+                        ratio(get(js[s], "explain", m, "median"),
+                              get(js["vitrine"], "explain", m, "median")) for js in per_round])
+                explain["methods"][m] = e
+    return {"configs": configs, "explain": explain}
+
+
+def verdict(ratios, met):
+    """'met' when the median ratio meets the goal against both PyTorch variants."""
+    ok = {s: met(ratios[s]["median"]) for s in ratios if ratios[s] is not None}
+    if not ok:
+        return "n/a"
+    if all(ok.values()):
+        return "met"
+    if any(ok.values()):
+        return "met vs " + " and ".join(SIDE_TITLES[s] for s in ok if ok[s]) + " only"
+    return "not met"
+
+
+def fmt_ratio(r):
+    if r is None:
+        return "n/a"
+    if len(r["runs"]) == 1:
+        return f"{r['median']:.2f}"
+    return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
+
+
+def fmt_num(r, digits=1, scale=1.0, suffix=""):
+    if r is None:
+        return "n/a"
+    return f"{r['median'] * scale:.{digits}f}{suffix}"
+
+
+def tables(summary):
+    """The tables as (title, header, rows, notes), rendered as text or Markdown."""
+    out = []
+    for c in summary["configs"]:
+        model, sides = c["model"], c["sides"]
+        title = (f"{model}, batch {sides['vitrine']['batch']}, {c['threads']} thread"
+                 f"{'s' if c['threads'] != 1 else ''}, {c['rounds']} round"
+                 f"{'s' if c['rounds'] != 1 else ''} (medians over rounds)")
+        header = ["", "Vitrine", "PyTorch tuned", "PyTorch default"]
+        rows = []
+        for part, name in (("train", "training"), ("infer", "inference")):
+            rows.append([f"{name} images/s"] + [fmt_num(sides[s][part]["images_per_s"])
+                                                 for s in SIDES])
+            rows.append([f"{name} GFLOP/s (of sgemm peak)"] + [
+                f"{fmt_num(sides[s][part]['gflops'])} "
+                f"({fmt_num(sides[s][part]['peak_share'], 0, 100, '%')})" for s in SIDES])
+        rows.append(["training peak MiB (above baseline)"] + [fmt_num(sides[s]["train_peak_mb"])
+                                                               for s in SIDES])
+        rows.append(["sgemm peak GFLOP/s"] + [fmt_num(sides[s]["sgemm_peak_gflops"])
+                                              for s in SIDES])
+        out.append((title, header, rows, [c["warning"]] if "warning" in c else []))
+
+        goal = SPEED_GOALS.get(model)
+        header2 = ["Vitrine / PyTorch", "vs tuned (min-max)", "vs default (min-max)", "goal",
+                   "met"]
+        rows2 = []
+        for part, name in (("train", "training speed"), ("infer", "inference speed")):
+            rs = {s: c["ratios"][f"{part}_vs_{s}"] for s in SIDES[1:]}
+            rows2.append([name, fmt_ratio(rs["torch-tuned"]), fmt_ratio(rs["torch-default"]),
+                          f">= {goal:g}" if goal else "none",
+                          verdict(rs, lambda v, g=goal: v >= g) if goal else ""])
+        rs = {s: c["ratios"][f"memory_vs_{s}"] for s in SIDES[1:]}
+        rows2.append(["training peak memory", fmt_ratio(rs["torch-tuned"]),
+                      fmt_ratio(rs["torch-default"]), f"<= {MEMORY_GOAL:g}",
+                      verdict(rs, lambda v: v <= MEMORY_GOAL)])
+        out.append((None, header2, rows2, []))
+
+    e = summary["explain"]
+    if e:
+        title = (f"explanations, {e['model']}, one image, {e['threads']} thread"
+                 f"{'s' if e['threads'] != 1 else ''}, {e['rounds']} round"
+                 f"{'s' if e['rounds'] != 1 else ''} (ms from the image to the map; speed-up = "
+                 "PyTorch ms / Vitrine ms)")
+        header = ["method", "Vitrine ms", "PyTorch tuned ms", "PyTorch default ms",
+                  "speed-up vs tuned (min-max)", "vs default (min-max)", "goal", "met"]
+        rows = []
+        for m in METHODS:
+            x = e["methods"][m]
+            rs = {s: x[f"speedup_vs_{s}"] for s in SIDES[1:]}
+            rows.append([m] + [fmt_num(x["ms"][s]) for s in SIDES]
+                        + [fmt_ratio(rs["torch-tuned"]), fmt_ratio(rs["torch-default"]),
+                           f"> {EXPLAIN_GOAL:g}", verdict(rs, lambda v: v > EXPLAIN_GOAL)])
+        out.append((title, header, rows, []))
+    return out
+
+
+def render_text(ts):
+    lines = []
+    for title, header, rows, notes in ts:
+        if title:
+            lines += ["", title]
+        widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+        for r in [header] + rows:
+            cells = [str(r[0]).ljust(widths[0])] + [str(v).rjust(w)
+                                                    for v, w in zip(r[1:], widths[1:])]
+            lines.append("  ".join(cells).rstrip())
+        lines += [f"warning: {n}" for n in notes]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_markdown(ts, manifest):
+    m = manifest
+    lines = [f"**Machine:** {m['machine']['cpu']}, {m['machine']['cores']} cores, "
+             f"{m['machine']['system']}.",
+             "",
+             f"**Date:** {m['date']}. **Versions:** Vitrine {m['versions'].get('vitrine', '?')} "
+             f"(commit {m.get('commit') or 'unknown'}), PyTorch {m['versions'].get('pytorch', '?')}"
+             f" (`{m['torch_python']}`, Python {m.get('torch_python_version') or '?'}).",
+             "",
+             f"**Command:** `{m['command']}`",
+             ""]
+    if m.get("removed_env"):
+        lines += [f"Threading variables removed from the children's environment: "
+                  f"{', '.join(m['removed_env'])}.", ""]
+    for title, header, rows, notes in ts:
+        if title:
+            lines += [f"**{title}**", ""]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |")
+        for r in rows:
+            lines.append("| " + " | ".join(str(v) for v in r) + " |")
+        lines += [""] + [f"Warning: {n}" for n in notes] + ([""] if notes else [])
+    return "\n".join(lines)
+
+
+# ---- the machine -----------------------------------------------------------------------------
+
+def machine():
+    cpu, cores = platform.processor() or "unknown CPU", os.cpu_count()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        if names:
+            cpu, cores = names[0], len(names)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": cores,
+            "system": f"{platform.system()} {platform.release()}"}
+
+
+def git_commit():
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                              capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + (" with local changes" if dirty.stdout.strip() else "")
+
+
+def python_version(python):
+    try:
+        r = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"],
+                           capture_output=True, text=True, timeout=30)
+        return r.stdout.strip() if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write(path, text):
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def report(out, manifest, results, markdown):
+    for j in results.values():
+        manifest["versions"]["vitrine" if j["framework"] == "vitrine" else "pytorch"] = \
+            j.get("version")
+    summary = summarize(manifest, results)
+    if not summary["configs"] and not summary["explain"]:
+        raise Failure(f"{out}: no complete round (all three runs of a config) to summarise")
+    ts = tables(summary)
+    print(render_text(ts))
+    md = render_markdown(ts, manifest) + "\n"
+    write(os.path.join(out, "summary.json"), json.dumps(summary, indent=1) + "\n")
+    write(os.path.join(out, "summary.md"), md)
+    write(os.path.join(out, "manifest.json"), json.dumps(manifest, indent=1) + "\n")
+    print(f"results in {out} (summary.md, summary.json, manifest.json)")
+    if markdown:
+        write(markdown, md)
+        print(f"Markdown tables written to {markdown}")
+
+
+# ---- main --------------------------------------------------------------------------------------
+
+def csv(text, convert, flag):
+    try:
+        values = [convert(v.strip()) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{flag}: expected a comma-separated list, got {text!r}")
+    if not values:
+        raise argparse.ArgumentTypeError(f"{flag}: empty list")
+    return values
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description="Run vitrine-bench and bench/torch_bench.py side by side and compare.")
+    p.add_argument("--vitrine", default=DEFAULT_VITRINE,
+                   help=f"the vitrine-bench binary (default {DEFAULT_VITRINE}, from the "
+                        "repository root)")
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated (default "
+                   f"{','.join(MODELS)})")
+    p.add_argument("--threads", default="2,1", help="thread counts, comma-separated (default 2,1)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the three runs (default 3)")
+    p.add_argument("--explain", action="store_true",
+                   help="also time the explanation methods (--explain-model, first thread count, "
+                        "once per round)")
+    p.add_argument("--explain-model", default="vit_small_patch16_224",
+                   help="the model of --explain (default vit_small_patch16_224)")
+    p.add_argument("--warmup", type=int, help="passed to all runs (default: theirs)")
+    p.add_argument("--repeats", type=int, help="passed to all runs (default: theirs)")
+    p.add_argument("--steps", type=int, help="passed to all runs (default: theirs)")
+    p.add_argument("--out", help="results folder (default bench/results/compare-<date>)")
+    p.add_argument("--markdown", metavar="FILE", help="also write the tables as Markdown here")
+    p.add_argument("--torch-python", default="/usr/bin/python3",
+                   help="the Python with torch (default /usr/bin/python3)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
+    p.add_argument("--summarize", metavar="DIR",
+                   help="run nothing: the tables again from a results folder of an earlier run")
+    args = p.parse_args(argv)
+    try:
+        args.models = csv(args.models, str, "--models")
+        args.threads = csv(args.threads, int, "--threads")
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    if any(t < 1 for t in args.threads):
+        p.error("--threads: thread counts must be >= 1")
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
+    for flag in ("warmup", "repeats", "steps"):
+        v = getattr(args, flag)
+        if v is not None and (v < 0 or (v == 0 and flag != "warmup")):
+            p.error(f"--{flag} must be {'>= 0' if flag == 'warmup' else '>= 1'}")
+
+    try:
+        if args.summarize:
+            out = args.summarize
+            path = os.path.join(out, "manifest.json")
+            try:
+                with open(path, encoding="utf-8") as f:
+                    manifest = json.load(f)
+            except (OSError, ValueError) as e:
+                raise Failure(f"{path}: cannot read the manifest of a compare.py run ({e})")
+            report(out, manifest, load_results(out, manifest["runs"]), args.markdown)
+            return 0
+
+        if not os.path.isabs(args.vitrine) and not os.path.exists(args.vitrine):
+            args.vitrine = os.path.join(REPO, args.vitrine)
+        args.vitrine = os.path.abspath(args.vitrine)
+        if not args.dry_run:
+            if not os.path.isfile(args.vitrine) or not os.access(args.vitrine, os.X_OK):
+                raise Failure(f"vitrine-bench not found at {args.vitrine}: build it with "
+                              "`cmake --build build --target vitrine-bench` (or pass --vitrine "
+                              "PATH)")
+            if not os.access(args.torch_python, os.X_OK):
+                raise Failure(f"{args.torch_python} not found: PyTorch's side needs a Python with "
+                              "torch (--torch-python)")
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S")
+        args.out = os.path.abspath(args.out or os.path.join(REPO, "bench", "results",
+                                                            f"compare-{stamp}"))
+        runs = plan(args)
+        if args.dry_run:
+            try:
+                for run in runs:
+                    print(shell_line(run))
+            except BrokenPipeError:  # | head
+                sys.stderr.close()
+            return 0
+        os.makedirs(args.out, exist_ok=True)
+        manifest = {
+            "command": " ".join(shlex.quote(a) for a in
+                                ["python3",
+                                 os.path.relpath(os.path.abspath(sys.argv[0]), os.getcwd())]
+                                + (sys.argv[1:] if argv is None else list(argv))),
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="minutes"),
+            "machine": machine(), "commit": git_commit(), "torch_python": args.torch_python,
+            "torch_python_version": python_version(args.torch_python),
+            "removed_env": removed_env_vars(), "versions": {}, "runs": runs}
+        write(os.path.join(args.out, "manifest.json"), json.dumps(manifest, indent=1) + "\n")
+        if manifest["removed_env"]:
+            print(f"compare: not passed to the runs: {', '.join(manifest['removed_env'])}")
+        print(f"compare: {len(runs)} runs into {args.out}", flush=True)
+        total = time.monotonic()
+        for i, run in enumerate(runs, 1):
+            print(f"[{i}/{len(runs)}] round {run['round']}, {run['model']}, {run['threads']} "
+                  f"thread(s), {run['side']}{' (explain)' if run['kind'] == 'explain' else ''}"
+                  " ...", end=" ", flush=True)
+            seconds = execute(run, args.out)
+            j = load_results(args.out, [run])[run["name"]]
+            print(f"{seconds:.0f} s: {brief(run, j)}", flush=True)
+        print(f"compare: {len(runs)} runs in {(time.monotonic() - total) / 60:.1f} min")
+        report(args.out, manifest, load_results(args.out, runs), args.markdown)
+        return 0
+    except Failure as e:
+        print(f"\ncompare: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ncompare: interrupted; the finished runs are in the results folder "
+              "(--summarize DIR tabulates the complete rounds)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

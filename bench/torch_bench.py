@@ -1,0 +1,691 @@
+#!/usr/bin/python3
+"""PyTorch's side of the CPU benchmark (issue 8): the same measurements as vitrine-bench
+(tools/bench/), with the same flags and the same JSON, for bench/compare.py.
+
+    /usr/bin/python3 bench/torch_bench.py --model fmnist --threads 2 --json fmnist.json
+    OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_bench.py --model cifar10 --variant tuned
+    /usr/bin/python3 bench/torch_bench.py --model vit_small_patch16_224 --what explain
+    /usr/bin/python3 bench/torch_bench.py --self-check
+
+Run it with Debian's Python (/usr/bin/python3: python3-torch 1.13 on OpenBLAS and oneDNN).
+
+Models: the Vision Transformer of Vitrine's presets (models/vit.cpp), written here as timm writes
+it and initialised as Vitrine initialises it (the same classes as bench/fmnist_torch.py, whose
+docstring says where each detail comes from, without dropout or drop path): Conv2d patch
+embedding, class token, learned position embedding on all tokens, pre-norm blocks (LayerNorm eps
+1e-6; attention as timm's: qkv Linear, reshape and permute, softmax(q * scale @ k^T) @ v, proj;
+MLP fc1, exact GELU, fc2), final LayerNorm, the class token's output, head Linear.
+    fmnist                 28x28x1, patch 4, dim 128, depth 6, heads 4, MLP 256, 10 classes
+                           (805130 parameters), batch 128
+    cifar10                32x32x3, patch 4, dim 192, depth 6, heads 3, MLP 768, 10 classes
+                           (2693578 parameters), batch 64
+    vit_small_patch16_224  224x224x3, patch 16, dim 384, depth 12, heads 6, MLP 1536, 1000 classes,
+                           (22050664 parameters), batch 8
+
+Measurements (the same as vitrine-bench's; --what picks them, in this order):
+  train    model.train(); a step: zero_grad(set_to_none=True), forward, cross_entropy, backward,
+           AdamW(lr 1e-3, weight_decay 0.05, on every parameter).
+  infer    model.eval() under torch.no_grad(): forward only.
+           Both on one fixed random batch (seeded, float32) with random labels: --warmup untimed
+           steps, then --repeats timings of --steps steps each (time.perf_counter); per repeat
+           images/s = batch * steps / seconds; the median, min and max over the repeats, the
+           model GFLOP/s at the median and its share of the sgemm peak.
+  memory   (with train) the resident set just before the model is built (/proc/self/statm) and
+           the peak resident set right after the train section (getrusage ru_maxrss); their
+           difference is train_peak_mb.
+  explain  one random image at the model's size, batch 1, the random-init model in eval mode with
+           its parameters frozen (no weight gradients; Vitrine's explain pass freezes them too),
+           float32; every method timed as a full call from the image to its patch-grid map: one
+           warm-up call, then --repeats calls (5 unless given), median, min and max in ms. The
+           methods are those of tests/fixtures/make_explain_fixtures.py (the published
+           algorithms; tools/explain/explain.h defines Vitrine's) with explain.h's defaults:
+    attention             forward under no_grad; last layer, mean over heads, CLS row
+    rollout               forward under no_grad; mean fusion, discard 0.9 (vit-explain's topk,
+                          [CLS, CLS] spared), (F + I) / 2 row-normalised, product over layers
+    grad-rollout          forward + backward of the predicted logit; max(0, mean_h(G * A)),
+                          discard 0.9, as rollout
+    chefer                forward + backward; R = I; R += mean_h max(0, G * A) @ R
+    gradcam               forward + backward; the last block's norm1 output as [D, gh, gw]
+                          (pytorch-grad-cam's ViT reshape), channel weights = mean gradient, ReLU
+    saliency              forward + backward; |d y / d x|, max over channels, mean per patch
+    smoothgrad            forward under no_grad for the class, then one batch of 16 noisy copies
+                          (sigma 0.15 of the image's value range), torch.autograd.grad to the
+                          input; mean gradient, |.| summed over channels, mean per patch
+    integrated-gradients  a no_grad forward of the image and the black (zero) baseline (the class
+                          and the completeness gap), then one batch of the 50 Gauss-Legendre path
+                          points, torch.autograd.grad to the input (Captum's rule); |attr| summed
+                          over channels, mean per patch
+  Gradient methods backpropagate into the attention probabilities / tokens (retain_grad) and
+  the input, as the fixture script's run_pass does. --self-check runs all eight, with the
+  fixture's settings, on the weights of its timm case and compares them with its float64 maps.
+
+FLOPs per image, counted analytically as vitrine-bench does (tools/bench/bench.h; 2 per
+multiply-add, matmuls only): patch embedding 2 P (C p p) D; per block, with N = P + 1 tokens,
+2 N D 3D + 2 N N D + 2 N N D + 2 N D D + 2 N D M + 2 N M D; head 2 D K. A training step is
+3 x the forward. The sgemm peak is the best of 5 torch.mm of 2048x2048 float32 matrices at the
+same threads, measured last so that its buffers do not count in the memory peak.
+
+Threads: torch.set_num_threads(--threads) (OpenMP; OpenBLAS's OpenMP build follows it).
+--variant tuned expects OMP_WAIT_POLICY=PASSIVE in the environment (libgomp reads it when torch
+loads, so bench/compare.py sets it before the interpreter starts); --variant default expects it
+unset. The value seen is recorded as "omp_wait_policy", and a mismatch is warned about.
+
+JSON (--json FILE; a table goes to stdout):
+    {"framework": "pytorch", "version", "variant", "omp_wait_policy", "model", "batch", "threads",
+     "params", "flops_per_image": {"forward", "train"}, "sgemm_peak_gflops",
+     "train": {"images_per_s": {"median", "min", "max", "runs"}, "gflops", "peak_share"},
+     "infer": {...}, "memory": {"baseline_rss_mb", "peak_rss_mb", "train_peak_mb"},
+     "explain": {method: {"median", "min", "max"} (ms)}}
+Sections not asked for are absent. Exit codes: 0 done, 1 error, 2 bad command line.
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+MODELS = {
+    "fmnist": dict(image=28, channels=1, patch=4, dim=128, depth=6, heads=4, mlp=256, classes=10,
+                   batch=128, steps=5),
+    "cifar10": dict(image=32, channels=3, patch=4, dim=192, depth=6, heads=3, mlp=768, classes=10,
+                    batch=64, steps=5),
+    "vit_small_patch16_224": dict(image=224, channels=3, patch=16, dim=384, depth=12, heads=6,
+                                  mlp=1536, classes=1000, batch=8, steps=2),
+}
+# Vitrine's presets (fmnist: vitrine-train --summary; vit_small_patch16_224: as timm's)
+EXPECTED_PARAMS = {"fmnist": 805130, "cifar10": 2693578, "vit_small_patch16_224": 22050664}
+METHODS = ["attention", "rollout", "grad-rollout", "chefer", "gradcam", "saliency", "smoothgrad",
+           "integrated-gradients"]
+# tools/explain/explain.h's Options defaults.
+DISCARD_RATIO, SMOOTHGRAD_SAMPLES, SMOOTHGRAD_SIGMA, IG_STEPS = 0.9, 16, 0.15, 50
+EPS = 1e-6
+
+
+# ---- the model (as bench/fmnist_torch.py's build_model, without dropout and drop path) ---------
+
+def build_model(m):
+    import torch
+    from torch import nn
+
+    class Attention(nn.Module):
+        def __init__(self, dim, heads):
+            super().__init__()
+            self.heads, self.head_dim = heads, dim // heads
+            self.scale = self.head_dim ** -0.5
+            self.qkv = nn.Linear(dim, dim * 3)
+            self.proj = nn.Linear(dim, dim)
+            self.keep = False  # explain: keep the probabilities (and their gradient)
+            self.probs = None
+
+        def forward(self, x):
+            B, N, C = x.shape
+            qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)
+            attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+            if self.keep:
+                if attn.requires_grad:
+                    attn.retain_grad()
+                self.probs = attn
+            x = (attn @ v).transpose(1, 2).reshape(B, N, C)
+            return self.proj(x)
+
+    class Mlp(nn.Module):
+        def __init__(self, dim, hidden):
+            super().__init__()
+            self.fc1 = nn.Linear(dim, hidden)
+            self.act = nn.GELU()  # exact (erf)
+            self.fc2 = nn.Linear(hidden, dim)
+
+        def forward(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1 = nn.LayerNorm(m["dim"], eps=EPS)
+            self.attn = Attention(m["dim"], m["heads"])
+            self.norm2 = nn.LayerNorm(m["dim"], eps=EPS)
+            self.mlp = Mlp(m["dim"], m["mlp"])
+
+        def forward(self, x):
+            x = x + self.attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+
+    class PatchEmbed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Conv2d(m["channels"], m["dim"], m["patch"], stride=m["patch"])
+
+    class VisionTransformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            h, w = image_hw(m)
+            self.grid = (h // m["patch"], w // m["patch"])
+            self.patch_embed = PatchEmbed()
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, m["dim"]))
+            self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.grid[0] * self.grid[1],
+                                                      m["dim"]))
+            self.blocks = nn.ModuleList([Block() for _ in range(m["depth"])])
+            self.norm = nn.LayerNorm(m["dim"], eps=EPS)
+            self.head = nn.Linear(m["dim"], m["classes"])
+            # Vitrine's init: Conv2d and LayerNorm keep PyTorch's defaults.
+            nn.init.normal_(self.cls_token, mean=0.0, std=1e-6)
+            nn.init.trunc_normal_(self.pos_embed, mean=0.0, std=0.02, a=-2.0, b=2.0)
+            for mod in self.modules():
+                if isinstance(mod, nn.Linear):
+                    nn.init.trunc_normal_(mod.weight, mean=0.0, std=0.02, a=-2.0, b=2.0)
+                    nn.init.zeros_(mod.bias)
+
+        def forward(self, images):
+            x = self.patch_embed.proj(images).flatten(2).transpose(1, 2)  # [B, patches, dim]
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.norm(x)[:, 0])
+
+        def keep_attention(self, on):
+            for block in self.blocks:
+                block.attn.keep = on
+                block.attn.probs = None
+
+        def attentions(self):
+            return [block.attn.probs for block in self.blocks]
+
+    return VisionTransformer()
+
+
+def image_hw(m):
+    """m["image"]: one size, or [height, width] (the self-check's fixture model)."""
+    return (m["image"], m["image"]) if isinstance(m["image"], int) else tuple(m["image"])
+
+
+def forward_flops(m):
+    """Model FLOPs of one image's forward (tools/bench/bench.cpp forward_flops)."""
+    h, w = image_hw(m)
+    P = (h // m["patch"]) * (w // m["patch"])
+    N, D, M, K = P + 1, m["dim"], m["mlp"], m["classes"]
+    f = 2 * P * (m["channels"] * m["patch"] ** 2) * D
+    f += m["depth"] * (2 * N * D * 3 * D + 2 * N * N * D + 2 * N * N * D + 2 * N * D * D
+                       + 2 * N * D * M + 2 * N * M * D)
+    return float(f + 2 * D * K)
+
+
+# ---- timing, memory, peak --------------------------------------------------------------------
+
+def stats_of(values, with_runs=True):
+    """Median (of an even count: the mean of the middle two), min and max."""
+    v = sorted(values)
+    n = len(v)
+    median = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+    out = {"median": median, "min": v[0], "max": v[-1]}
+    if with_runs:
+        out["runs"] = list(values)
+    return out
+
+
+def time_repeats(f, warmup, repeats, steps):
+    """f warmup times untimed, then `repeats` timings of `steps` calls: seconds per repeat."""
+    for _ in range(warmup):
+        f()
+    seconds = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            f()
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
+def throughput(seconds, images_per_repeat, flops_per_image, peak):
+    st = stats_of([images_per_repeat / s for s in seconds])
+    gflops = flops_per_image * st["median"] / 1e9
+    return {"images_per_s": st, "gflops": gflops, "peak_share": gflops / peak if peak > 0 else 0.0}
+
+
+def current_rss_mb():
+    with open("/proc/self/statm") as f:
+        resident = int(f.read().split()[1])
+    return resident * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+
+
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def sgemm_peak_gflops(n=2048, reps=5):
+    import torch
+    a = torch.full((n, n), 0.5)
+    b = torch.full((n, n), 0.25)
+    best = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+# ---- the explanation methods (tests/fixtures/make_explain_fixtures.py, float32) ------------------
+
+class Explainer:
+    """Each method: image [1, C, H, W] -> its map on the patch grid [1, gh, gw]."""
+
+    def __init__(self, model, patch, discard_ratio=DISCARD_RATIO, samples=SMOOTHGRAD_SAMPLES,
+                 sigma=SMOOTHGRAD_SIGMA, ig_steps=IG_STEPS, black=0.0, noise=None):
+        """black: the baseline's value in the model's input; noise: SmoothGrad's z [samples, C,
+        H, W] (the self-check feeds the fixture's), else drawn per call from a seeded stream."""
+        import numpy as np
+        import torch
+        self.torch = torch
+        self.model = model
+        self.patch = patch
+        self.gh, self.gw = model.grid
+        self.prefix = 1
+        self.discard_ratio, self.samples, self.sigma, self.black = discard_ratio, samples, sigma, \
+            black
+        self.noise = noise
+        nodes, weights = np.polynomial.legendre.leggauss(ig_steps)  # Captum's gauss_legendre
+        self.ig_alphas = torch.tensor(0.5 * (1 + nodes), dtype=torch.float32)
+        self.ig_weights = torch.tensor(0.5 * weights, dtype=torch.float32)
+        self.noise_gen = torch.Generator().manual_seed(0)
+
+    def cls_row(self, m):
+        """The CLS row over the patches of [B, ..., N, N] as [B, ..., gh, gw]."""
+        return m[..., 0, self.prefix:].reshape(*m.shape[:-2], self.gh, self.gw)
+
+    def patch_mean(self, pixel_map):
+        import torch.nn.functional as F
+        return F.avg_pool2d(pixel_map[:, None], self.patch)[:, 0]
+
+    def attention_pass(self, x):
+        """A forward under no_grad, the attention probabilities kept."""
+        self.model.keep_attention(True)
+        try:
+            with self.torch.no_grad():
+                self.model(x)
+            return self.model.attentions()
+        finally:
+            self.model.keep_attention(False)
+
+    def gradient_pass(self, x, tokens_of=None):
+        """The fixture's run_pass: forward with the attention probabilities (and, for gradcam,
+        a block's norm1 output) kept, backward of the predicted class's logit."""
+        kept = {}
+        hook = None
+        if tokens_of is not None:
+            def keep_tokens(module, inputs, out):
+                out.retain_grad()
+                kept["tokens"] = out
+            hook = tokens_of.register_forward_hook(keep_tokens)
+        self.model.keep_attention(True)
+        try:
+            x = x.detach().clone().requires_grad_()
+            logits = self.model(x)
+            c = logits.argmax(-1)
+            logits.gather(1, c[:, None]).sum().backward()
+            return x, self.model.attentions(), kept.get("tokens")
+        finally:
+            self.model.keep_attention(False)
+            if hook is not None:
+                hook.remove()
+
+    def rollout_of(self, fused_layers, ratio):
+        """vit-explain's rollout with rows normalised, per image: fused_layers [B, N, N]."""
+        torch = self.torch
+        B, N = fused_layers[0].shape[0], fused_layers[0].shape[-1]
+        eye = torch.eye(N)
+        out = []
+        for b in range(B):
+            R = eye
+            for fl in fused_layers:
+                flat = fl[b].reshape(-1).clone()
+                k = int(flat.numel() * ratio)
+                if k > 0:
+                    idx = flat.topk(k, largest=False).indices
+                    flat[idx[idx != 0]] = 0
+                a = (flat.view(N, N) + eye) / 2
+                a = a / a.sum(dim=-1, keepdim=True)
+                R = a @ R
+            out.append(self.cls_row(R))
+        return torch.stack(out)
+
+    def attention(self, x):
+        return self.cls_row(self.attention_pass(x)[-1]).mean(1)
+
+    def rollout(self, x):
+        return self.rollout_of([a.mean(1) for a in self.attention_pass(x)], self.discard_ratio)
+
+    def grad_rollout(self, x):
+        _, attn, _ = self.gradient_pass(x)
+        with self.torch.no_grad():
+            return self.rollout_of([(a.grad * a).mean(1).clamp(min=0) for a in attn],
+                                   self.discard_ratio)
+
+    def chefer(self, x):
+        torch = self.torch
+        _, attn, _ = self.gradient_pass(x)
+        with torch.no_grad():
+            B, N = attn[0].shape[0], attn[0].shape[-1]
+            R = torch.eye(N).expand(B, N, N).clone()
+            for a in attn:
+                R = R + (a.grad * a).clamp(min=0).mean(1) @ R
+            return self.cls_row(R)
+
+    def gradcam(self, x):
+        _, _, t = self.gradient_pass(x, tokens_of=self.model.blocks[-1].norm1)
+        with self.torch.no_grad():
+            def grid(v):  # pytorch-grad-cam's ViT reshape_transform: [B, N, D] -> [B, D, gh, gw]
+                r = v[:, self.prefix:, :].reshape(v.shape[0], self.gh, self.gw, v.shape[2])
+                return r.transpose(2, 3).transpose(1, 2)
+            acts, grads = grid(t), grid(t.grad)
+            weights = grads.mean(dim=(2, 3))
+            return (weights[:, :, None, None] * acts).sum(dim=1).clamp(min=0)
+
+    def saliency(self, x):
+        xg, _, _ = self.gradient_pass(x)
+        return self.patch_mean(xg.grad.abs().amax(1))
+
+    def input_grads(self, images, c):
+        """d y_c / d images for a batch of one image's variants."""
+        torch = self.torch
+        images = images.detach().requires_grad_()
+        y = self.model(images)[:, c].sum()
+        (g,) = torch.autograd.grad(y, images)
+        return g
+
+    def smoothgrad(self, x):
+        torch = self.torch
+        with torch.no_grad():
+            c = int(self.model(x).argmax(-1)[0])
+            rng = x.amax() - x.amin()
+            z = self.noise if self.noise is not None else torch.randn(
+                (self.samples,) + tuple(x.shape[1:]), generator=self.noise_gen)
+            noisy = x + self.sigma * rng * z
+        g = self.input_grads(noisy, c)
+        attr = g.mean(0, keepdim=True)
+        return self.patch_mean(attr.abs().sum(1))
+
+    def integrated_gradients(self, x):
+        torch = self.torch
+        base = torch.full_like(x, self.black)  # black: 0 unless given (explain.h, Options.black)
+        with torch.no_grad():
+            logits = self.model(torch.cat([x, base]))
+            c = int(logits[0].argmax())
+            y_x, y_b = logits[0, c], logits[1, c]
+            path = base + self.ig_alphas.view(-1, 1, 1, 1) * (x - base)  # [steps, C, H, W]
+        g = self.input_grads(path, c)
+        with torch.no_grad():
+            attr = (x - base) * (self.ig_weights.view(-1, 1, 1, 1) * g).sum(0, keepdim=True)
+            self.gap = float(attr.sum() - (y_x - y_b))  # Captum's convergence delta
+            return self.patch_mean(attr.abs().sum(1))
+
+    def method(self, name):
+        return getattr(self, name.replace("-", "_"))
+
+
+def time_explain(model, m, repeats):
+    import torch
+    model.eval()
+    model.requires_grad_(False)
+    ex = Explainer(model, m["patch"])
+    gen = torch.Generator().manual_seed(7)
+    image = torch.randn(1, m["channels"], m["image"], m["image"], generator=gen)
+    out = {}
+    print(f"\nexplain, one {m['image']}x{m['image']} image (ms, from the image to the map)")
+    print(f"{'method':<22} {'median':>9} {'min':>9} {'max':>9}")
+    for name in METHODS:
+        f = ex.method(name)
+        grid = f(image)  # the warm-up call, and a check of the map's shape
+        if tuple(grid.shape) != (1, ex.gh, ex.gw) or not bool(torch.isfinite(grid).all()):
+            raise RuntimeError(f"explain {name}: map of shape {tuple(grid.shape)}, expected "
+                               f"(1, {ex.gh}, {ex.gw}) and finite")
+        ms = [1e3 * s for s in time_repeats(lambda: f(image), 0, repeats, 1)]
+        out[name] = stats_of(ms, with_runs=False)
+        print(f"{name:<22} {out[name]['median']:>9.1f} {out[name]['min']:>9.1f} "
+              f"{out[name]['max']:>9.1f}")
+    return out
+
+
+# ---- --self-check ------------------------------------------------------------------------------
+
+def read_safetensors(path):
+    import numpy as np
+    import torch
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name != "__metadata__":
+            a, b = info["data_offsets"]
+            out[name] = torch.from_numpy(np.frombuffer(data[a:b], dtype="<f4").copy()).reshape(
+                info["shape"])
+    return out
+
+
+def self_check():
+    """The models' sizes and FLOPs, and the eight methods against the float64 references of
+    tests/fixtures/explain_parity.json (its timm case, image 0, whose target is the predicted
+    class), on the fixture's weights."""
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(1)
+    failures = []
+
+    def check(name, ok, detail):
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+        if not ok:
+            failures.append(name)
+
+    for name, m in MODELS.items():
+        n = sum(p.numel() for p in build_model(m).parameters())
+        check(f"{name} parameters", n == EXPECTED_PARAMS[name], f"{n} (want "
+              f"{EXPECTED_PARAMS[name]})")
+    # fmnist: 2 49 16 128 (patch) + 6 (2 50 128 384 + 4 50 50 128 + 2 50 128 128 + 4 50 128 256)
+    # + 2 128 10 (head)
+    f = forward_flops(MODELS["fmnist"])
+    check("fmnist forward FLOPs", f == 86526464, f"{f:.0f} (want 86526464)")
+
+    fixtures = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
+                            "fixtures")
+    with open(os.path.join(fixtures, "explain_parity.json"), encoding="utf-8") as fh:
+        case = json.load(fh)["cases"]["timm"]
+    cfg = case["config"]
+    assert cfg["pool"] == "cls" and cfg["registers"] == 0 and cfg["qkv_bias"], cfg
+    m = dict(image=cfg["image_size"], channels=cfg["channels"], patch=cfg["patch"], dim=cfg["dim"],
+             depth=cfg["depth"], heads=cfg["heads"], mlp=cfg["mlp_dim"],
+             classes=cfg["num_classes"])
+    model = build_model(m)
+    model.load_state_dict(read_safetensors(os.path.join(fixtures, case["file"])), strict=True)
+    model.eval()
+    model.requires_grad_(False)
+
+    def dec(t):
+        return torch.tensor(t["values"], dtype=torch.float64).reshape(t["shape"])
+
+    def patch_mean(pixel_map):
+        return F.avg_pool2d(pixel_map[:1, None], cfg["patch"])[0, 0]
+
+    x = dec(case["input"]).float()[:1]
+    ig = case["ig"]["black_gausslegendre"]
+    sg = case["smoothgrad"]
+    ex = Explainer(model, cfg["patch"], ig_steps=ig["steps"], black=ig["black"][0],
+                   samples=sg["samples"], sigma=sg["sigma"], noise=dec(sg["noise"]).float()[0])
+    wanted = [("attention", 0.9, case["attention"]["last_mean"]),
+              ("rollout", 0.0, case["rollout"]["mean_0"]),
+              ("rollout", 0.5, case["rollout"]["mean_0.5"]),
+              ("grad-rollout", 0.0, case["grad_rollout"]["0"]),
+              ("grad-rollout", 0.5, case["grad_rollout"]["0.5"]),
+              ("chefer", 0.9, case["chefer"]), ("gradcam", 0.9, case["gradcam"]["last"]),
+              ("saliency", 0.9, case["saliency"]["map"]), ("smoothgrad", 0.9, sg["map"]),
+              ("integrated-gradients", 0.9, ig["map"])]
+    for name, ratio, ref in wanted:
+        ex.discard_ratio = ratio
+        want = dec(ref)
+        want = patch_mean(want) if want.dim() == 3 and want.shape[1:] == x.shape[2:] else want[0]
+        got = ex.method(name)(x)[0].double()
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        label = name + (f" (discard {ratio:g})" if "rollout" in name else "")
+        check(f"{label} against the float64 fixture", err < 1e-5,
+              f"largest difference {err:.1e} of the map's largest value")
+    if failures:
+        print(f"self-check: {len(failures)} FAILED: {', '.join(failures)}")
+        return 1
+    print("self-check: all passed")
+    return 0
+
+
+# ---- main --------------------------------------------------------------------------------------
+
+def print_row(what, j):
+    s = j["images_per_s"]
+    print(f"{what:<8} {s['median']:>10.1f} {s['min']:>10.1f} {s['max']:>10.1f} "
+          f"{j['gflops']:>9.1f} {100 * j['peak_share']:>7.1f}%", flush=True)
+
+
+def run(args):
+    import torch
+    import torch.nn.functional as F
+
+    m = MODELS[args.model]
+    what = args.what
+    policy = os.environ.get("OMP_WAIT_POLICY")
+    if args.variant == "tuned" and (policy or "").upper() != "PASSIVE":
+        print(f"torch_bench: warning: --variant tuned expects OMP_WAIT_POLICY=PASSIVE in the "
+              f"environment before python starts; it is {policy!r}", file=sys.stderr)
+    if args.variant == "default" and policy is not None:
+        print(f"torch_bench: warning: --variant default expects no OMP_WAIT_POLICY; it is "
+              f"{policy!r}", file=sys.stderr)
+    torch.set_num_threads(args.threads)
+    batch = args.batch or m["batch"]
+    steps = args.steps or m["steps"]
+    fwd = forward_flops(m)
+
+    baseline = current_rss_mb()  # just before the model (the batch comes after it, as in C++)
+    torch.manual_seed(0)
+    model = build_model(m)
+    params = sum(p.numel() for p in model.parameters())
+    if args.model in EXPECTED_PARAMS and params != EXPECTED_PARAMS[args.model]:
+        raise RuntimeError(f"{args.model}: {params} parameters, Vitrine's preset has "
+                           f"{EXPECTED_PARAMS[args.model]}")
+    gen = torch.Generator().manual_seed(1)
+    images = torch.randn(batch, m["channels"], m["image"], m["image"], generator=gen)
+    labels = torch.randint(0, m["classes"], (batch,), generator=gen)
+
+    j = {"framework": "pytorch", "version": torch.__version__, "variant": args.variant,
+         "omp_wait_policy": policy, "model": args.model, "batch": batch, "threads": args.threads,
+         "params": params, "flops_per_image": {"forward": fwd, "train": 3 * fwd}}
+    print(f"torch_bench: {args.model} ({params} parameters), batch {batch}, {args.threads} "
+          f"thread(s) (torch.get_num_threads() = {torch.get_num_threads()}), torch "
+          f"{torch.__version__}, variant {args.variant} (OMP_WAIT_POLICY={policy})")
+    print(f"model GFLOPs per image: forward {fwd / 1e9:.4f}, training step {3 * fwd / 1e9:.4f}",
+          flush=True)
+
+    results = {}
+    if "train" in what:
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(images), labels)
+            loss.backward()
+            opt.step()
+        results["train"] = (time_repeats(step, args.warmup, args.repeats or 7, steps), 3 * fwd)
+        peak_rss = peak_rss_mb()
+        j["memory"] = {"baseline_rss_mb": baseline, "peak_rss_mb": peak_rss,
+                       "train_peak_mb": peak_rss - baseline}
+        print(f"train: {batch * steps / min(results['train'][0]):.1f} images/s at best",
+              flush=True)
+        del opt
+        model.zero_grad(set_to_none=True)
+    if "infer" in what:
+        model.eval()
+
+        def infer():
+            with torch.no_grad():
+                model(images)
+        results["infer"] = (time_repeats(infer, args.warmup, args.repeats or 7, steps), fwd)
+        print(f"infer: {batch * steps / min(results['infer'][0]):.1f} images/s at best",
+              flush=True)
+    if "explain" in what:
+        j["explain"] = time_explain(model, m, args.repeats or 5)
+
+    peak = sgemm_peak_gflops()
+    j["sgemm_peak_gflops"] = peak
+    print(f"\nsgemm peak (torch.mm 2048x2048, best of 5): {peak:.1f} GFLOP/s")
+    if results:
+        print(f"\n{'':<8} {'images/s':>10} {'min':>10} {'max':>10} {'GFLOP/s':>9} {'of peak':>8}")
+    for part in ("train", "infer"):
+        if part in results:
+            seconds, flops = results[part]
+            j[part] = throughput(seconds, batch * steps, flops, peak)
+            print_row(part, j[part])
+    if "memory" in j:
+        mem = j["memory"]
+        print(f"\ntraining peak memory: {mem['peak_rss_mb']:.1f} MiB resident "
+              f"({mem['train_peak_mb']:.1f} MiB above the {baseline:.1f} MiB before the model)")
+    # the schema's order (vitrine-bench's)
+    order = ["framework", "version", "variant", "omp_wait_policy", "model", "batch", "threads",
+             "params", "flops_per_image", "sgemm_peak_gflops", "train", "infer", "memory",
+             "explain"]
+    j = {k: j[k] for k in order if k in j}
+    if args.json:
+        folder = os.path.dirname(os.path.abspath(args.json))
+        os.makedirs(folder, exist_ok=True)
+        tmp = args.json + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(j, indent=1) + "\n")
+        os.replace(tmp, args.json)
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description="PyTorch's side of the CPU benchmark: training and inference speed of a ViT "
+                    "config, its memory, and the explanation methods (the flags and JSON of "
+                    "vitrine-bench).")
+    p.add_argument("--model", default="fmnist", choices=sorted(MODELS),
+                   help="the model config (default fmnist)")
+    p.add_argument("--batch", type=int, default=0,
+                   help="images per step (default: fmnist 128, cifar10 64, vit_small 8)")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--repeats", type=int, default=0,
+                   help="timed repeats (default 7; explain: 5)")
+    p.add_argument("--steps", type=int, default=0,
+                   help="steps per repeat (default 5, 2 for vit_small_patch16_224)")
+    p.add_argument("--what", default="train,infer",
+                   help="train, infer, explain (comma-separated; default train,infer)")
+    p.add_argument("--json", default="", metavar="FILE", help="also write the results here")
+    p.add_argument("--variant", default="default", choices=["default", "tuned"],
+                   help="tuned: run with OMP_WAIT_POLICY=PASSIVE in the environment")
+    p.add_argument("--self-check", action="store_true",
+                   help="check the models' sizes and FLOPs and the explanation methods against "
+                        "tests/fixtures/explain_parity.json, then exit")
+    args = p.parse_args(argv)
+    if args.self_check:
+        return self_check()
+    for name in ("batch", "repeats", "steps"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name} must be positive")
+    if args.threads < 1:
+        p.error("--threads must be >= 1")
+    if args.warmup < 0:
+        p.error("--warmup must be >= 0")
+    args.what = [w.strip() for w in args.what.split(",") if w.strip()]
+    bad = [w for w in args.what if w not in ("train", "infer", "explain")]
+    if bad or not args.what:
+        p.error(f"--what: unknown part {', '.join(map(repr, bad)) or '(none)'} (expected train, "
+                "infer or explain, comma-separated)")
+    try:
+        return run(args)
+    except (RuntimeError, OSError) as e:
+        print(f"torch_bench: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
