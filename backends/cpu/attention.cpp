@@ -27,17 +27,19 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
     cblas_dgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/// One row of n in place: p = softmax(p).
+/// rows rows of n in place: p = softmax(p) per row.
 template <typename T>
-void softmax_row(T* p, int64_t n) {
+void softmax_rows(T* p, int64_t rows, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    simd::softmax_row(p, p, n);
+    simd::softmax_rows_inplace(p, rows, n, 1.0f);
   } else {
-    T m = -INFINITY;
-    for (int64_t i = 0; i < n; ++i) m = p[i] > m ? p[i] : m;
-    T s = 0;
-    for (int64_t i = 0; i < n; ++i) s += p[i] = std::exp(p[i] - m);
-    for (int64_t i = 0; i < n; ++i) p[i] /= s;
+    for (int64_t r = 0; r < rows; ++r, p += n) {
+      T m = -INFINITY;
+      for (int64_t i = 0; i < n; ++i) m = p[i] > m ? p[i] : m;
+      T s = 0;
+      for (int64_t i = 0; i < n; ++i) s += p[i] = std::exp(p[i] - m);
+      for (int64_t i = 0; i < n; ++i) p[i] /= s;
+    }
   }
 }
 
@@ -80,7 +82,7 @@ void CpuBackend::attention(const Strided& qkv, double scale, const Strided& prob
       T* p = probs.ptr<T>() + bh * N * N;
       blas_gemm<T>(false, true, N, N, Dh, static_cast<T>(scale), q, row, k, row, T(0), p,
                    N);  // [N, N]
-      for (int64_t i = 0; i < N; ++i) softmax_row(p + i * N, N);
+      softmax_rows(p, N, N);
       blas_gemm<T>(false, false, N, Dh, N, T(1), p, N, v, row, T(0),
                    out.ptr<T>() + b * N * D + h * Dh,
                    D);  // [N, Dh]

@@ -42,6 +42,69 @@ VT_SIMD_CLONES void softmax_row(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= inv;
 }
 
+// The v16 helpers are inline and internal, so no call ever crosses an ABI boundary with them.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace {
+/// 16 floats as one value (GCC's vector extension; split into narrower registers where the
+/// target has no 512-bit ones). The horizontal reductions below are explicit halving trees:
+/// the ones the compiler makes for short rows went through the stack.
+typedef float v16 __attribute__((vector_size(64)));
+constexpr int kLanes = 16;
+
+inline float hmax(v16 v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+inline float hsum(v16 v) {
+  // pairwise: (0+8, 1+9, ...) then halves again
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) v[i] += v[i + w];
+  return v[0];
+}
+inline v16 load_or(const float* x, int64_t n, float fill) {
+  v16 v;
+  for (int i = 0; i < kLanes; ++i) v[i] = i < n ? x[i] : fill;
+  return v;
+}
+inline v16 vexp(v16 x) {
+  v16 y;
+  for (int i = 0; i < kLanes; ++i) y[i] = exp_approx(x[i]);
+  return y;
+}
+}  // namespace
+
+VT_SIMD_CLONES void softmax_rows_inplace(float* p, int64_t rows, int64_t n, float scale) {
+  const int64_t full = n / kLanes * kLanes;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = p + r * n;
+    const float ninf = -__builtin_inff();
+    v16 vm = load_or(x + full, n - full, ninf);
+    for (int64_t i = 0; i < full; i += kLanes) {
+      v16 v;
+      __builtin_memcpy(&v, x + i, sizeof v);
+      vm = v > vm ? v : vm;
+    }
+    const float ms = hmax(vm) * scale;
+    v16 vs = {};
+    for (int64_t i = 0; i < full; i += kLanes) {
+      v16 v;
+      __builtin_memcpy(&v, x + i, sizeof v);
+      v = vexp(v * scale - ms);
+      __builtin_memcpy(x + i, &v, sizeof v);
+      vs += v;
+    }
+    for (int64_t i = full; i < n; ++i) {
+      const float e = exp_approx(x[i] * scale - ms);
+      x[i] = e;
+      vs[0] += e;
+    }
+    const float inv = 1.0f / hsum(vs);
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  }
+}
+
 VT_SIMD_CLONES void softmax_backward_row(const float* y, const float* dy, float* dx, int64_t n) {
   float s = 0;
 #pragma omp simd reduction(+ : s)

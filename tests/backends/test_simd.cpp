@@ -103,3 +103,17 @@ TEST_CASE("simd: softmax rows and their backward against double") {
   CHECK(y[0] == 0.5f);
   CHECK(y[1] == 0.0f);
 }
+
+TEST_CASE("simd: softmax_rows_inplace equals softmax_row of the scaled rows") {
+  const int64_t rows = 7, n = 50;
+  const float scale = 0.125f;
+  std::vector<float> p(rows * n), ref(rows * n), scaled(n);
+  for (int64_t i = 0; i < rows * n; ++i) p[i] = static_cast<float>(std::sin(0.37 * i) * 30);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < n; ++i) scaled[i] = p[r * n + i] * scale;
+    simd::softmax_row(scaled.data(), ref.data() + r * n, n);
+  }
+  simd::softmax_rows_inplace(p.data(), rows, n, scale);
+  for (int64_t i = 0; i < rows * n; ++i)
+    CHECK(p[i] == doctest::Approx(ref[i]).epsilon(1e-6).scale(1e-9));
+}
