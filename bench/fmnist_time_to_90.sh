@@ -16,7 +16,10 @@ mkdir -p "$OUT"
 } > "$OUT/machine.txt"
 OMP_NUM_THREADS=$THREADS "$BUILD/tools/train/vitrine-train" --set train.test_each_epoch=true \
   --out "$OUT/vitrine" "$@" 2>&1 | tee "$OUT/vitrine.log"
-/usr/bin/python3 bench/fmnist_torch.py --threads "$THREADS" --out "$OUT/torch.jsonl" "$@" 2>&1 |
+# PyTorch at its best on this machine: without OMP_WAIT_POLICY=PASSIVE its OpenMP workers spin
+# against OpenBLAS's (docs/benchmarks.md).
+OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/fmnist_torch.py --threads "$THREADS" \
+  --out "$OUT/torch.jsonl" "$@" 2>&1 |
   tee "$OUT/torch.log"
 python3 bench/fmnist_summary.py "$OUT/vitrine/metrics.jsonl" "$OUT/torch.jsonl" | tee "$OUT/summary.md"
 cat "$OUT/machine.txt"

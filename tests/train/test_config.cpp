@@ -201,7 +201,7 @@ TEST_CASE("train config: --set with a value of another type names the key, its t
   CHECK_ERROR_CONTAINS(tr::apply_override(c, "optim.betas=0.9"),
                        "optim.betas holds an array (now [0.9,0.999]), got 0.9 (a number)");
   CHECK_ERROR_CONTAINS(tr::apply_override(c, "train.epochs=[3]"),
-                       "train.epochs holds a number (now 10), got [3] (an array)");
+                       "train.epochs holds a number (now 16), got [3] (an array)");
   CHECK_ERROR_CONTAINS(tr::apply_override(c, "data.transforms=3"),
                        "data.transforms holds an object, got 3 (a number)");
   CHECK_ERROR_CONTAINS(tr::apply_override(c, "model.depth=deep"),
@@ -244,7 +244,7 @@ TEST_CASE("train config: validate_config names the key and the expected range") 
       {"data.transforms.hflip=2", {"config: data.transforms: ", "hflip"}},
       {"schedule.name=cosine", {"schedule.name must be one of constant, step, warmup_cosine"}},
       {"schedule.warmup_epochs=20",
-       {"schedule.warmup_epochs (20) must not exceed train.epochs (10)"}},
+       {"schedule.warmup_epochs (20) must not exceed train.epochs (16)"}},
       {"schedule.min_lr_factor=2", {"schedule.min_lr_factor must be in [0, 1], got 2"}},
       {"schedule.step_epochs=0", {"schedule.step_epochs must be an integer >= 1"}},
       {"schedule.gamma=0", {"schedule.gamma must be in (0, 1], got 0"}},
@@ -524,7 +524,8 @@ TEST_CASE("train config: fashion-mnist-pasted and its optional data.pasted secti
 }
 
 TEST_CASE("train config: make_schedule counts epochs in optimizer steps") {
-  json c = tr::default_config();  // cosine to 0 over 10 epochs
+  json c = tr::default_config();  // cosine to 0 over train.epochs
+  tr::apply_override(c, "train.epochs=10");
   tr::apply_override(c, "schedule.warmup_epochs=1");
   auto s = tr::make_schedule(c, 100);
   CHECK(s->type_name() == "warmup_cosine");

@@ -151,7 +151,8 @@ TEST_CASE("report: the page of a finished run shows its summary, curves, table a
         std::string::npos);
   CHECK(html.find("<th>Optimizer</th><td>adamw, lr 0.001, weight decay 0.05, label_smoothing 0.1"
                   "</td>") != std::string::npos);
-  CHECK(html.find("<th>Epochs</th><td>10</td>") != std::string::npos);
+  const std::string epochs = tr::default_config()["train"]["epochs"].dump();  // config.json's
+  CHECK(html.find("<th>Epochs</th><td>" + epochs + "</td>") != std::string::npos);
   CHECK(html.find("not evaluated") == std::string::npos);
 
   // Class names escaped everywhere, never raw.
