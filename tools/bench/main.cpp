@@ -190,18 +190,23 @@ int main(int argc, char** argv) {
   app.add_option("--model", cli.model,
                  "a model config: fmnist, cifar10, vit_small_patch16_224 (any preset or JSON)");
   app.add_option("--batch", cli.batch, "images per step (default: fmnist 128, cifar10 64, else 8)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", cli.threads, "OpenMP and OpenBLAS threads")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--warmup", cli.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--warmup", cli.warmup, "untimed steps first")->check(CLI::Range(0, 1 << 20));
   app.add_option("--repeats", cli.repeats, "timed repeats (median and spread over these)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--steps", cli.steps, "steps per repeat (default 5, 2 at 224x224)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--what", cli.what, "train, infer, explain (comma-separated)");
   app.add_option("--json", cli.json_path, "also write the results as JSON here");
   app.add_option("--device", cli.device, "cpu or cuda[:N]");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints the help, or the error
+    return rc == 0 ? 0 : 2;
+  }
   try {
     return run(cli);
   } catch (const std::exception& e) {

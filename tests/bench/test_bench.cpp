@@ -1,0 +1,83 @@
+// vitrine-bench: its measures (analytic FLOPs, statistics of repeats) and the program end to end
+// on a tiny model config, with its bad-input cases and exit codes.
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "tools/bench/bench.h"
+
+using namespace vitrine;
+using namespace vt_test;
+using json = nlohmann::json;
+
+TEST_CASE("bench: forward FLOPs of the fmnist preset, counted by hand") {
+  // 49 patches of 1x4x4 into 128: 2*49*16*128; per block with N = 50 tokens, D = 128, M = 256:
+  // qkv 2*50*128*384 + scores and weighted sum 4*50*50*128 + proj 2*50*128*128 + MLP 4*50*128*256;
+  // six blocks; head 2*128*10.
+  const double block =
+      2.0 * 50 * 128 * 384 + 4.0 * 50 * 50 * 128 + 2.0 * 50 * 128 * 128 + 4.0 * 50 * 128 * 256;
+  const double expected = 2.0 * 49 * 16 * 128 + 6 * block + 2.0 * 128 * 10;
+  const auto c = models::ViTConfig::preset("fmnist");
+  CHECK(bench::forward_flops(c) == expected);
+  CHECK(expected == 86526464.0);  // the figure bench/torch_bench.py --self-check prints
+  CHECK(bench::train_flops(c) == 3 * expected);
+}
+
+TEST_CASE("bench: statistics of repeats (median of odd and even counts, min, max)") {
+  bench::Stats s = bench::stats_of({3, 1, 2});
+  CHECK(s.median == 2);
+  CHECK(s.min == 1);
+  CHECK(s.max == 3);
+  CHECK(s.runs == std::vector<double>{3, 1, 2});  // in the order measured
+  CHECK(bench::stats_of({4, 1, 3, 2}).median == 2.5);
+  CHECK(bench::stats_of({}).median == 0);
+  CHECK(bench::time_repeats([] {}, 2, 3, 4).size() == 3);
+}
+
+TEST_CASE("bench-cli: a tiny config end to end, then bad input with its messages") {
+  TempDir dir;
+  {
+    std::ofstream f(dir / "tiny.json");
+    f << R"({"image_size": 8, "patch": 4, "channels": 1, "num_classes": 3, "dim": 8,
+             "depth": 1, "heads": 2, "mlp_dim": 16})";
+  }
+  const std::string exe = VITRINE_BENCH_EXE;
+  ProcessResult r = run_process(
+      exe,
+      {"--model", dir / "tiny.json", "--batch", "4", "--warmup", "1", "--repeats", "2", "--steps",
+       "1", "--threads", "1", "--what", "train,infer,explain", "--json", dir / "out.json"},
+      dir, "tiny");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("images/s") != std::string::npos);
+  CHECK(r.output.find("integrated-gradients") != std::string::npos);
+  const json j = json::parse(read_text(dir / "out.json"));
+  CHECK(j["framework"] == "vitrine");
+  CHECK(j["batch"] == 4);
+  CHECK(j["threads"] == 1);
+  CHECK(j["params"].get<int64_t>() > 0);
+  for (const char* part : {"train", "infer"}) {
+    CAPTURE(part);
+    CHECK(j[part]["images_per_s"]["median"].get<double>() > 0);
+    CHECK(j[part]["images_per_s"]["runs"].size() == 2);
+    CHECK(j[part]["gflops"].get<double>() > 0);
+    CHECK(j[part]["peak_share"].get<double>() > 0);
+  }
+  CHECK(j["sgemm_peak_gflops"].get<double>() > 0);
+  CHECK(j["memory"]["peak_rss_mb"].get<double>() >= j["memory"]["train_peak_mb"].get<double>());
+  CHECK(j["explain"].size() == 8);
+  CHECK(j["explain"]["chefer"]["median"].get<double>() > 0);
+
+  r = run_process(exe, {"--model", "bogus", "--json", dir / "bad.json"}, dir, "bogus");
+  CHECK(r.code == 1);
+  CHECK(r.output.find("model config 'bogus': not a preset name") != std::string::npos);
+  r = run_process(exe, {"--model", dir / "tiny.json", "--what", "nope", "--json", dir / "bad.json"},
+                  dir, "what");
+  CHECK(r.code == 1);
+  CHECK(r.output.find("--what: unknown part 'nope' (expected train, infer or explain") !=
+        std::string::npos);
+  r = run_process(exe, {"--batch", "0"}, dir, "batch");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--batch") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir / "bad.json"));  // no output from a failed run
+}
