@@ -7,6 +7,14 @@
 
 namespace vitrine::nn {
 
+namespace {
+void check_input(const Tensor& x, int64_t dim) {
+  VT_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim,
+           "MultiheadSelfAttention: expected input [B, N, {}], got {}", dim,
+           x.defined() ? x.shape() : Dims{});
+}
+}  // namespace
+
 MultiheadSelfAttention::MultiheadSelfAttention(int64_t d, int64_t heads, bool qkv_bias,
                                                double attn_p, double proj_p, Generator& gen)
     : dim(d), num_heads(heads) {
@@ -21,9 +29,7 @@ MultiheadSelfAttention::MultiheadSelfAttention(int64_t d, int64_t heads, bool qk
 }
 
 Tensor MultiheadSelfAttention::attend(const Tensor& x) {
-  VT_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim,
-           "MultiheadSelfAttention: expected input [B, N, {}], got {}", dim,
-           x.defined() ? x.shape() : Dims{});
+  check_input(x, dim);
   const int64_t B = x.size(0), N = x.size(1);
   // [B, N, 3D] -> [B, N, 3, H, Dh] -> [3, B, H, N, Dh]
   Tensor qkv_t = (*qkv)(x).reshape({B, N, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
@@ -46,9 +52,7 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x) {
   // capture or a capture without gradients (grad mode off: the explain tools' forward-only pass).
   const bool dropping = attn_drop->p > 0 && attn_drop->is_training();
   if (!dropping && (!capture_probs_ || !GradMode::is_enabled())) {
-    VT_CHECK(x.defined() && x.dim() == 3 && x.size(2) == dim,
-             "MultiheadSelfAttention: expected input [B, N, {}], got {}", dim,
-             x.defined() ? x.shape() : Dims{});
+    check_input(x, dim);
     Tensor probs;
     Tensor out = ops::attention((*qkv)(x), num_heads, scale, capture_probs_ ? &probs : nullptr);
     if (capture_probs_) {

@@ -9,14 +9,9 @@ namespace vitrine::ops {
 using detail::check_float;
 using detail::empty_on;
 using detail::no_double_backward;
+using detail::plain;
 
 namespace {
-/// t's values, contiguous and without graph.
-Tensor plain(const Tensor& t) {
-  NoGradGuard no_grad;
-  return contiguous(t.detach());
-}
-
 /// The kernel's view of a contiguous [B, N, 3 D] tensor as [B, N, 3, heads, D / heads].
 Strided view5(const Tensor& t, int64_t heads) {
   Strided s = t.strided();

@@ -79,4 +79,10 @@ Dims squeezed_shape(const Dims& shape, const Dims& rdims) {
   return s;
 }
 
+Tensor plain(const Tensor& t) {
+  if (!t.defined()) return t;
+  NoGradGuard no_grad;
+  return contiguous(t.detach());
+}
+
 }  // namespace vitrine::ops::detail

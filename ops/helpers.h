@@ -19,6 +19,9 @@ Strided broadcast_view(const Tensor& t, const Dims& shape);
 inline Tensor empty_on(const Tensor& like, const Dims& shape, DType dtype) {
   return Tensor::empty(shape, dtype, like.device());
 }
+/// t's values, contiguous, without graph (t itself when already contiguous); undefined stays so.
+/// What a fused kernel reads.
+Tensor plain(const Tensor& t);
 /// Records a node whose backward refuses (for outputs of fused backward kernels), so that a
 /// second derivative through them is an error instead of a silent zero.
 Tensor no_double_backward(Tensor y, std::string_view op, const std::vector<Tensor>& inputs);

@@ -13,15 +13,9 @@ using detail::check_float;
 using detail::check_same;
 using detail::empty_on;
 using detail::no_double_backward;
+using detail::plain;
 
 namespace {
-
-/// t's values, contiguous, without graph (t itself when already contiguous); undefined stays so.
-Tensor plain(const Tensor& t) {
-  if (!t.defined()) return t;
-  NoGradGuard no_grad;
-  return contiguous(t.detach());
-}
 
 /// plain(t) with dim d moved to the end (swapped with the last dim).
 Tensor to_last(const Tensor& t, int d) {

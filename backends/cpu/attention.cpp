@@ -31,7 +31,7 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
 template <typename T>
 void softmax_rows(T* p, int64_t rows, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    simd::softmax_rows_inplace(p, rows, n, 1.0f);
+    simd::softmax_rows(p, p, rows, n, 1.0f);
   } else {
     for (int64_t r = 0; r < rows; ++r, p += n) {
       T m = -INFINITY;

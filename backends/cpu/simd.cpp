@@ -27,21 +27,6 @@ VT_SIMD_CLONES void gelu_backward(const float* x, const float* dy, float* dx, in
   }
 }
 
-VT_SIMD_CLONES void softmax_row(const float* x, float* y, int64_t n) {
-  float m = -__builtin_inff();
-#pragma omp simd reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) {
-    const float e = exp_approx(x[i] - m);
-    y[i] = e;
-    s += e;
-  }
-  const float inv = 1.0f / s;
-  for (int64_t i = 0; i < n; ++i) y[i] *= inv;
-}
-
 // The v16 helpers are inline and internal, so no call ever crosses an ABI boundary with them.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
@@ -75,10 +60,11 @@ inline v16 vexp(v16 x) {
 }
 }  // namespace
 
-VT_SIMD_CLONES void softmax_rows_inplace(float* p, int64_t rows, int64_t n, float scale) {
+VT_SIMD_CLONES void softmax_rows(const float* xs, float* ys, int64_t rows, int64_t n, float scale) {
   const int64_t full = n / kLanes * kLanes;
   for (int64_t r = 0; r < rows; ++r) {
-    float* x = p + r * n;
+    const float* x = xs + r * n;
+    float* y = ys + r * n;
     const float ninf = -__builtin_inff();
     v16 vm = load_or(x + full, n - full, ninf);
     for (int64_t i = 0; i < full; i += kLanes) {
@@ -92,16 +78,16 @@ VT_SIMD_CLONES void softmax_rows_inplace(float* p, int64_t rows, int64_t n, floa
       v16 v;
       __builtin_memcpy(&v, x + i, sizeof v);
       v = vexp(v * scale - ms);
-      __builtin_memcpy(x + i, &v, sizeof v);
+      __builtin_memcpy(y + i, &v, sizeof v);
       vs += v;
     }
     for (int64_t i = full; i < n; ++i) {
       const float e = exp_approx(x[i] * scale - ms);
-      x[i] = e;
+      y[i] = e;
       vs[0] += e;
     }
     const float inv = 1.0f / hsum(vs);
-    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
   }
 }
 

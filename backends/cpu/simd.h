@@ -65,11 +65,9 @@ inline float erf_approx(float x, float emx2) {
 void gelu(const float* x, float* y, int64_t n);
 /// dx = dy (Phi(x) + x phi(x)),  phi(x) = e^{-x^2/2} / sqrt(2 pi)
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
-/// y = softmax(x) over one row of n: e^{x - max} / sum.
-void softmax_row(const float* x, float* y, int64_t n);
-/// p = softmax(scale p) in place, row by row, over `rows` rows of n (attention's scores; scale
-/// > 0).
-void softmax_rows_inplace(float* p, int64_t rows, int64_t n, float scale);
+/// y = softmax(scale x) row by row, over `rows` rows of n (scale > 0): e^{scale (x - max)} / sum.
+/// y may be x (in place, as attention does with its scores).
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t n, float scale);
 /// dx = y (dy - sum(dy y)) over one row of n.
 void softmax_backward_row(const float* y, const float* dy, float* dx, int64_t n);
 

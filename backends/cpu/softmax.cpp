@@ -27,7 +27,7 @@ void CpuBackend::softmax(const Strided& x, const Strided& y, bool log) {
   const auto [rows, cols] = rows_cols(x);
   if (x.dtype == DType::Float32 && !log) {  // the vectorised row kernel (sums in float)
     parallel_for(rows, 8 * cols, [&](int64_t r) {
-      simd::softmax_row(x.ptr<float>() + r * cols, y.ptr<float>() + r * cols, cols);
+      simd::softmax_rows(x.ptr<float>() + r * cols, y.ptr<float>() + r * cols, 1, cols, 1.0f);
     });
     return;
   }

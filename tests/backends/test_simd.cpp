@@ -77,7 +77,7 @@ TEST_CASE("simd: softmax rows and their backward against double") {
       x[i] = static_cast<float>(std::sin(0.7 * i) * 8);
       dy[i] = static_cast<float>(std::cos(1.3 * i));
     }
-    simd::softmax_row(x.data(), y.data(), n);
+    simd::softmax_rows(x.data(), y.data(), 1, n, 1.0f);
     simd::softmax_backward_row(y.data(), dy.data(), dx.data(), n);
     double m = -1e300, s = 0;
     for (float v : x) m = std::max(m, static_cast<double>(v));
@@ -95,25 +95,25 @@ TEST_CASE("simd: softmax rows and their backward against double") {
   for (std::vector<float> x : {std::vector<float>{1, NAN, 2}, std::vector<float>{1, inf, 2},
                                std::vector<float>{-inf, -inf, -inf}}) {
     std::vector<float> y(3);
-    simd::softmax_row(x.data(), y.data(), 3);
+    simd::softmax_rows(x.data(), y.data(), 1, 3, 1.0f);
     for (float v : y) CHECK(std::isnan(v));
   }
   std::vector<float> x{0, -inf, 0}, y(3);
-  simd::softmax_row(x.data(), y.data(), 3);
+  simd::softmax_rows(x.data(), y.data(), 1, 3, 1.0f);
   CHECK(y[0] == 0.5f);
   CHECK(y[1] == 0.0f);
 }
 
-TEST_CASE("simd: softmax_rows_inplace equals softmax_row of the scaled rows") {
+TEST_CASE("simd: softmax_rows in place with a scale equals it row by row on the scaled rows") {
   const int64_t rows = 7, n = 50;
   const float scale = 0.125f;
   std::vector<float> p(rows * n), ref(rows * n), scaled(n);
   for (int64_t i = 0; i < rows * n; ++i) p[i] = static_cast<float>(std::sin(0.37 * i) * 30);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < n; ++i) scaled[i] = p[r * n + i] * scale;
-    simd::softmax_row(scaled.data(), ref.data() + r * n, n);
+    simd::softmax_rows(scaled.data(), ref.data() + r * n, 1, n, 1.0f);
   }
-  simd::softmax_rows_inplace(p.data(), rows, n, scale);
+  simd::softmax_rows(p.data(), p.data(), rows, n, scale);
   for (int64_t i = 0; i < rows * n; ++i)
     CHECK(p[i] == doctest::Approx(ref[i]).epsilon(1e-6).scale(1e-9));
 }
