@@ -7,6 +7,8 @@
 #include "autograd/tensor.h"
 #include "backends/backend.h"
 #include "backends/generator.h"
+#include "backends/matmul_precision.h"
+#include "backends/memory_stats.h"
 #include "backends/threads.h"
 #include "models/vit.h"
 #include "nn/nn.h"

@@ -1,6 +1,6 @@
 // gradcheck: the analytic Jacobian column by column (one backward per output element, with a
 // one-hot output gradient) against central differences (f(x + eps) - f(x - eps)) / 2 eps, one
-// input element at a time. float64 only, as torch.autograd.gradcheck.
+// input element at a time. float64 only, as torch.autograd.gradcheck; inputs on any device.
 #include "autograd/gradcheck.h"
 
 #include <cmath>
@@ -41,7 +41,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     for (int64_t j = 0; j < ny; ++j) {
       std::vector<double> onehot(static_cast<size_t>(ny), 0.0);
       onehot[j] = 1;
-      Tensor g = ops::from_vector(onehot, y.shape(), kFloat64);
+      Tensor g = ops::from_vector(onehot, y.shape(), kFloat64).to(y.device());
       auto grads = grad({y}, wrt, {g}, /*retain_graph=*/true, false, /*allow_unused=*/true);
       for (size_t k = 0; k < checked.size(); ++k) {
         auto v = grads[k].to_vector<double>();
@@ -56,14 +56,18 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   double worst = -1;
   for (size_t k = 0; k < checked.size(); ++k) {
     Tensor x = inputs[checked[k]];
-    double* p = x.data<double>();
+    // Elements are written through the backend, so that inputs on any device can be checked.
+    const std::vector<double> values = x.to_vector<double>();
+    auto set = [&x](int64_t e, double v) {
+      x.backend().from_host(&v, static_cast<double*>(x.data_ptr()) + e, sizeof v);
+    };
     for (int64_t e = 0; e < x.numel(); ++e) {
-      const double orig = p[e];
-      p[e] = orig + opt.eps;
+      const double orig = values[e];
+      set(e, orig + opt.eps);
       auto yp = fn(inputs).to_vector<double>();
-      p[e] = orig - opt.eps;
+      set(e, orig - opt.eps);
       auto ym = fn(inputs).to_vector<double>();
-      p[e] = orig;
+      set(e, orig);
       for (int64_t j = 0; j < ny; ++j) {
         double num = (yp[j] - ym[j]) / (2 * opt.eps);
         double ana = analytic[k][e * ny + j];

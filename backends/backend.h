@@ -9,6 +9,7 @@
 
 #include "backends/device.h"
 #include "backends/dtype.h"
+#include "backends/memory_stats.h"
 #include "backends/shape.h"
 #include "backends/storage.h"
 
@@ -126,6 +127,9 @@ class Backend {
 
   // Memory.
   virtual StoragePtr allocate(size_t nbytes) = 0;
+  /// The allocator's counters (backends/memory_stats.h).
+  virtual MemoryStats memory_stats() = 0;
+  virtual void reset_peak_memory_stats() = 0;
   /// dst = src, elementwise, any strides, converting dtype (every dtype pair, 16-bit included).
   virtual void copy(const Strided& src, const Strided& dst) = 0;
   /// Copies raw bytes between this device and the host.

@@ -1,10 +1,12 @@
 // Backend-independent helpers: shapes, errors, devices, 16-bit conversions, the backend registry.
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 
 #include "backends/backend.h"
 #include "backends/generator.h"
+#include "backends/matmul_precision.h"
 
 namespace vitrine {
 
@@ -177,5 +179,30 @@ Backend& backend_for(const Device& device) {
            device.str());
   return *b;
 }
+
+MemoryStats memory_stats(const Device& device) { return backend_for(device).memory_stats(); }
+void reset_peak_memory_stats(const Device& device) {
+  backend_for(device).reset_peak_memory_stats();
+}
+
+namespace {
+std::atomic<MatmulPrecision> g_matmul_precision{MatmulPrecision::Highest};
+constexpr std::string_view kPrecisionNames[] = {"highest", "high", "medium"};
+}  // namespace
+
+void set_float32_matmul_precision(std::string_view precision) {
+  for (int i = 0; i < 3; ++i) {
+    if (precision == kPrecisionNames[i]) {
+      g_matmul_precision = static_cast<MatmulPrecision>(i);
+      return;
+    }
+  }
+  fail("set_float32_matmul_precision: '{}' is not a precision (expected highest, high or medium)",
+       precision);
+}
+std::string get_float32_matmul_precision() {
+  return std::string(kPrecisionNames[static_cast<int>(g_matmul_precision.load())]);
+}
+MatmulPrecision float32_matmul_precision() { return g_matmul_precision; }
 
 }  // namespace vitrine

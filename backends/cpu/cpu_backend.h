@@ -10,6 +10,8 @@ class CpuBackend final : public Backend {
   Device device() const override { return kCPU; }
   // memory.cpp
   StoragePtr allocate(size_t nbytes) override;
+  MemoryStats memory_stats() override;
+  void reset_peak_memory_stats() override;
   void copy(const Strided& src, const Strided& dst) override;
   void to_host(const void* src, void* host_dst, size_t nbytes) override;
   void from_host(const void* host_src, void* dst, size_t nbytes) override;

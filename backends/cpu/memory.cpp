@@ -1,12 +1,9 @@
 // CPU memory: 64-byte aligned allocation (large blocks cached for reuse), strided copy with dtype
 // conversion, fill, arange.
-#include <bit>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
-#include <vector>
 
+#include "backends/block_cache.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 
@@ -68,53 +65,20 @@ void dispatch_storage(DType t, F&& f) {
 }  // namespace
 
 namespace {
-/// Freed blocks of 64 KiB and more, kept for reuse by size class: a training step asks for the
-/// same sizes every time, so after the first step it takes them from here, with no mmap/munmap,
-/// page faults or zeroing by the kernel (which large malloc blocks cost on every allocation).
-/// Size classes are eight per power of two (at most 12.5% rounding). Smaller blocks go straight
-/// to malloc, whose own bins serve them well. At most kMaxCached bytes wait here; the rest is
-/// freed.
-class BlockCache {
- public:
-  static constexpr size_t kMinCached = size_t{1} << 16;
-  static constexpr size_t kMaxCached = size_t{2} << 30;
-
-  /// The bytes actually allocated for a request of n (n >= kMinCached).
-  static size_t size_class(size_t n) {
-    size_t p = std::bit_floor(n), step = p / 8;
-    return (n + step - 1) / step * step;
-  }
-  void* take(size_t cls) {
-    std::lock_guard lock(mu_);
-    auto it = free_.find(cls);
-    if (it == free_.end() || it->second.empty()) return nullptr;
-    void* p = it->second.back();
-    it->second.pop_back();
-    cached_ -= cls;
-    return p;
-  }
-  void give(void* p, size_t cls) {
-    {
-      std::lock_guard lock(mu_);
-      if (cached_ + cls <= kMaxCached) {
-        free_[cls].push_back(p);
-        cached_ += cls;
-        return;
-      }
-    }
-    std::free(p);
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t cached_ = 0;
-};
+/// Blocks of 64 KiB and more are cached for reuse (backends/block_cache.h); smaller ones go
+/// straight to malloc, whose own bins serve them well.
+constexpr size_t kMinCached = size_t{1} << 16;
+constexpr size_t kMaxCached = size_t{2} << 30;
 
 /// Never destroyed: storages freed during static destruction still find it.
 BlockCache& block_cache() {
-  static BlockCache* cache = new BlockCache;
+  static BlockCache* cache = new BlockCache(kMaxCached, std::free);
   return *cache;
+}
+/// The CPU allocator's counters (never destroyed, as the cache).
+MemoryCounter& counter() {
+  static MemoryCounter* c = new MemoryCounter;
+  return *c;
 }
 }  // namespace
 
@@ -123,20 +87,33 @@ StoragePtr CpuBackend::allocate(size_t nbytes) {
   size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
   s->nbytes = nbytes;
   s->device = kCPU;
-  if (rounded >= BlockCache::kMinCached) {
+  if (rounded >= kMinCached) {
     const size_t cls = BlockCache::size_class(rounded);
     void* p = block_cache().take(cls);
     if (!p) p = std::aligned_alloc(64, cls);
     VT_CHECK(p != nullptr, "cpu: out of memory allocating {} bytes", nbytes);
     s->data = p;
-    s->deleter = [cls](void* q) { block_cache().give(q, cls); };
+    counter().add(cls);
+    s->deleter = [cls](void* q) {
+      counter().sub(cls);
+      block_cache().give(q, cls);
+    };
     return s;
   }
   s->data = std::aligned_alloc(64, rounded);
   VT_CHECK(s->data != nullptr, "cpu: out of memory allocating {} bytes", nbytes);
-  s->deleter = [](void* p) { std::free(p); };
+  counter().add(rounded);
+  s->deleter = [rounded](void* p) {
+    counter().sub(rounded);
+    std::free(p);
+  };
   return s;
 }
+
+MemoryStats CpuBackend::memory_stats() {
+  return {counter().current(), counter().peak(), block_cache().cached_bytes()};
+}
+void CpuBackend::reset_peak_memory_stats() { counter().reset_peak(); }
 
 void CpuBackend::copy(const Strided& src, const Strided& dst) {
   VT_ASSERT(src.shape == dst.shape);

@@ -1,158 +1,507 @@
-// The CUDA backend (first part), built by the host compiler: memory, host/device copies and fill on
-// the GPU. The compute kernels arrive with the CUDA issue; until then each one throws a clear "not
-// implemented" Error, which the cross-backend tests see. The interface is backends/backend.h, the
-// same one the CPU implements.
+// The CUDA backend, built by the host compiler: the Backend class around the kernels of
+// backends/cuda/*.cu. It owns
+//   - the stream: every kernel, copy and cuBLAS call of the device goes on one stream, in order,
+//     so nothing synchronises except reads by the host (to_host);
+//   - the caching allocator (backends/block_cache.h): freed blocks wait for reuse by size class,
+//     so a training step calls cudaMalloc only in its first step (blocks are reused in stream
+//     order, which is safe on one stream); when cudaMalloc fails, the cache is released and the
+//     allocation tried again;
+//   - cuBLAS: gemm and the products of attention (row-major products as column-major ones with
+//     the operands swapped); float32 products in TF32 under set_float32_matmul_precision("high"),
+//     with bfloat16 inputs (converted here) and float32 accumulation under "medium".
+// The interface is backends/backend.h, the same one the CPU implements; the CPU is the reference
+// every kernel here is tested against (tests/backends/test_cuda_ops.cpp).
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "backends/backend.h"
+#include "backends/block_cache.h"
 #include "backends/cuda/kernels.cuh"
+#include "backends/matmul_precision.h"
 
 namespace vitrine {
 namespace cuda {
+
+// The mirrored enums must keep the library's values (kernels.cuh).
+static_assert(static_cast<int>(Dt::F16) == static_cast<int>(DType::Float16));
+static_assert(static_cast<int>(Unary::MulScalar) == static_cast<int>(UnaryOp::MulScalar));
+static_assert(static_cast<int>(Binary::GeluTanhBackward) ==
+              static_cast<int>(BinaryOp::GeluTanhBackward));
+static_assert(static_cast<int>(Reduce::ArgMin) == static_cast<int>(ReduceOp::ArgMin));
+static_assert(static_cast<int>(InterpMode::Bicubic) == 2);
 
 namespace {
 void check(cudaError_t e, const char* what) {
   VT_CHECK(e == cudaSuccess, "cuda: {} failed: {}", what, cudaGetErrorString(e));
 }
-
-[[noreturn]] void unsupported(const char* kernel) {
-  fail(
-      "cuda: the {} kernel is not implemented yet in this build (CUDA backend, part 1: memory "
-      "and copies); run on the CPU",
-      kernel);
+/// A launcher's status: cudaErrorInvalidValue is its answer to a dtype it does not take.
+void check_launch(cudaError_t e, const char* op, DType dtype) {
+  VT_CHECK(e != cudaErrorInvalidValue, "cuda: {}: dtype {} is not supported", op,
+           dtype_name(dtype));
+  VT_CHECK(e == cudaSuccess, "cuda: {} failed: {}", op, cudaGetErrorString(e));
 }
+void check_blas(cublasStatus_t s, const char* what) {
+  VT_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuda: cuBLAS {} failed: {}", what,
+           cublasGetStatusString(s));
+}
+
+View view(const Strided& s) {
+  View v;
+  v.data = s.data;
+  v.dtype = static_cast<Dt>(s.dtype);
+  v.ndim = s.shape.size();
+  for (int d = 0; d < v.ndim; ++d) {
+    v.shape[d] = s.shape[d];
+    v.strides[d] = s.strides[d];
+  }
+  return v;
+}
+/// A contiguous [n] view of raw memory.
+View flat(void* data, DType dtype, int64_t n) {
+  View v;
+  v.data = data;
+  v.dtype = static_cast<Dt>(dtype);
+  v.ndim = 1;
+  v.shape[0] = n;
+  v.strides[0] = 1;
+  return v;
+}
+
+/// Blocks below 512 bytes are rounded up to 512 (cudaMalloc's own granularity is larger).
+constexpr size_t kMinBlock = 512;
+/// Freed blocks kept for reuse; the cache is released when cudaMalloc fails anyway.
+constexpr size_t kMaxCached = size_t{64} << 30;
+
+/// Row-major operand of a product: pointer, transposed or not, leading dimension, batch stride.
+struct Operand {
+  const void* data;
+  bool trans;
+  int64_t ld;
+  int64_t batch_stride;
+};
 
 }  // namespace
 
 class CudaBackend final : public Backend {
  public:
+  CudaBackend() : cache_(kMaxCached, [](void* p) { (void)cudaFree(p); }) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_blas(cublasCreate(&blas_), "create");
+    check_blas(cublasSetStream(blas_, stream_), "set stream");
+  }
+  // Never destroyed (a static that storages freed at exit may still reach), so no destructor.
+
   Device device() const override { return {DeviceType::CUDA, 0}; }
 
+  // ---- memory ------------------------------------------------------------------------------
   StoragePtr allocate(size_t nbytes) override {
     auto s = std::make_shared<Storage>();
-    check(cudaMalloc(&s->data, std::max<size_t>(nbytes, 1)), "cudaMalloc");
+    const size_t cls = BlockCache::size_class(std::max(nbytes, kMinBlock));
+    void* p = cache_.take(cls);
+    if (!p && cudaMalloc(&p, cls) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the failure, free the cache, try once more
+      cache_.release_all();
+      cudaError_t e = cudaMalloc(&p, cls);
+      VT_CHECK(e == cudaSuccess, "cuda: out of memory allocating {} bytes ({} in use, {})", nbytes,
+               counter_.current(), cudaGetErrorString(e));
+    }
+    counter_.add(cls);
+    s->data = p;
     s->nbytes = nbytes;
     s->device = device();
-    s->deleter = [](void* p) { cudaFree(p); };
+    s->deleter = [this, cls](void* q) {
+      counter_.sub(cls);
+      cache_.give(q, cls);
+    };
     return s;
   }
+  MemoryStats memory_stats() override {
+    return {counter_.current(), counter_.peak(), cache_.cached_bytes()};
+  }
+  void reset_peak_memory_stats() override { counter_.reset_peak(); }
+
   void copy(const Strided& src, const Strided& dst) override {
+    VT_ASSERT(src.shape == dst.shape);
     if (src.dtype == dst.dtype && src.is_contiguous() && dst.is_contiguous()) {
-      check(cudaMemcpy(dst.data, src.data, src.numel() * dtype_size(src.dtype),
-                       cudaMemcpyDeviceToDevice),
-            "cudaMemcpy");
+      check(cudaMemcpyAsync(dst.data, src.data, src.numel() * dtype_size(src.dtype),
+                            cudaMemcpyDeviceToDevice, stream_),
+            "cudaMemcpyAsync");
       return;
     }
-    unsupported("strided copy");
+    check_launch(cuda::copy(view(src), view(dst), stream_), "copy", dst.dtype);
   }
   void to_host(const void* src, void* host_dst, size_t nbytes) override {
-    check(cudaMemcpy(host_dst, src, nbytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    check(cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync to host");
+    check(cudaStreamSynchronize(stream_), "reading the GPU's results");
   }
   void from_host(const void* host_src, void* dst, size_t nbytes) override {
-    check(cudaMemcpy(dst, host_src, nbytes, cudaMemcpyHostToDevice), "cudaMemcpy from host");
+    check(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync from host");
+    // The host buffer may be freed as soon as we return.
+    check(cudaStreamSynchronize(stream_), "copying to the GPU");
   }
   void fill(const Strided& dst, double value) override {
-    if (!dst.is_contiguous()) unsupported("strided fill");
-    const int64_t n = dst.numel();
-    if (n == 0) return;
-    cudaError_t e = cudaSuccess;
-    switch (dst.dtype) {
-      case DType::Float32:
-        e = fill_f32(dst.ptr<float>(), n, static_cast<float>(value));
-        break;
-      case DType::Float64:
-        e = fill_f64(dst.ptr<double>(), n, value);
-        break;
-      case DType::Int64:
-        e = fill_i64(dst.ptr<int64_t>(), n, static_cast<int64_t>(value));
-        break;
-      case DType::Bool:
-        e = fill_bool(dst.ptr<bool>(), n, value != 0);
-        break;
-      default:
-        unsupported("16-bit fill");
+    check_launch(cuda::fill(view(dst), value, stream_), "fill", dst.dtype);
+  }
+  void arange(const Strided& dst, double start, double step) override {
+    check_launch(cuda::arange(view(dst), start, step, stream_), "arange", dst.dtype);
+  }
+
+  // ---- random numbers ----------------------------------------------------------------------
+  void uniform(const Strided& dst, uint64_t seed, uint64_t offset, double lo, double hi) override {
+    check_launch(cuda::uniform(view(dst), seed, offset, lo, hi, stream_), "rand", dst.dtype);
+  }
+  void normal(const Strided& dst, uint64_t seed, uint64_t offset, double mean,
+              double std) override {
+    check_launch(cuda::normal(view(dst), seed, offset, mean, std, stream_), "randn", dst.dtype);
+  }
+  void randint(const Strided& dst, uint64_t seed, uint64_t offset, int64_t lo,
+               int64_t hi) override {
+    check_launch(cuda::randint(view(dst), seed, offset, lo, hi, stream_), "randint", dst.dtype);
+  }
+
+  // ---- elementwise and reductions ----------------------------------------------------------
+  void unary(UnaryOp op, const Strided& x, const Strided& y, double alpha, double beta) override {
+    check_launch(cuda::unary(static_cast<Unary>(op), view(x), view(y), alpha, beta, stream_),
+                 "unary op", x.dtype);
+  }
+  void binary(BinaryOp op, const Strided& a, const Strided& b, const Strided& y) override {
+    check_launch(cuda::binary(static_cast<Binary>(op), view(a), view(b), view(y), stream_),
+                 "binary op", a.dtype);
+  }
+  void where(const Strided& cond, const Strided& a, const Strided& b, const Strided& y) override {
+    check_launch(cuda::where(view(cond), view(a), view(b), view(y), stream_), "where", a.dtype);
+  }
+  void reduce(ReduceOp op, const Strided& x, const Strided& y) override {
+    check_launch(cuda::reduce(static_cast<Reduce>(op), view(x), view(y), stream_), "reduce",
+                 x.dtype);
+  }
+
+  // ---- matrix products ---------------------------------------------------------------------
+  /// c[batch] (+)= a[batch] @ b[batch]; the batch dims are merged where a's and b's strides allow,
+  /// and each merged run is one strided-batched cuBLAS call.
+  void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) override {
+    const int nd = c.shape.size();
+    VT_ASSERT(nd >= 2 && a.shape.size() == nd && b.shape.size() == nd && c.is_contiguous());
+    const int64_t M = c.shape[nd - 2], N = c.shape[nd - 1], K = a.shape[nd - 1];
+    VT_ASSERT(a.shape[nd - 2] == M && b.shape[nd - 2] == K && b.shape[nd - 1] == N);
+    VT_CHECK(is_float(c.dtype), "matmul: dtype {} is not supported (expected float32 or float64)",
+             dtype_name(c.dtype));
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+      if (!accumulate) fill(c, 0);
+      return;
     }
-    check(e, "fill kernel launch");
+    if (c.dtype == DType::Float32 && float32_matmul_precision() == MatmulPrecision::Medium) {
+      // bfloat16 copies of the operands (contiguous, broadcast dims materialised).
+      StoragePtr sa = allocate(a.numel() * 2), sb = allocate(b.numel() * 2);
+      const Strided a16 = bf16_copy(a, sa), b16 = bf16_copy(b, sb);
+      gemm_batched(a16, b16, c, accumulate, M, N, K);
+      return;
+    }
+    gemm_batched(a, b, c, accumulate, M, N, K);
   }
-  void arange(const Strided&, double, double) override { unsupported("arange"); }
-  void uniform(const Strided&, uint64_t, uint64_t, double, double) override {
-    unsupported("uniform");
+  /// gemm over the batch dims of c: a and b float32/float64, or both bfloat16 with c float32.
+  void gemm_batched(const Strided& a, const Strided& b, const Strided& c, bool accumulate,
+                    int64_t M, int64_t N, int64_t K) {
+    const int nd = c.shape.size();
+    Operand oa = operand(a, M, K), ob = operand(b, K, N);
+    // The batch: an outer part iterated here, and the innermost run of dims whose strides
+    // chain (stride[d] == stride[d + 1] * shape[d + 1] for a and b alike) batched by cuBLAS.
+    int first = nd - 2;  // the batch dims [first, nd - 2) form the inner run
+    int64_t inner = 1;
+    if (nd > 2) {
+      first = nd - 3;
+      inner = c.shape[first];
+      oa.batch_stride = a.strides[first];
+      ob.batch_stride = b.strides[first];
+      while (first > 0 && a.strides[first - 1] == a.strides[first] * c.shape[first] &&
+             b.strides[first - 1] == b.strides[first] * c.shape[first]) {
+        --first;
+        inner *= c.shape[first];
+      }
+    }
+    const int64_t outer = c.numel() / (M * N * inner);
+    const size_t es = dtype_size(a.dtype), ces = dtype_size(c.dtype);
+    for (int64_t o = 0; o < outer; ++o) {
+      int64_t oa_off = 0, ob_off = 0, rest = o;
+      for (int d = first - 1; d >= 0; --d) {
+        const int64_t i = rest % c.shape[d];
+        rest /= c.shape[d];
+        oa_off += i * a.strides[d];
+        ob_off += i * b.strides[d];
+      }
+      Operand pa = oa, pb = ob;
+      pa.data = static_cast<const char*>(a.data) + oa_off * es;
+      pb.data = static_cast<const char*>(b.data) + ob_off * es;
+      gemm_rm(a.dtype, M, N, K, 1.0, pa, pb, accumulate ? 1.0 : 0.0,
+              static_cast<char*>(c.data) + o * inner * M * N * ces, N, M * N, inner);
+    }
   }
-  void normal(const Strided&, uint64_t, uint64_t, double, double) override {
-    unsupported("normal");
+
+  // ---- index ops ---------------------------------------------------------------------------
+  void index_select(const Strided& x, int dim, const Strided& index, const Strided& y) override {
+    check_index(index, x.shape[dim], "index_select", dim);
+    check_launch(cuda::index_select(view(x), dim, view(index), view(y), stream_), "index_select",
+                 x.dtype);
   }
-  void randint(const Strided&, uint64_t, uint64_t, int64_t, int64_t) override {
-    unsupported("randint");
+  void index_add(const Strided& y, int dim, const Strided& index, const Strided& src) override {
+    check_index(index, y.shape[dim], "index_add", dim);
+    check_launch(cuda::index_add(view(y), dim, view(index), view(src), stream_), "index_add",
+                 y.dtype);
   }
-  void unary(UnaryOp, const Strided&, const Strided&, double, double) override {
-    unsupported("unary");
+  void gather(const Strided& x, int dim, const Strided& index, const Strided& y) override {
+    check_index(index, x.shape.empty() ? 1 : x.shape[dim], "gather", dim);
+    check_launch(cuda::gather(view(x), dim, view(index), view(y), stream_), "gather", x.dtype);
   }
-  void binary(BinaryOp, const Strided&, const Strided&, const Strided&) override {
-    unsupported("binary");
+  void scatter_add(const Strided& y, int dim, const Strided& index, const Strided& src) override {
+    check_index(index, y.shape.empty() ? 1 : y.shape[dim], "scatter_add", dim);
+    check_launch(cuda::scatter_add(view(y), dim, view(index), view(src), stream_), "scatter_add",
+                 y.dtype);
   }
-  void where(const Strided&, const Strided&, const Strided&, const Strided&) override {
-    unsupported("where");
+
+  // ---- fused neural-network kernels --------------------------------------------------------
+  void softmax(const Strided& x, const Strided& y, bool log) override {
+    check_launch(cuda::softmax(view(x), view(y), log, stream_), "softmax", x.dtype);
   }
-  void reduce(ReduceOp, const Strided&, const Strided&) override { unsupported("reduce"); }
-  void gemm(const Strided&, const Strided&, const Strided&, bool) override { unsupported("gemm"); }
-  void index_select(const Strided&, int, const Strided&, const Strided&) override {
-    unsupported("index_select");
+  void softmax_backward(const Strided& y, const Strided& dy, const Strided& dx, bool log) override {
+    check_launch(cuda::softmax_backward(view(y), view(dy), view(dx), log, stream_),
+                 "softmax_backward", y.dtype);
   }
-  void index_add(const Strided&, int, const Strided&, const Strided&) override {
-    unsupported("index_add");
+  void layer_norm(const Strided& x, const Strided& w, const Strided& b, double eps,
+                  const Strided& y, const Strided& mean, const Strided& rstd) override {
+    check_launch(
+        cuda::layer_norm(view(x), view(w), view(b), eps, view(y), view(mean), view(rstd), stream_),
+        "layer_norm", x.dtype);
   }
-  void gather(const Strided&, int, const Strided&, const Strided&) override {
-    unsupported("gather");
+  void layer_norm_backward(const Strided& x, const Strided& w, const Strided& mean,
+                           const Strided& rstd, const Strided& dy, const Strided& dx,
+                           const Strided& dw, const Strided& db) override {
+    check_launch(cuda::layer_norm_backward(view(x), view(w), view(mean), view(rstd), view(dy),
+                                           view(dx), view(dw), view(db), stream_),
+                 "layer_norm_backward", x.dtype);
   }
-  void scatter_add(const Strided&, int, const Strided&, const Strided&) override {
-    unsupported("scatter_add");
+  void cross_entropy(const Strided& logits, const Strided& target, int64_t ignore_index,
+                     double label_smoothing, const Strided& loss) override {
+    const int64_t classes = logits.shape[logits.shape.size() - 1];
+    int64_t at = 0;
+    const int64_t bad = first_bad_index(target, 0, classes, ignore_index, at);
+    VT_CHECK(at < 0,
+             "cross_entropy: target {} (at index {}) is out of range for {} classes (expected 0 "
+             "<= target < {}, or ignore_index {})",
+             bad, at, classes, classes, ignore_index);
+    check_launch(cuda::cross_entropy(view(logits), view(target), ignore_index, label_smoothing,
+                                     view(loss), stream_),
+                 "cross_entropy", logits.dtype);
   }
-  void softmax(const Strided&, const Strided&, bool) override { unsupported("softmax"); }
-  void softmax_backward(const Strided&, const Strided&, const Strided&, bool) override {
-    unsupported("softmax_backward");
+  void cross_entropy_backward(const Strided& logits, const Strided& target, int64_t ignore_index,
+                              double label_smoothing, const Strided& dloss,
+                              const Strided& dlogits) override {
+    check_launch(cuda::cross_entropy_backward(view(logits), view(target), ignore_index,
+                                              label_smoothing, view(dloss), view(dlogits), stream_),
+                 "cross_entropy_backward", logits.dtype);
   }
-  void layer_norm(const Strided&, const Strided&, const Strided&, double, const Strided&,
-                  const Strided&, const Strided&) override {
-    unsupported("layer_norm");
+
+  /// The explicit attention (it writes the probabilities, which the explain tools read): per
+  /// image, one strided-batched product over the heads for the scores, the softmax over all
+  /// B H N rows at once, and one batched product for P v. q, k, v are read in place from qkv.
+  ///   qkv: [B, N, 3, H, Dh]   probs: [B, H, N, N]   out: [B, N, H, Dh]
+  void attention(const Strided& qkv, double scale, const Strided& probs,
+                 const Strided& out) override {
+    const auto [B, N, H, Dh] = qkv_dims(qkv);
+    VT_ASSERT(probs.is_contiguous() && out.is_contiguous() && probs.numel() == B * H * N * N &&
+              out.numel() == B * N * H * Dh);
+    VT_CHECK(is_float(qkv.dtype), "attention: dtype {} is not supported", dtype_name(qkv.dtype));
+    const DType t = qkv.dtype;
+    const size_t es = dtype_size(t);
+    const int64_t D = H * Dh, row = 3 * D;
+    auto at = [es](const void* base, int64_t off) {
+      return static_cast<const char*>(base) + off * es;
+    };
+    for (int64_t b = 0; b < B; ++b) {
+      const void* q = at(qkv.data, b * N * row);
+      const void* k = at(qkv.data, b * N * row + D);
+      void* p = const_cast<char*>(at(probs.data, b * H * N * N));
+      // S = scale q k^T   [N, N] per head
+      gemm_rm(t, N, N, Dh, scale, {q, false, row, Dh}, {k, true, row, Dh}, 0.0, p, N, N * N, H);
+    }
+    check_launch(
+        cuda::scaled_softmax_rows(flat(probs.data, t, B * H * N * N), B * H * N, N, 1.0, stream_),
+        "attention softmax", t);
+    for (int64_t b = 0; b < B; ++b) {
+      const void* v = at(qkv.data, b * N * row + 2 * D);
+      const void* p = at(probs.data, b * H * N * N);
+      void* o = const_cast<char*>(at(out.data, b * N * D));
+      // out[b, :, h, :] = P v   [N, Dh] per head, row stride D
+      gemm_rm(t, N, Dh, N, 1.0, {p, false, N, N * N}, {v, false, row, Dh}, 0.0, o, D, Dh, H);
+    }
   }
-  void layer_norm_backward(const Strided&, const Strided&, const Strided&, const Strided&,
-                           const Strided&, const Strided&, const Strided&,
-                           const Strided&) override {
-    unsupported("layer_norm_backward");
+
+  /// The backward of attention, as the CPU's (backend.h), with dP in a scratch block.
+  ///   dout: [B, N, H, Dh]   dqkv: [B, N, 3, H, Dh], every element written
+  void attention_backward(const Strided& qkv, const Strided& probs, const Strided& dout,
+                          double scale, const Strided& dqkv) override {
+    const auto [B, N, H, Dh] = qkv_dims(qkv);
+    VT_ASSERT(probs.is_contiguous() && dout.is_contiguous() && dqkv.is_contiguous() &&
+              dqkv.numel() == qkv.numel() && dout.numel() == B * N * H * Dh);
+    VT_CHECK(is_float(qkv.dtype), "attention_backward: dtype {} is not supported",
+             dtype_name(qkv.dtype));
+    const DType t = qkv.dtype;
+    const size_t es = dtype_size(t);
+    const int64_t D = H * Dh, row = 3 * D;
+    StoragePtr scratch = allocate(B * H * N * N * es);  // dP, then dS: [B, H, N, N]
+    auto at = [es](const void* base, int64_t off) {
+      return const_cast<char*>(static_cast<const char*>(base) + off * es);
+    };
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t off = b * N * row;
+      const void* go = at(dout.data, b * N * D);
+      const void* p = at(probs.data, b * H * N * N);
+      // dP = dout v^T   [N, N] per head
+      gemm_rm(t, N, N, Dh, 1.0, {go, false, D, Dh}, {at(qkv.data, off + 2 * D), true, row, Dh}, 0.0,
+              at(scratch->data, b * H * N * N), N, N * N, H);
+      // dv = P^T dout   [N, Dh] per head, row stride 3 D
+      gemm_rm(t, N, Dh, N, 1.0, {p, true, N, N * N}, {go, false, D, Dh}, 0.0,
+              at(dqkv.data, off + 2 * D), row, Dh, H);
+    }
+    check_launch(cuda::scaled_softmax_rows_backward(flat(probs.data, t, B * H * N * N),
+                                                    flat(scratch->data, t, B * H * N * N),
+                                                    B * H * N, N, 1.0, stream_),
+                 "attention softmax backward", t);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t off = b * N * row;
+      const void* ds = at(scratch->data, b * H * N * N);
+      // dq = scale dS k,  dk = scale dS^T q   [N, Dh] per head, row stride 3 D
+      gemm_rm(t, N, Dh, N, scale, {ds, false, N, N * N}, {at(qkv.data, off + D), false, row, Dh},
+              0.0, at(dqkv.data, off), row, Dh, H);
+      gemm_rm(t, N, Dh, N, scale, {ds, true, N, N * N}, {at(qkv.data, off), false, row, Dh}, 0.0,
+              at(dqkv.data, off + D), row, Dh, H);
+    }
+    // scratch returns to the cache now; the kernels above that read it come first in the stream.
   }
-  void cross_entropy(const Strided&, const Strided&, int64_t, double, const Strided&) override {
-    unsupported("cross_entropy");
+
+  // ---- images and optimizers ---------------------------------------------------------------
+  void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) override {
+    check_launch(cuda::im2col(view(x), view(cols), conv(g), stream_), "im2col", x.dtype);
   }
-  void cross_entropy_backward(const Strided&, const Strided&, int64_t, double, const Strided&,
-                              const Strided&) override {
-    unsupported("cross_entropy_backward");
+  void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) override {
+    check_launch(cuda::col2im(view(cols), view(dx), conv(g), stream_), "col2im", cols.dtype);
   }
-  void attention(const Strided&, double, const Strided&, const Strided&) override {
-    unsupported("attention");
+  void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) override {
+    check_launch(cuda::interpolate(view(x), view(y), interp(g), stream_), "interpolate", x.dtype);
   }
-  void attention_backward(const Strided&, const Strided&, const Strided&, double,
-                          const Strided&) override {
-    unsupported("attention_backward");
+  void interpolate_backward(const Strided& dy, const Strided& dx,
+                            const InterpGeometry& g) override {
+    check_launch(cuda::interpolate_backward(view(dy), view(dx), interp(g), stream_),
+                 "interpolate_backward", dy.dtype);
   }
-  void im2col(const Strided&, const Strided&, const ConvGeometry&) override {
-    unsupported("im2col");
+  void adam_step(const Strided& param, const Strided& grad, const Strided& exp_avg,
+                 const Strided& exp_avg_sq, const AdamStep& o) override {
+    const Adam a{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.step, o.decoupled};
+    check_launch(
+        cuda::adam_step(view(param), view(grad), view(exp_avg), view(exp_avg_sq), a, stream_),
+        "adam_step", param.dtype);
   }
-  void col2im(const Strided&, const Strided&, const ConvGeometry&) override {
-    unsupported("col2im");
+  void sgd_step(const Strided& param, const Strided& grad, const Strided& momentum_buf,
+                const SgdStep& o) override {
+    const Sgd s{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.first};
+    check_launch(cuda::sgd_step(view(param), view(grad), view(momentum_buf), s, stream_),
+                 "sgd_step", param.dtype);
   }
-  void interpolate(const Strided&, const Strided&, const InterpGeometry&) override {
-    unsupported("interpolate");
+
+ private:
+  /// The first value of index (int64) that is neither `allowed` nor in [lo, hi), and its flat
+  /// position in at; at = -1 when every value is valid. It waits for the GPU: one 8-byte read.
+  int64_t first_bad_index(const Strided& index, int64_t lo, int64_t hi, int64_t allowed,
+                          int64_t& at) {
+    StoragePtr s = allocate(sizeof(int64_t));
+    const View v = view(index);
+    check_launch(
+        cuda::first_out_of_range(v, lo, hi, allowed, static_cast<int64_t*>(s->data), stream_),
+        "index check", index.dtype);
+    int64_t first = 0, value = 0;
+    to_host(s->data, &first, sizeof first);
+    at = -1;
+    if (first == INT64_MAX) return 0;
+    at = first;
+    to_host(static_cast<const int64_t*>(index.data) + v.offset(first), &value, sizeof value);
+    return value;
   }
-  void interpolate_backward(const Strided&, const Strided&, const InterpGeometry&) override {
-    unsupported("interpolate_backward");
+  /// The CPU's error for an index outside [-size, size).
+  void check_index(const Strided& index, int64_t size, const char* op, int dim) {
+    int64_t at = 0;
+    const int64_t bad = first_bad_index(index, -size, size, -size, at);
+    VT_CHECK(at < 0, "{}: index {} is out of range for dim {} of size {}", op, bad, dim, size);
   }
-  void adam_step(const Strided&, const Strided&, const Strided&, const Strided&,
-                 const AdamStep&) override {
-    unsupported("adam_step");
+
+  struct QkvDims {
+    int64_t B, N, H, Dh;
+  };
+  static QkvDims qkv_dims(const Strided& qkv) {
+    VT_ASSERT(qkv.shape.size() == 5 && qkv.shape[2] == 3 && qkv.is_contiguous());
+    return {qkv.shape[0], qkv.shape[1], qkv.shape[3], qkv.shape[4]};
   }
-  void sgd_step(const Strided&, const Strided&, const Strided&, const SgdStep&) override {
-    unsupported("sgd_step");
+  static Conv conv(const ConvGeometry& g) {
+    return {g.channels, g.height, g.width, g.kernel_h, g.kernel_w, g.stride_h,
+            g.stride_w, g.pad_h,  g.pad_w, g.out_h,    g.out_w};
   }
+  static Interp interp(const InterpGeometry& g) {
+    return {static_cast<int>(g.mode), g.align_corners, g.scale_h, g.scale_w};
+  }
+  /// A matmul operand [rows, cols] read in place from its last two strides.
+  static Operand operand(const Strided& m, int64_t rows, int64_t cols) {
+    const int nd = m.shape.size();
+    Operand o{m.data, false, 0, 0};
+    const bool ok = gemm_layout(rows, cols, m.strides[nd - 2], m.strides[nd - 1], o.trans, o.ld);
+    VT_ASSERT(ok);  // ops/linalg.cpp makes other operands contiguous first
+    return o;
+  }
+
+  /// x converted to a contiguous bfloat16 copy in storage s.
+  Strided bf16_copy(const Strided& x, const StoragePtr& s) {
+    Strided y{s->data, DType::BFloat16, x.shape, contiguous_strides(x.shape)};
+    check_launch(cuda::copy(view(x), view(y), stream_), "matmul's bfloat16 copy", x.dtype);
+    return y;
+  }
+
+  /// Row-major C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C (ldc), batch times, C's batch
+  /// stride c_batch. t: the dtype of A and B (bfloat16 inputs write a float32 C). cuBLAS is
+  /// column-major: a row-major matrix is its transpose, so C^T = op(B)^T op(A)^T is computed with B
+  /// first.
+  void gemm_rm(DType t, int64_t M, int64_t N, int64_t K, double alpha, const Operand& a,
+               const Operand& b, double beta, void* c, int64_t ldc, int64_t c_batch,
+               int64_t batch) {
+    const cublasOperation_t opa = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    // cuBLAS wants ld >= 1 and >= the rows it steps over; a single row or column may say 1.
+    auto ld = [](int64_t v) { return static_cast<int>(std::max<int64_t>(v, 1)); };
+    cublasStatus_t s;
+    if (t == DType::Float64) {
+      s = cublasGemmStridedBatchedEx(blas_, opb, opa, N, M, K, &alpha, b.data, CUDA_R_64F, ld(b.ld),
+                                     b.batch_stride, a.data, CUDA_R_64F, ld(a.ld), a.batch_stride,
+                                     &beta, c, CUDA_R_64F, ld(ldc), c_batch, batch,
+                                     CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT);
+    } else {
+      const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
+      const cudaDataType_t in = t == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+      const cublasComputeType_t ct =
+          t == DType::Float32 && float32_matmul_precision() == MatmulPrecision::High
+              ? CUBLAS_COMPUTE_32F_FAST_TF32
+              : CUBLAS_COMPUTE_32F;
+      s = cublasGemmStridedBatchedEx(blas_, opb, opa, N, M, K, &al, b.data, in, ld(b.ld),
+                                     b.batch_stride, a.data, in, ld(a.ld), a.batch_stride, &be, c,
+                                     CUDA_R_32F, ld(ldc), c_batch, batch, ct, CUBLAS_GEMM_DEFAULT);
+    }
+    check_blas(s, "gemm");
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  BlockCache cache_;
+  MemoryCounter counter_;
 };
 
 }  // namespace cuda
@@ -162,8 +511,8 @@ Backend* cuda_backend() {
   cudaError_t e = cudaGetDeviceCount(&count);
   VT_CHECK(e == cudaSuccess && count > 0, "device cuda: no usable GPU ({})",
            e == cudaSuccess ? "none found" : cudaGetErrorString(e));
-  static cuda::CudaBackend b;
-  return &b;
+  static cuda::CudaBackend* b = new cuda::CudaBackend;  // never destroyed: see the class
+  return b;
 }
 
 }  // namespace vitrine

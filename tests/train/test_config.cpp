@@ -243,6 +243,7 @@ TEST_CASE("train config: validate_config names the key and the expected range") 
       {"data.transforms.mean=[0.5, 0.5]", {"config: data.transforms: ", "mean"}},
       {"data.transforms.hflip=2", {"config: data.transforms: ", "hflip"}},
       {"schedule.name=cosine", {"schedule.name must be one of constant, step, warmup_cosine"}},
+      {"train.precision=fp16", {"train.precision must be one of fp32, tf32, bf16, got \"fp16\""}},
       {"schedule.warmup_epochs=20",
        {"schedule.warmup_epochs (20) must not exceed train.epochs (16)"}},
       {"schedule.min_lr_factor=2", {"schedule.min_lr_factor must be in [0, 1], got 2"}},

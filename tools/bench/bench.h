@@ -36,9 +36,9 @@ nlohmann::json to_json(const Stats& s, bool with_runs = true);
 std::vector<double> time_repeats(const std::function<void()>& f, int64_t warmup, int64_t repeats,
                                  int64_t steps);
 
-/// The best GFLOP/s of an n x n x n float32 matmul (one OpenBLAS sgemm) over a few calls, with
-/// the current threads.
-double sgemm_peak_gflops(int64_t n = 2048, int reps = 5);
+/// The best GFLOP/s of an n x n x n float32 matmul over a few calls: on the CPU one OpenBLAS
+/// sgemm with the current threads, on a GPU one cuBLAS call at the current matmul precision.
+double sgemm_peak_gflops(int64_t n = 2048, int reps = 5, const Device& device = kCPU);
 
 /// The resident set now and its peak so far (getrusage), in MiB.
 double current_rss_mb();

@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
+#include "backends/matmul_precision.h"
+#include "backends/memory_stats.h"
 #include "backends/threads.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
@@ -33,7 +35,7 @@ using json = nlohmann::json;
 namespace ex = vitrine::explain;
 
 struct Cli {
-  std::string model = "fmnist", what = "train,infer", json_path, device = "cpu";
+  std::string model = "fmnist", what = "train,infer", json_path, device = "cpu", precision = "fp32";
   int64_t batch = 0, warmup = 3, repeats = 7, steps = 0;
   int threads = 2;
 };
@@ -106,6 +108,13 @@ int run(const Cli& cli) {
   auto model = std::make_shared<models::VisionTransformer>(config, gen);
   const Device device = Device::parse(cli.device);
   model->to(device);
+  set_float32_matmul_precision(cli.precision == "bf16"   ? "medium"
+                               : cli.precision == "tf32" ? "high"
+                                                         : "highest");
+  // A GPU runs asynchronously: a timed step ends when its results could be read.
+  auto sync = [&](const Tensor& t) {
+    if (!device.is_cpu()) (void)t.reshape({-1}).select(0, 0).item();
+  };
   int64_t params = 0;
   for (const Tensor& p : model->parameters()) params += p.numel();
 
@@ -138,6 +147,7 @@ int run(const Cli& cli) {
       Tensor loss = ops::cross_entropy((*model)(images), labels);
       loss.backward();
       opt.step();
+      sync(model->parameters().back());
     };
     j["train"] = throughput(bench::time_repeats(step, cli.warmup, cli.repeats, steps),
                             batch * steps, bench::train_flops(config));
@@ -145,16 +155,18 @@ int run(const Cli& cli) {
     j["memory"] = {{"baseline_rss_mb", baseline},
                    {"peak_rss_mb", peak_rss},
                    {"train_peak_mb", peak_rss - baseline}};
+    if (!device.is_cpu())
+      j["memory"]["device_peak_mb"] = static_cast<double>(memory_stats(device).peak) / (1 << 20);
   }
   if (wants("infer")) {
     model->eval();
     NoGradGuard no_grad;
-    auto pass = [&] { (void)(*model)(images); };
+    auto pass = [&] { sync((*model)(images)); };
     j["infer"] = throughput(bench::time_repeats(pass, cli.warmup, cli.repeats, steps),
                             batch * steps, bench::forward_flops(config));
   }
   // The peak is measured last, so that its buffers stay out of the training memory peak.
-  const double peak = bench::sgemm_peak_gflops();
+  const double peak = bench::sgemm_peak_gflops(2048, 5, device);
   j["sgemm_peak_gflops"] = peak;
   fmt::print("sgemm peak: {:.1f} GFLOP/s (one {}x{} matmul, best of 5)\n", peak, 2048, 2048);
   if (wants("train") || wants("infer"))
@@ -201,6 +213,9 @@ int main(int argc, char** argv) {
   app.add_option("--what", cli.what, "train, infer, explain (comma-separated)");
   app.add_option("--json", cli.json_path, "also write the results as JSON here");
   app.add_option("--device", cli.device, "cpu or cuda[:N]");
+  app.add_option("--precision", cli.precision,
+                 "a GPU's float32 products: fp32, tf32 or bf16 (as train.precision)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

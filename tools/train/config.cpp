@@ -44,7 +44,7 @@ const std::map<std::string, std::vector<std::string>> kSectionKeys = {
     {"schedule", {"name", "warmup_epochs", "min_lr_factor", "step_epochs", "gamma"}},
     {"train",
      {"epochs", "seed", "eval_every", "log_every", "early_stopping_patience", "accum_steps",
-      "ema_decay", "test_each_epoch", "finetune", "freeze_backbone", "device", "out"}},
+      "ema_decay", "test_each_epoch", "finetune", "freeze_backbone", "device", "precision", "out"}},
 };
 
 // What from_config knows (data.transforms) and what a random_crop object holds.
@@ -469,6 +469,7 @@ int64_t validate_train(const json& config, double validation_fraction) {
   } catch (const Error& e) {
     fail("config: train.device: {}", e.what());
   }
+  train.choice("precision", {"fp32", "tf32", "bf16"});
   VT_CHECK(!train.string("out").empty(), "config: train.out must name the run folder, got \"\"");
   return epochs;
 }

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "autograd/grad_mode.h"
+#include "backends/matmul_precision.h"
 #include "nn/data/transforms.h"
 #include "nn/layers.h"
 #include "nn/optim/adam.h"
@@ -121,6 +122,12 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
   label_smoothing_ = o.at("label_smoothing").get<double>();
   grad_clip_ = o.at("grad_clip").get<double>();
   classes_ = train_set_->classes();
+  // train.precision: the GPU's float32 products in float32, TF32 or bfloat16 (with float32
+  // accumulation and master weights); the CPU computes in float32 whatever it says.
+  const std::string precision = t.value("precision", std::string("fp32"));
+  set_float32_matmul_precision(precision == "bf16"   ? "medium"
+                               : precision == "tf32" ? "high"
+                                                     : "highest");
 
   model_config_ = model_config(config_);
   init_gen_ = Generator(seed);

@@ -1,0 +1,357 @@
+// The backend comparison, in the spirit of ggml's test-backend-ops: every op runs on the CPU and
+// on CUDA with the same random inputs, forward and backward, in float32 and float64, and the
+// results must agree within the tolerances stated per case (float64: 1e-9, summation order only;
+// float32: 1e-4 relative, plus more where a long reduction or an approximate exp is involved).
+// Then gradcheck in float64 on the GPU, random numbers bit for bit, dtype conversions, the
+// optimizers, and a whole ViT training step. Without a GPU every case says it is skipped, and why.
+#include <cmath>
+
+#include "models/vit.h"
+#include "nn/optim/adam.h"
+#include "test_util.h"
+
+using namespace vitrine;
+using namespace vt_test;
+
+namespace {
+
+const Device kGpu = Device::parse("cuda");
+
+/// Whether a GPU is usable; if not, prints why this case is skipped.
+bool gpu_or_skip() {
+  static std::string why = [] {
+    try {
+      ops::zeros({1}, kFloat32, kGpu).to(kCPU);
+      return std::string();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  }();
+  if (!why.empty()) MESSAGE("skipped (no GPU): " << why);
+  return why.empty();
+}
+
+struct Tol {
+  double f32 = 1e-4, f64 = 1e-9;
+};
+
+/// The same values on device d (floating values cast to dtype), a leaf that requires grad when
+/// floating.
+Tensor twin(const Tensor& x, const Device& d, DType dtype) {
+  Tensor t = (is_float(x.dtype()) ? x.to(dtype) : x).to(d).detach();
+  if (is_float(t.dtype())) t.requires_grad_();
+  return t;
+}
+
+/// Runs fn on the CPU and the GPU from the same inputs (float64 masters, cast to dtype), compares
+/// the outputs and, when grad, the gradients of every floating input under one random upstream
+/// gradient.
+void compare(const std::string& name, const Fn& fn, const std::vector<Tensor>& inputs, DType dtype,
+             double tol, bool grad = true) {
+  INFO(name << " (" << dtype_name(dtype) << ")");
+  std::vector<Tensor> xc, xg;
+  for (const Tensor& x : inputs) {
+    xc.push_back(twin(x, kCPU, dtype));
+    xg.push_back(twin(x, kGpu, dtype));
+  }
+  Tensor yc = fn(xc), yg = fn(xg);
+  REQUIRE(yg.device() == kGpu);
+  REQUIRE(yc.shape() == yg.shape());
+  check_close(yg.to(kCPU), yc, tol, tol);
+  if (!grad || !yc.requires_grad()) return;
+  Generator gen(99);
+  Tensor up = ops::randn(yc.shape(), gen, yc.dtype());
+  yc.backward(up);
+  yg.backward(up.to(kGpu));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!xc[i].requires_grad()) continue;
+    INFO("gradient of input " << i);
+    REQUIRE(xc[i].grad().defined() == xg[i].grad().defined());
+    if (xc[i].grad().defined()) check_close(xg[i].grad().to(kCPU), xc[i].grad(), tol, tol);
+  }
+}
+
+/// compare() in float32 and float64.
+void both(const std::string& name, const Fn& fn, const std::vector<Tensor>& inputs, Tol tol = {},
+          bool grad = true) {
+  compare(name, fn, inputs, kFloat64, tol.f64, grad);
+  compare(name, fn, inputs, kFloat32, tol.f32, grad);
+}
+
+Tensor randn(const Dims& shape, uint64_t seed, double scale = 1, double shift = 0) {
+  Generator g(seed);
+  return (ops::randn(shape, g, kFloat64) * scale + shift).detach();
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: unary, forward and backward against the CPU") {
+  if (!gpu_or_skip()) return;
+  const Tensor x = randn({3, 5, 7}, 1), pos = randn({3, 5, 7}, 2, 0.5, 2.0);
+  both("neg", [](auto v) { return ops::neg(v[0]); }, {x});
+  both("exp", [](auto v) { return ops::exp(v[0]); }, {x});
+  both("log", [](auto v) { return ops::log(v[0]); }, {pos});
+  both("sqrt", [](auto v) { return ops::sqrt(v[0]); }, {pos});
+  both("rsqrt", [](auto v) { return ops::rsqrt(v[0]); }, {pos});
+  both("abs", [](auto v) { return ops::abs(v[0]); }, {x});
+  both("tanh", [](auto v) { return ops::tanh(v[0]); }, {x});
+  both("sigmoid", [](auto v) { return ops::sigmoid(v[0]); }, {x});
+  both("relu", [](auto v) { return ops::relu(v[0]); }, {x});
+  both("gelu", [](auto v) { return ops::gelu(v[0]); }, {x});
+  both("gelu tanh", [](auto v) { return ops::gelu(v[0], true); }, {x});
+  both(
+      "sign", [](auto v) { return ops::sign(v[0]); }, {x}, {}, false);
+  both("pow 3", [](auto v) { return ops::pow(v[0], 3.0); }, {x});
+  both("clamp", [](auto v) { return ops::clamp(v[0], -0.5, 0.7); }, {x});
+  both("scalar ops", [](auto v) { return v[0] * 1.5 + 2.0; }, {x});
+  // A non-contiguous input: the strided read.
+  both("exp of a transpose", [](auto v) { return ops::exp(v[0].transpose(0, 2)); }, {x});
+}
+
+TEST_CASE("cuda ops: binary with broadcasting, comparisons and where") {
+  if (!gpu_or_skip()) return;
+  const Tensor a = randn({4, 1, 6}, 3), b = randn({5, 1}, 4), pb = randn({5, 1}, 5, 0.3, 1.5);
+  const Tensor pa = randn({4, 1, 6}, 6, 0.3, 1.5);
+  both("add", [](auto v) { return ops::add(v[0], v[1], 0.5); }, {a, b});
+  both("sub", [](auto v) { return v[0] - v[1]; }, {a, b});
+  both("mul", [](auto v) { return v[0] * v[1]; }, {a, b});
+  both("div", [](auto v) { return v[0] / v[1]; }, {a, pb});
+  both("pow", [](auto v) { return ops::pow(v[0], v[1]); }, {pa, b});
+  both("maximum", [](auto v) { return ops::maximum(v[0], v[1]); }, {a, b});
+  both("minimum", [](auto v) { return ops::minimum(v[0], v[1]); }, {a, b});
+  for (auto [name, op] :
+       std::vector<std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&)>>{
+           {"eq", ops::eq},
+           {"ne", ops::ne},
+           {"lt", ops::lt},
+           {"le", ops::le},
+           {"gt", ops::gt},
+           {"ge", ops::ge}}) {
+    both(
+        name, [op](auto v) { return op(v[0], ops::sign(v[1])).to(kFloat64); }, {ops::sign(a), b},
+        {}, false);
+  }
+  both("where", [](auto v) { return ops::where(ops::gt(v[0], v[1]), v[0], v[1]); }, {a, b});
+}
+
+TEST_CASE("cuda ops: reductions") {
+  if (!gpu_or_skip()) return;
+  const Tensor x = randn({6, 7, 300}, 7);
+  const Tol sum_tol{1e-4, 1e-9};
+  both(
+      "sum all", [](auto v) { return ops::sum(v[0]); }, {x}, sum_tol);
+  both(
+      "sum last", [](auto v) { return ops::sum(v[0], {2}); }, {x}, sum_tol);
+  both(
+      "sum first two",
+      [](auto v) {
+        return ops::sum(v[0], {0, 1}, true);
+      },
+      {x}, sum_tol);
+  both("mean middle", [](auto v) { return ops::mean(v[0], {1}); }, {x});
+  both("var", [](auto v) { return ops::var(v[0], {2}); }, {x});
+  both("max dim", [](auto v) { return ops::max(v[0], 1).values; }, {x});
+  both("min dim", [](auto v) { return ops::min(v[0], 2, true).values; }, {x});
+  both("max all", [](auto v) { return ops::max(v[0]); }, {x});
+  both(
+      "argmax", [](auto v) { return ops::argmax(v[0], 2).to(kFloat64); }, {x}, {}, false);
+  both(
+      "argmin", [](auto v) { return ops::argmin(v[0], 0).to(kFloat64); }, {x}, {}, false);
+  both("logsumexp", [](auto v) { return ops::logsumexp(v[0], {2}); }, {x});
+  both(
+      "sum of a permute",
+      [](auto v) {
+        return ops::sum(v[0].permute({2, 0, 1}), {1});
+      },
+      {x}, sum_tol);
+}
+
+TEST_CASE("cuda ops: matmul and linear through cuBLAS") {
+  if (!gpu_or_skip()) return;
+  const Tol t{2e-4, 1e-9};
+  both(
+      "2-D", [](auto v) { return ops::matmul(v[0], v[1]); },
+      {randn({33, 17}, 8), randn({17, 9}, 9)}, t);
+  both(
+      "batched, broadcast", [](auto v) { return ops::matmul(v[0], v[1]); },
+      {randn({2, 3, 5, 8}, 10), randn({8, 4}, 11)}, t);
+  both(
+      "batched, broadcast batch dims", [](auto v) { return ops::matmul(v[0], v[1]); },
+      {randn({2, 1, 5, 8}, 12), randn({1, 3, 8, 4}, 13)}, t);
+  both(
+      "transposed operand", [](auto v) { return ops::matmul(v[0].mT(), v[1]); },
+      {randn({4, 8, 5}, 14), randn({4, 8, 6}, 15)}, t);
+  both(
+      "vector", [](auto v) { return ops::matmul(v[0], v[1]); }, {randn({7}, 16), randn({7, 3}, 17)},
+      t);
+  both(
+      "linear", [](auto v) { return ops::linear(v[0], v[1], v[2]); },
+      {randn({2, 10, 12}, 18), randn({6, 12}, 19), randn({6}, 20)}, t);
+}
+
+TEST_CASE("cuda ops: shapes, copies, cat, index_select, gather") {
+  if (!gpu_or_skip()) return;
+  const Tensor x = randn({4, 5, 6}, 21), y = randn({4, 2, 6}, 22);
+  both("contiguous of a permute", [](auto v) { return v[0].permute({2, 0, 1}).contiguous(); }, {x});
+  both("slice with step", [](auto v) { return v[0].slice(2, 1, 6, 2).contiguous(); }, {x});
+  both("cat", [](auto v) { return ops::cat({v[0], v[1]}, 1); }, {x, y});
+  both("pad", [](auto v) { return ops::pad(v[0], {1, 2, 0, 1}, 0.5); }, {x});
+  const Tensor idx = ops::from_vector(std::vector<int64_t>{3, 0, 3, 1});
+  both("index_select (repeated indices: index_add backward)",
+       [idx](auto v) { return ops::index_select(v[0], 1, idx.to(v[0].device())); }, {x});
+  Generator g(23);
+  const Tensor gidx = ops::randint(0, 6, {4, 5, 3}, g);
+  both("gather (scatter_add backward)",
+       [gidx](auto v) { return ops::gather(v[0], 2, gidx.to(v[0].device())); }, {x});
+  both("to float32 and back", [](auto v) { return v[0].to(kFloat32).to(kFloat64) * 1.0; }, {x});
+}
+
+TEST_CASE("cuda ops: out-of-range indices and targets are the CPU's errors") {
+  if (!gpu_or_skip()) return;
+  Tensor x = ops::zeros({3, 4}, kFloat32, kGpu);
+  Tensor bad = ops::from_vector(std::vector<int64_t>{0, 4, 1}).to(kGpu);
+  CHECK_ERROR_CONTAINS(ops::index_select(x, 1, bad), "index_select: index 4 is out of range",
+                       "size 4");
+  Tensor target = ops::from_vector(std::vector<int64_t>{1, -100, 7}).to(kGpu);
+  CHECK_ERROR_CONTAINS(ops::cross_entropy(x, target), "cross_entropy: target 7 (at index 2)",
+                       "4 classes");
+  // ignore_index is not out of range:
+  Tensor ok = ops::from_vector(std::vector<int64_t>{1, -100, 3}).to(kGpu);
+  CHECK(std::isfinite(ops::cross_entropy(x, ok).item()));
+}
+
+TEST_CASE("cuda ops: 16-bit conversions round as on the CPU") {
+  if (!gpu_or_skip()) return;
+  const Tensor x = randn({1000}, 24, 100.0);
+  for (DType t : {kBFloat16, kFloat16}) {
+    Tensor c = x.to(kFloat32).to(t).to(kFloat32);
+    Tensor g = x.to(kFloat32).to(kGpu).to(t).to(kFloat32).to(kCPU);
+    check_close(g, c, 0, 0);
+  }
+}
+
+TEST_CASE("cuda ops: softmax, layer norm, cross-entropy, attention") {
+  if (!gpu_or_skip()) return;
+  const Tol t{2e-4, 1e-9};
+  const Tensor x = randn({5, 3, 200}, 25, 3.0);
+  both(
+      "softmax", [](auto v) { return ops::softmax(v[0], -1); }, {x}, t);
+  both(
+      "softmax, middle dim", [](auto v) { return ops::softmax(v[0], 1); }, {x}, t);
+  both(
+      "log_softmax", [](auto v) { return ops::log_softmax(v[0], -1); }, {x}, t);
+  both(
+      "layer_norm", [](auto v) { return ops::layer_norm(v[0], {200}, v[1], v[2], 1e-6); },
+      {x, randn({200}, 26), randn({200}, 27)}, t);
+  both(
+      "layer_norm without affine",
+      [](auto v) { return ops::layer_norm(v[0], {200}, Tensor(), Tensor()); }, {x}, t);
+  const Tensor target = ops::from_vector(std::vector<int64_t>{3, 7, -100, 0, 9, 7});
+  for (double s : {0.0, 0.1}) {
+    both(
+        "cross_entropy, label smoothing " + std::to_string(s),
+        [target, s](auto v) {
+          return ops::cross_entropy(v[0], target.to(v[0].device()), ops::Reduction::Mean, s);
+        },
+        {randn({6, 10}, 28, 2.0)}, t);
+  }
+  both(
+      "cross_entropy, no reduction",
+      [target](auto v) {
+        return ops::cross_entropy(v[0], target.to(v[0].device()), ops::Reduction::None, 0.1);
+      },
+      {randn({6, 10}, 29)}, t);
+  // Fused attention: B 2, N 17, H 3, Dh 8, with its probabilities.
+  both(
+      "attention", [](auto v) { return ops::attention(v[0], 3, 0.35); }, {randn({2, 17, 72}, 30)},
+      t);
+  compare(
+      "attention probabilities",
+      [](auto v) {
+        Tensor p;
+        ops::attention(v[0], 3, 0.35, &p);
+        return p;
+      },
+      {randn({2, 17, 72}, 31)}, kFloat32, 1e-5, false);
+}
+
+TEST_CASE("cuda ops: conv2d (patch embedding), interpolate, dropout") {
+  if (!gpu_or_skip()) return;
+  const Tol t{2e-4, 1e-9};
+  both(
+      "conv2d, patch 4",
+      [](auto v) {
+        return ops::conv2d(v[0], v[1], v[2], {4, 4});
+      },
+      {randn({2, 3, 16, 12}, 32), randn({8, 3, 4, 4}, 33), randn({8}, 34)}, t);
+  both(
+      "conv2d, 3x3 padded",
+      [](auto v) {
+        return ops::conv2d(v[0], v[1], v[2], {1, 1}, {1, 1});
+      },
+      {randn({1, 2, 7, 6}, 35), randn({4, 2, 3, 3}, 36), randn({4}, 37)}, t);
+  for (const char* mode : {"nearest", "bilinear", "bicubic"}) {
+    for (bool ac : {false, true}) {
+      if (std::string(mode) == "nearest" && ac) continue;
+      ops::InterpolateOptions o;
+      o.size = std::make_pair<int64_t, int64_t>(11, 7);
+      o.mode = mode;
+      o.align_corners = ac;
+      both(
+          std::string("interpolate ") + mode + (ac ? ", align_corners" : ""),
+          [o](auto v) { return ops::interpolate(v[0], o); }, {randn({2, 3, 5, 9}, 38)}, t);
+    }
+  }
+  // Dropout's mask is Philox at (seed, offset + i) on both devices: the same mask.
+  both("dropout",
+       [](auto v) {
+         Generator g(40);
+         return ops::dropout(v[0], 0.3, true, g);
+       },
+       {randn({4, 50}, 39)});
+}
+
+TEST_CASE("cuda ops: float64 gradcheck on the GPU") {
+  if (!gpu_or_skip()) return;
+  auto on_gpu = [](Tensor t) { return t.to(kGpu).detach().requires_grad_(); };
+  check_grad([](auto v) { return ops::softmax(v[0], -1) * v[1]; },
+             {on_gpu(randn({3, 6}, 41)), on_gpu(randn({3, 6}, 42))});
+  check_grad([](auto v) { return ops::layer_norm(v[0], {6}, v[1], v[2]); },
+             {on_gpu(randn({3, 6}, 43)), on_gpu(randn({6}, 44)), on_gpu(randn({6}, 45))});
+  check_grad([](auto v) { return ops::gelu(ops::matmul(v[0], v[1])); },
+             {on_gpu(randn({3, 4}, 46)), on_gpu(randn({4, 5}, 47))});
+  check_grad([](auto v) { return ops::attention(v[0], 2, 0.5); }, {on_gpu(randn({1, 5, 12}, 48))});
+}
+
+TEST_CASE("cuda ops: AdamW and a ViT training step match the CPU") {
+  if (!gpu_or_skip()) return;
+  models::ViTConfig c = models::ViTConfig::preset("fmnist");
+  c.depth = 2;
+  Generator gc(50), gg(50);
+  models::VisionTransformer mc(c, gc), mg(c, gg);
+  mg.to(kGpu);
+  nn::optim::AdamW oc(mc.parameters(), {.lr = 1e-3}), og(mg.parameters(), {.lr = 1e-3});
+  Generator gd(51);
+  Tensor x = ops::randn({8, 1, 28, 28}, gd);
+  Tensor y = ops::randint(0, 10, {8}, gd);
+  for (int step = 0; step < 3; ++step) {
+    oc.zero_grad();
+    og.zero_grad();
+    Tensor lc = ops::cross_entropy(mc.forward(x), y, ops::Reduction::Mean, 0.1);
+    Tensor lg = ops::cross_entropy(mg.forward(x.to(kGpu)), y.to(kGpu), ops::Reduction::Mean, 0.1);
+    CHECK(lg.item() == doctest::Approx(lc.item()).epsilon(1e-4));
+    lc.backward();
+    lg.backward();
+    oc.step();
+    og.step();
+  }
+  auto pc = mc.named_parameters(), pg = mg.named_parameters();
+  REQUIRE(pc.size() == pg.size());
+  for (size_t i = 0; i < pc.size(); ++i) {
+    INFO(pc[i].first);
+    check_close(pg[i].second.to(kCPU), pc[i].second, 2e-4, 2e-3);
+  }
+  MemoryStats m = memory_stats(kGpu);
+  CHECK(m.peak >= m.current);
+  CHECK(m.current > 0);
+}
