@@ -168,6 +168,10 @@ bool backend_available(DeviceType type) {
 Backend& backend_for(const Device& device) {
   Registry& r = registry();
   if (device.is_cpu()) return *r.backends[0];  // set at initialisation: no lock on the hot path
+  VT_CHECK(device.index == 0,
+           "device {}: this build of Vitrine drives one GPU, cuda:0 (select another with "
+           "CUDA_VISIBLE_DEVICES)",
+           device.str());
   std::lock_guard<std::mutex> lock(r.mutex);
   Backend*& b = r.backends[static_cast<int>(device.type)];
 #ifdef VITRINE_WITH_CUDA

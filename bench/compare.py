@@ -408,6 +408,12 @@ def render_markdown(ts, manifest):
     if m.get("removed_env"):
         lines += [f"Threading variables removed from the children's environment: "
                   f"{', '.join(m['removed_env'])}.", ""]
+    return "\n".join(lines + markdown_tables(ts))
+
+
+def markdown_tables(ts):
+    """The tables (title, header, rows, notes) as Markdown lines (also bench/gpu_compare.py's)."""
+    lines = []
     for title, header, rows, notes in ts:
         if title:
             lines += [f"**{title}**", ""]
@@ -416,7 +422,7 @@ def render_markdown(ts, manifest):
         for r in rows:
             lines.append("| " + " | ".join(str(v) for v in r) + " |")
         lines += [""] + [f"Warning: {n}" for n in notes] + ([""] if notes else [])
-    return "\n".join(lines)
+    return lines
 
 
 # ---- the machine -----------------------------------------------------------------------------

@@ -1,13 +1,18 @@
 #!/usr/bin/python3
-"""PyTorch's side of the CPU benchmark (issue 8): the same measurements as vitrine-bench
-(tools/bench/), with the same flags and the same JSON, for bench/compare.py.
+"""PyTorch's side of the CPU benchmark (issue 8) and of the GPU one: the same measurements as
+vitrine-bench (tools/bench/), with the same flags and the same JSON, for bench/compare.py and
+bench/gpu_compare.py.
 
     /usr/bin/python3 bench/torch_bench.py --model fmnist --threads 2 --json fmnist.json
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_bench.py --model cifar10 --variant tuned
     /usr/bin/python3 bench/torch_bench.py --model vit_small_patch16_224 --what explain
     /usr/bin/python3 bench/torch_bench.py --self-check
+    python3 bench/torch_bench.py --model vit_base_patch16_224 --device cuda --precision bf16
+    python3 bench/torch_bench.py --model vit_base_patch16_224 --device cuda --precision bf16 \
+        --compile --warmup 20
 
-Run it with Debian's Python (/usr/bin/python3: python3-torch 1.13 on OpenBLAS and oneDNN).
+On the CPU, run it with Debian's Python (/usr/bin/python3: python3-torch 1.13 on OpenBLAS and
+oneDNN). On a GPU, any Python whose torch has CUDA (1.13 or 2.x; --compile needs 2.x).
 
 Models: the Vision Transformer of Vitrine's presets (models/vit.cpp), written here as timm writes
 it and initialised as Vitrine initialises it (the same classes as bench/fmnist_torch.py, whose
@@ -20,7 +25,9 @@ MLP fc1, exact GELU, fc2), final LayerNorm, the class token's output, head Linea
     cifar10                32x32x3, patch 4, dim 192, depth 6, heads 3, MLP 768, 10 classes
                            (2693578 parameters), batch 64
     vit_small_patch16_224  224x224x3, patch 16, dim 384, depth 12, heads 6, MLP 1536, 1000 classes,
-                           (22050664 parameters), batch 8
+                           (22050664 parameters), batch 8 (64 with --device cuda)
+    vit_base_patch16_224   224x224x3, patch 16, dim 768, depth 12, heads 12, MLP 3072, 1000
+                           classes (86567656 parameters), batch 8 (64 with --device cuda)
 
 Measurements (the same as vitrine-bench's; --what picks them, in this order):
   train    model.train(); a step: zero_grad(set_to_none=True), forward, cross_entropy, backward,
@@ -62,24 +69,66 @@ Measurements (the same as vitrine-bench's; --what picks them, in this order):
 FLOPs per image, counted analytically as vitrine-bench does (tools/bench/bench.h; 2 per
 multiply-add, matmuls only): patch embedding 2 P (C p p) D; per block, with N = P + 1 tokens,
 2 N D 3D + 2 N N D + 2 N N D + 2 N D D + 2 N D M + 2 N M D; head 2 D K. A training step is
-3 x the forward. The sgemm peak is the best of 5 torch.mm of 2048x2048 float32 matrices at the
-same threads, measured last so that its buffers do not count in the memory peak.
+3 x the forward (ViT-B/16: 35.13 GFLOPs forward, timm's 17.6 GMACs). The sgemm peak is the best
+of 5 torch.mm of 2048x2048 float32 matrices at the same threads, measured last so that its
+buffers do not count in the memory peak.
 
-Threads: torch.set_num_threads(--threads) (OpenMP; OpenBLAS's OpenMP build follows it).
+GPU (--device cuda): the model is built on the CPU as above (same seed, same values), then moved
+to the GPU with the batch. CUDA runs asynchronously, so torch.cuda.synchronize() comes before
+every time.perf_counter() read (around each repeat of --steps steps, and around each matmul of
+the peak); the steps inside a repeat are queued back to back, as a training loop runs them.
+memory gets "device_peak_mb", torch.cuda.max_memory_allocated right after the train section
+(what vitrine-bench's memory_stats peak counts: the bytes tensors hold, model and batch
+included), and "device_reserved_peak_mb" (max_memory_reserved: what the caching allocator took
+from the driver); the resident-set fields stay (they include the CUDA context). The matmul peak
+on the GPU: one untimed torch.mm, then the best of 5, each one 2048^3 torch.mm in the matmul
+dtype of --precision (bfloat16 for bf16; float32 with or without TF32 otherwise).
+--device cuda: the default batch of both 224x224 models is 64 (the GPU benchmark's).
+
+--precision (as vitrine-bench's; as torch.set_float32_matmul_precision):
+  fp32  torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False: every
+        product in float32 (PyTorch's own default leaves cuDNN's convolution on TF32).
+  tf32  both True: float32 tensors, TF32 tensor-core matmuls and convolutions.
+  bf16  PyTorch's standard mixed precision: forward and loss under torch.autocast(device_type=
+        --device, dtype=torch.bfloat16) (matmuls and the convolution take bfloat16 inputs and
+        accumulate in float32; softmax, LayerNorm and the loss run in float32, autocast's CUDA
+        float32 list; other ops keep their inputs' dtype); float32 parameters, gradients and
+        AdamW; no GradScaler (bfloat16 has float32's range). The TF32 flags are False, as for
+        fp32, so nothing else is rounded. Inference runs under the same autocast.
+  The flags are only set with --device cuda (they do nothing on the CPU); bf16 also works on
+  the CPU (autocast on the CPU), tf32 there is fp32 with a warning.
+
+--compile (PyTorch >= 2.0; an older torch exits 2 naming its version): the model wrapped in
+torch.compile(model, mode=--compile-mode) (default "default": TorchInductor, Triton kernels on a
+GPU); the optimizer step stays eager. Compilation happens in the first call of each section's
+warm-up (training and, with its eval mode and no_grad, inference once more); that call's time is
+recorded as "first_call_seconds". The warm-up default is 10 with --compile (3 otherwise); raise
+it if the timings are not flat (bench/gpu_compare.py passes --compile-warmup, 20 by default).
+
+Threads: torch.set_num_threads(--threads) (OpenMP; OpenBLAS's OpenMP build follows it; CPU work
+only: on a GPU it matters little).
 --variant tuned expects OMP_WAIT_POLICY=PASSIVE in the environment (libgomp reads it when torch
 loads, so bench/compare.py sets it before the interpreter starts); --variant default expects it
 unset. The value seen is recorded as "omp_wait_policy", and a mismatch is warned about.
 
 JSON (--json FILE; a table goes to stdout):
-    {"framework": "pytorch", "version", "variant", "omp_wait_policy", "model", "batch", "threads",
-     "params", "flops_per_image": {"forward", "train"}, "sgemm_peak_gflops",
+    {"framework": "pytorch", "version" (torch.__version__), "variant", "omp_wait_policy", "model",
+     "batch", "threads", "device" ("cpu" or "cuda"), "precision", "compile" (true or false),
+     "compile_mode" (with --compile), "gpu" (torch.cuda.get_device_name; null on the CPU),
+     "cuda_version" (torch.version.cuda; null on the CPU), "params",
+     "flops_per_image": {"forward", "train"}, "sgemm_peak_gflops" (the matmul peak above),
      "train": {"images_per_s": {"median", "min", "max", "runs"}, "gflops", "peak_share"},
-     "infer": {...}, "memory": {"baseline_rss_mb", "peak_rss_mb", "train_peak_mb"},
+     "infer": {...}, "memory": {"baseline_rss_mb", "peak_rss_mb", "train_peak_mb",
+     "device_peak_mb", "device_reserved_peak_mb" (these two on a GPU)},
+     "first_call_seconds": {"train", "infer"} (with --compile),
      "explain": {method: {"median", "min", "max"} (ms)}}
-Sections not asked for are absent. Exit codes: 0 done, 1 error, 2 bad command line.
+Sections not asked for are absent. --what explain runs on the CPU in float32 only (not with
+--device cuda, --precision bf16 or tf32, or --compile).
+Exit codes: 0 done, 1 error, 2 bad command line (and --compile on a torch older than 2.0).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -93,9 +142,14 @@ MODELS = {
                     batch=64, steps=5),
     "vit_small_patch16_224": dict(image=224, channels=3, patch=16, dim=384, depth=12, heads=6,
                                   mlp=1536, classes=1000, batch=8, steps=2),
+    "vit_base_patch16_224": dict(image=224, channels=3, patch=16, dim=768, depth=12, heads=12,
+                                 mlp=3072, classes=1000, batch=8, steps=2),
 }
-# Vitrine's presets (fmnist: vitrine-train --summary; vit_small_patch16_224: as timm's)
-EXPECTED_PARAMS = {"fmnist": 805130, "cifar10": 2693578, "vit_small_patch16_224": 22050664}
+# the default batch with --device cuda, where it differs (the GPU benchmark's)
+CUDA_BATCH = {"vit_small_patch16_224": 64, "vit_base_patch16_224": 64}
+# Vitrine's presets (fmnist: vitrine-train --summary; the 224x224 ones: as timm's)
+EXPECTED_PARAMS = {"fmnist": 805130, "cifar10": 2693578, "vit_small_patch16_224": 22050664,
+                   "vit_base_patch16_224": 86567656}
 METHODS = ["attention", "rollout", "grad-rollout", "chefer", "gradcam", "saliency", "smoothgrad",
            "integrated-gradients"]
 # tools/explain/explain.h's Options defaults.
@@ -225,15 +279,20 @@ def stats_of(values, with_runs=True):
     return out
 
 
-def time_repeats(f, warmup, repeats, steps):
-    """f warmup times untimed, then `repeats` timings of `steps` calls: seconds per repeat."""
+def time_repeats(f, warmup, repeats, steps, sync=None):
+    """f warmup times untimed, then `repeats` timings of `steps` calls: seconds per repeat.
+    sync (a GPU's torch.cuda.synchronize) is called before every clock read."""
     for _ in range(warmup):
         f()
     seconds = []
     for _ in range(repeats):
+        if sync:
+            sync()
         t0 = time.perf_counter()
         for _ in range(steps):
             f()
+        if sync:
+            sync()
         seconds.append(time.perf_counter() - t0)
     return seconds
 
@@ -254,16 +313,42 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
-def sgemm_peak_gflops(n=2048, reps=5):
+def sgemm_peak_gflops(n=2048, reps=5, device="cpu", dtype=None):
+    """The best of `reps` n^3 torch.mm. On a GPU: in `dtype` (the precision's matmul dtype), one
+    untimed call first (cuBLAS's set-up), torch.cuda.synchronize() before each clock read."""
     import torch
-    a = torch.full((n, n), 0.5)
-    b = torch.full((n, n), 0.25)
+    if device == "cpu":
+        a = torch.full((n, n), 0.5)
+        b = torch.full((n, n), 0.25)
+        best = 0.0
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0) / 1e9)
+        return best
+    a = torch.full((n, n), 0.5, device=device, dtype=dtype)
+    b = torch.full((n, n), 0.25, device=device, dtype=dtype)
+    torch.mm(a, b)
     best = 0.0
     for _ in range(reps):
+        torch.cuda.synchronize()
         t0 = time.perf_counter()
         torch.mm(a, b)
+        torch.cuda.synchronize()
         best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0) / 1e9)
     return best
+
+
+def set_precision(torch, device, precision):
+    """The TF32 flags of --precision (on a GPU), and the autocast of the forward and loss: a
+    function returning a fresh context manager for each use."""
+    if device == "cuda":
+        tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+    if precision == "bf16":
+        return lambda: torch.autocast(device_type=device, dtype=torch.bfloat16)
+    return contextlib.nullcontext
 
 
 # ---- the explanation methods (tests/fixtures/make_explain_fixtures.py, float32) ------------------
@@ -487,6 +572,10 @@ def self_check():
     # + 2 128 10 (head)
     f = forward_flops(MODELS["fmnist"])
     check("fmnist forward FLOPs", f == 86526464, f"{f:.0f} (want 86526464)")
+    # ViT-B/16, N = 197: 2 196 768 768 + 12 (2 197 768 2304 + 4 197 197 768 + 2 197 768 768
+    # + 4 197 768 3072) + 2 768 1000, timm's 17.6 GMACs
+    f = forward_flops(MODELS["vit_base_patch16_224"])
+    check("vit_base_patch16_224 forward FLOPs", f == 35127656448, f"{f:.0f} (want 35127656448)")
 
     fixtures = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
                             "fixtures")
@@ -545,10 +634,28 @@ def print_row(what, j):
           f"{j['gflops']:>9.1f} {100 * j['peak_share']:>7.1f}%", flush=True)
 
 
+def torch_major(torch):
+    try:
+        return int(torch.__version__.split(".")[0])
+    except ValueError:
+        return 0
+
+
 def run(args):
     import torch
     import torch.nn.functional as F
 
+    if args.compile and (torch_major(torch) < 2 or not hasattr(torch, "compile")):
+        print(f"torch_bench: --compile needs PyTorch >= 2.0 (torch.compile); this is torch "
+              f"{torch.__version__} ({torch.__file__})", file=sys.stderr)
+        return 2
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise RuntimeError(f"--device cuda: torch.cuda.is_available() is False (torch "
+                           f"{torch.__version__}, built for CUDA {torch.version.cuda})")
+    if args.precision == "tf32" and not cuda:
+        print("torch_bench: warning: --precision tf32 does nothing on the CPU (it runs fp32)",
+              file=sys.stderr)
     m = MODELS[args.model]
     what = args.what
     policy = os.environ.get("OMP_WAIT_POLICY")
@@ -559,9 +666,15 @@ def run(args):
         print(f"torch_bench: warning: --variant default expects no OMP_WAIT_POLICY; it is "
               f"{policy!r}", file=sys.stderr)
     torch.set_num_threads(args.threads)
-    batch = args.batch or m["batch"]
+    batch = args.batch or (CUDA_BATCH.get(args.model, m["batch"]) if cuda else m["batch"])
     steps = args.steps or m["steps"]
+    warmup = args.warmup if args.warmup is not None else (10 if args.compile else 3)
+    if args.compile and warmup == 0:
+        print("torch_bench: warning: --compile with --warmup 0: the first timed repeat includes "
+              "the compilation", file=sys.stderr)
     fwd = forward_flops(m)
+    autocast = set_precision(torch, args.device, args.precision)
+    sync = torch.cuda.synchronize if cuda else None
 
     baseline = current_rss_mb()  # just before the model (the batch comes after it, as in C++)
     torch.manual_seed(0)
@@ -573,15 +686,45 @@ def run(args):
     gen = torch.Generator().manual_seed(1)
     images = torch.randn(batch, m["channels"], m["image"], m["image"], generator=gen)
     labels = torch.randint(0, m["classes"], (batch,), generator=gen)
+    gpu = None
+    if cuda:  # the CUDA context comes after the baseline, as in vitrine-bench
+        model.to(args.device)
+        images, labels = images.to(args.device), labels.to(args.device)
+        gpu = torch.cuda.get_device_name()
+    net = model
+    if args.compile:
+        net = torch.compile(model, mode=None if args.compile_mode == "default" else
+                            args.compile_mode)
 
     j = {"framework": "pytorch", "version": torch.__version__, "variant": args.variant,
          "omp_wait_policy": policy, "model": args.model, "batch": batch, "threads": args.threads,
+         "device": args.device, "precision": args.precision, "compile": args.compile,
+         "gpu": gpu, "cuda_version": torch.version.cuda if cuda else None,
          "params": params, "flops_per_image": {"forward": fwd, "train": 3 * fwd}}
+    if args.compile:
+        j["compile_mode"] = args.compile_mode
     print(f"torch_bench: {args.model} ({params} parameters), batch {batch}, {args.threads} "
           f"thread(s) (torch.get_num_threads() = {torch.get_num_threads()}), torch "
           f"{torch.__version__}, variant {args.variant} (OMP_WAIT_POLICY={policy})")
+    if cuda or args.precision != "fp32" or args.compile:
+        print(f"device {args.device}" + (f" ({gpu}, CUDA {torch.version.cuda})" if cuda else "")
+              + f", precision {args.precision}"
+              + (f", torch.compile mode {args.compile_mode}" if args.compile else "")
+              + f", warm-up {warmup} steps")
     print(f"model GFLOPs per image: forward {fwd / 1e9:.4f}, training step {3 * fwd / 1e9:.4f}",
           flush=True)
+
+    def first_call(part, f):
+        """--compile: the first warm-up call (compilation) alone, timed."""
+        if sync:
+            sync()
+        t0 = time.perf_counter()
+        f()
+        if sync:
+            sync()
+        seconds = time.perf_counter() - t0
+        j.setdefault("first_call_seconds", {})[part] = seconds
+        print(f"{part}: first call (compilation) {seconds:.1f} s", flush=True)
 
     results = {}
     if "train" in what:
@@ -590,13 +733,21 @@ def run(args):
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(images), labels)
+            with autocast():
+                loss = F.cross_entropy(net(images), labels)
             loss.backward()
             opt.step()
-        results["train"] = (time_repeats(step, args.warmup, args.repeats or 7, steps), 3 * fwd)
+        left = warmup
+        if args.compile and warmup > 0:
+            first_call("train", step)
+            left -= 1
+        results["train"] = (time_repeats(step, left, args.repeats or 7, steps, sync), 3 * fwd)
         peak_rss = peak_rss_mb()
         j["memory"] = {"baseline_rss_mb": baseline, "peak_rss_mb": peak_rss,
                        "train_peak_mb": peak_rss - baseline}
+        if cuda:
+            j["memory"]["device_peak_mb"] = torch.cuda.max_memory_allocated() / (1 << 20)
+            j["memory"]["device_reserved_peak_mb"] = torch.cuda.max_memory_reserved() / (1 << 20)
         print(f"train: {batch * steps / min(results['train'][0]):.1f} images/s at best",
               flush=True)
         del opt
@@ -605,17 +756,27 @@ def run(args):
         model.eval()
 
         def infer():
-            with torch.no_grad():
-                model(images)
-        results["infer"] = (time_repeats(infer, args.warmup, args.repeats or 7, steps), fwd)
+            with torch.no_grad(), autocast():
+                net(images)
+        left = warmup
+        if args.compile and warmup > 0:
+            first_call("infer", infer)
+            left -= 1
+        results["infer"] = (time_repeats(infer, left, args.repeats or 7, steps, sync), fwd)
         print(f"infer: {batch * steps / min(results['infer'][0]):.1f} images/s at best",
               flush=True)
     if "explain" in what:
         j["explain"] = time_explain(model, m, args.repeats or 5)
 
-    peak = sgemm_peak_gflops()
+    mm_dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    peak = sgemm_peak_gflops(device=args.device, dtype=mm_dtype)
     j["sgemm_peak_gflops"] = peak
-    print(f"\nsgemm peak (torch.mm 2048x2048, best of 5): {peak:.1f} GFLOP/s")
+    if cuda:
+        print(f"\nmatmul peak (torch.mm 2048x2048 {str(mm_dtype).replace('torch.', '')}"
+              f"{', TF32' if args.precision == 'tf32' else ''} on the GPU, best of 5): "
+              f"{peak:.1f} GFLOP/s")
+    else:
+        print(f"\nsgemm peak (torch.mm 2048x2048, best of 5): {peak:.1f} GFLOP/s")
     if results:
         print(f"\n{'':<8} {'images/s':>10} {'min':>10} {'max':>10} {'GFLOP/s':>9} {'of peak':>8}")
     for part in ("train", "infer"):
@@ -627,10 +788,14 @@ def run(args):
         mem = j["memory"]
         print(f"\ntraining peak memory: {mem['peak_rss_mb']:.1f} MiB resident "
               f"({mem['train_peak_mb']:.1f} MiB above the {baseline:.1f} MiB before the model)")
-    # the schema's order (vitrine-bench's)
+        if "device_peak_mb" in mem:
+            print(f"training peak GPU memory: {mem['device_peak_mb']:.1f} MiB allocated "
+                  f"(max_memory_allocated), {mem['device_reserved_peak_mb']:.1f} MiB reserved")
+    # the schema's order (vitrine-bench's, then the GPU fields)
     order = ["framework", "version", "variant", "omp_wait_policy", "model", "batch", "threads",
-             "params", "flops_per_image", "sgemm_peak_gflops", "train", "infer", "memory",
-             "explain"]
+             "device", "precision", "compile", "compile_mode", "gpu", "cuda_version", "params",
+             "flops_per_image", "sgemm_peak_gflops", "train", "infer", "memory",
+             "first_call_seconds", "explain"]
     j = {k: j[k] for k in order if k in j}
     if args.json:
         folder = os.path.dirname(os.path.abspath(args.json))
@@ -644,24 +809,39 @@ def run(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        description="PyTorch's side of the CPU benchmark: training and inference speed of a ViT "
-                    "config, its memory, and the explanation methods (the flags and JSON of "
-                    "vitrine-bench).")
+        description="PyTorch's side of the CPU and GPU benchmarks: training and inference speed "
+                    "of a ViT config, its memory, and the explanation methods (the flags and "
+                    "JSON of vitrine-bench).")
     p.add_argument("--model", default="fmnist", choices=sorted(MODELS),
                    help="the model config (default fmnist)")
     p.add_argument("--batch", type=int, default=0,
-                   help="images per step (default: fmnist 128, cifar10 64, vit_small 8)")
+                   help="images per step (default: fmnist 128, cifar10 64, the 224x224 models 8, "
+                        "or 64 with --device cuda)")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps first (default 3; 10 with --compile, whose first call "
+                        "compiles: raise it if the timings still drift)")
     p.add_argument("--repeats", type=int, default=0,
                    help="timed repeats (default 7; explain: 5)")
     p.add_argument("--steps", type=int, default=0,
-                   help="steps per repeat (default 5, 2 for vit_small_patch16_224)")
+                   help="steps per repeat (default 5, 2 for the 224x224 models)")
     p.add_argument("--what", default="train,infer",
                    help="train, infer, explain (comma-separated; default train,infer)")
     p.add_argument("--json", default="", metavar="FILE", help="also write the results here")
     p.add_argument("--variant", default="default", choices=["default", "tuned"],
                    help="tuned: run with OMP_WAIT_POLICY=PASSIVE in the environment")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the model and the batch live (default cpu)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"],
+                   help="fp32: float32 products; tf32: TF32 matmuls and convolutions (GPU); "
+                        "bf16: forward and loss under torch.autocast bfloat16, float32 weights "
+                        "and AdamW (default fp32)")
+    p.add_argument("--compile", action="store_true",
+                   help="wrap the model in torch.compile (PyTorch >= 2.0); give it more "
+                        "--warmup")
+    p.add_argument("--compile-mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune"],
+                   help="torch.compile's mode (default default)")
     p.add_argument("--self-check", action="store_true",
                    help="check the models' sizes and FLOPs and the explanation methods against "
                         "tests/fixtures/explain_parity.json, then exit")
@@ -673,19 +853,22 @@ def main(argv=None):
             p.error(f"--{name} must be positive")
     if args.threads < 1:
         p.error("--threads must be >= 1")
-    if args.warmup < 0:
+    if args.warmup is not None and args.warmup < 0:
         p.error("--warmup must be >= 0")
     args.what = [w.strip() for w in args.what.split(",") if w.strip()]
     bad = [w for w in args.what if w not in ("train", "infer", "explain")]
     if bad or not args.what:
         p.error(f"--what: unknown part {', '.join(map(repr, bad)) or '(none)'} (expected train, "
                 "infer or explain, comma-separated)")
+    if "explain" in args.what and (args.device != "cpu" or args.precision != "fp32"
+                                   or args.compile):
+        p.error("--what explain runs on the CPU in float32 only: not with --device cuda, "
+                "--precision tf32 or bf16, or --compile")
     try:
         return run(args)
     except (RuntimeError, OSError) as e:
         print(f"torch_bench: {e}", file=sys.stderr)
         return 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,7 @@
 // Elementwise ops with NumPy broadcasting. Backward rules return gradients in the broadcast
 // (output) shape; the engine sums them back to each operand's shape. Rules are written with ops,
 // so create_graph gives higher derivatives (gelu's fused backward is the exception).
+#include <algorithm>
 #include <cmath>
 
 #include "ops/helpers.h"
@@ -213,6 +214,12 @@ Tensor gelu(const Tensor& x, bool tanh_approx) {
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   VT_CHECK(lo || hi, "clamp: at least one of min and max must be given");
   double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
+  if (x.defined() && x.dtype() == kInt64) {
+    // The kernels cast the bounds to int64: keep them in its range (casting an absent bound,
+    // +-inf, is undefined; x86 gives INT64_MIN, so a clamp without max returned INT64_MIN).
+    l = std::clamp(l, -0x1p63, 0x1p63 - 1024);
+    h = std::clamp(h, -0x1p63, 0x1p63 - 1024);
+  }
   Tensor y = unary_kernel(UnaryOp::Clamp, x, "clamp", false, l, h);
   return record(y, "clamp", {x}, [sx = save(x), l, h](const Tensor& dy, const Needs&) -> Grads {
     const Tensor& x = sx.get();

@@ -190,7 +190,7 @@ class CudaBackend final : public Backend {
     VT_ASSERT(a.shape[nd - 2] == M && b.shape[nd - 2] == K && b.shape[nd - 1] == N);
     VT_CHECK(is_float(c.dtype), "matmul: dtype {} is not supported (expected float32 or float64)",
              dtype_name(c.dtype));
-    if (M == 0 || N == 0) return;
+    if (c.numel() == 0) return;  // M, N or a batch dim is 0
     if (K == 0) {
       if (!accumulate) fill(c, 0);
       return;

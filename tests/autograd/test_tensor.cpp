@@ -147,6 +147,8 @@ TEST_CASE("devices: parsing, and a clear error for a backend this build lacks") 
   if (!backend_available(DeviceType::CUDA)) {
     CHECK_ERROR_CONTAINS(ops::zeros({2}).to(Device::parse("cuda")), "cuda", "no backend");
   }
+  CHECK_ERROR_CONTAINS(ops::zeros({2}).to(Device::parse("cuda:1")), "device cuda:1",
+                       "one GPU, cuda:0", "CUDA_VISIBLE_DEVICES");
 }
 
 TEST_CASE("tensor: a shape whose byte count overflows is an error, not a small allocation") {

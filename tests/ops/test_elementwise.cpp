@@ -84,6 +84,12 @@ TEST_CASE("clamp: gradient passes at the bounds (inclusive, as PyTorch)") {
   check_close(ops::clamp(ops::tensor({-3, 3}), std::nullopt, 1.0), {-3, 1});
 }
 
+TEST_CASE("clamp: int64 with one bound keeps the other side as it is") {
+  Tensor x = ops::from_vector(std::vector<int64_t>{-5, 0, 7});
+  CHECK(ops::clamp(x, 0.0, std::nullopt).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 7});
+  CHECK(ops::clamp(x, std::nullopt, 3.0).to_vector<int64_t>() == std::vector<int64_t>{-5, 0, 3});
+}
+
 TEST_CASE("elementwise: broadcasting gradients are summed to each operand's shape") {
   Tensor a = rand64({2, 1, 3}, 3), b = rand64({4, 1}, 4);
   check_grad([](const V& x) { return x[0] * x[1] + x[1]; }, {a, b});

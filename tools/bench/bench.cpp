@@ -42,13 +42,15 @@ nlohmann::json to_json(const Stats& s, bool with_runs) {
 }
 
 std::vector<double> time_repeats(const std::function<void()>& f, int64_t warmup, int64_t repeats,
-                                 int64_t steps) {
+                                 int64_t steps, const std::function<void()>& sync) {
   using clock = std::chrono::steady_clock;
   for (int64_t i = 0; i < warmup; ++i) f();
+  if (sync) sync();
   std::vector<double> seconds;
   for (int64_t r = 0; r < repeats; ++r) {
     const auto t0 = clock::now();
     for (int64_t i = 0; i < steps; ++i) f();
+    if (sync) sync();
     seconds.push_back(std::chrono::duration<double>(clock::now() - t0).count());
   }
   return seconds;

@@ -32,9 +32,10 @@ Stats stats_of(std::vector<double> values);
 nlohmann::json to_json(const Stats& s, bool with_runs = true);
 
 /// Calls f warmup times untimed, then `repeats` times `steps` calls, timed per repeat: the
-/// seconds of each repeat.
+/// seconds of each repeat. sync (when given) runs after the warm-up and at the end of each
+/// repeat, inside its time: on a GPU it waits for the queued work, as torch.cuda.synchronize.
 std::vector<double> time_repeats(const std::function<void()>& f, int64_t warmup, int64_t repeats,
-                                 int64_t steps);
+                                 int64_t steps, const std::function<void()>& sync = {});
 
 /// The best GFLOP/s of an n x n x n float32 matmul over a few calls: on the CPU one OpenBLAS
 /// sgemm with the current threads, on a GPU one cuBLAS call at the current matmul precision.
