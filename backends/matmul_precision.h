@@ -1,9 +1,9 @@
 // float32 matrix products on the GPU, as torch.set_float32_matmul_precision:
 //   "highest"  full float32 (the default)
 //   "high"     TF32 tensor cores: inputs rounded to a 10-bit mantissa, float32 accumulation
-//   "medium"   bfloat16 tensor cores: inputs rounded to bfloat16 (8-bit mantissa), float32
-//              accumulation and output; the weights, their gradients and everything outside
-//              the products stay float32 (vitrine-train's train.precision bf16)
+//   "medium"   bfloat16 tensor cores: inputs rounded to bfloat16 (8-bit mantissa) inside cuBLAS,
+//              float32 accumulation and output; the weights, their gradients and everything
+//              outside the products stay float32 (vitrine-train's train.precision bf16)
 // The CPU always computes in full float32.
 #pragma once
 #include <cstdint>

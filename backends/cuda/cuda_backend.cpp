@@ -8,7 +8,8 @@
 //     allocation tried again;
 //   - cuBLAS: gemm and the products of attention (row-major products as column-major ones with
 //     the operands swapped); float32 products in TF32 under set_float32_matmul_precision("high"),
-//     with bfloat16 inputs (converted here) and float32 accumulation under "medium".
+//     with inputs rounded to bfloat16 inside cuBLAS (CUBLAS_COMPUTE_32F_FAST_16BF) and float32
+//     accumulation under "medium".
 // The interface is backends/backend.h, the same one the CPU implements; the CPU is the reference
 // every kernel here is tested against (tests/backends/test_cuda_ops.cpp).
 #include <cublas_v2.h>
@@ -195,16 +196,9 @@ class CudaBackend final : public Backend {
       if (!accumulate) fill(c, 0);
       return;
     }
-    if (c.dtype == DType::Float32 && float32_matmul_precision() == MatmulPrecision::Medium) {
-      // bfloat16 copies of the operands (contiguous, broadcast dims materialised).
-      StoragePtr sa = allocate(a.numel() * 2), sb = allocate(b.numel() * 2);
-      const Strided a16 = bf16_copy(a, sa), b16 = bf16_copy(b, sb);
-      gemm_batched(a16, b16, c, accumulate, M, N, K);
-      return;
-    }
     gemm_batched(a, b, c, accumulate, M, N, K);
   }
-  /// gemm over the batch dims of c: a and b float32/float64, or both bfloat16 with c float32.
+  /// gemm over the batch dims of c (a, b and c of one dtype).
   void gemm_batched(const Strided& a, const Strided& b, const Strided& c, bool accumulate,
                     int64_t M, int64_t N, int64_t K) {
     const int nd = c.shape.size();
@@ -225,7 +219,7 @@ class CudaBackend final : public Backend {
       }
     }
     const int64_t outer = c.numel() / (M * N * inner);
-    const size_t es = dtype_size(a.dtype), ces = dtype_size(c.dtype);
+    const size_t es = dtype_size(c.dtype);
     for (int64_t o = 0; o < outer; ++o) {
       int64_t oa_off = 0, ob_off = 0, rest = o;
       for (int d = first - 1; d >= 0; --d) {
@@ -238,7 +232,7 @@ class CudaBackend final : public Backend {
       pa.data = static_cast<const char*>(a.data) + oa_off * es;
       pb.data = static_cast<const char*>(b.data) + ob_off * es;
       gemm_rm(a.dtype, M, N, K, 1.0, pa, pb, accumulate ? 1.0 : 0.0,
-              static_cast<char*>(c.data) + o * inner * M * N * ces, N, M * N, inner);
+              static_cast<char*>(c.data) + o * inner * M * N * es, N, M * N, inner);
     }
   }
 
@@ -460,17 +454,11 @@ class CudaBackend final : public Backend {
     return o;
   }
 
-  /// x converted to a contiguous bfloat16 copy in storage s.
-  Strided bf16_copy(const Strided& x, const StoragePtr& s) {
-    Strided y{s->data, DType::BFloat16, x.shape, contiguous_strides(x.shape)};
-    check_launch(cuda::copy(view(x), view(y), stream_), "matmul's bfloat16 copy", x.dtype);
-    return y;
-  }
-
   /// Row-major C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C (ldc), batch times, C's batch
-  /// stride c_batch. t: the dtype of A and B (bfloat16 inputs write a float32 C). cuBLAS is
-  /// column-major: a row-major matrix is its transpose, so C^T = op(B)^T op(A)^T is computed with B
-  /// first.
+  /// stride c_batch. float32 products follow set_float32_matmul_precision: full float32, TF32
+  /// ("high"), or inputs rounded to bfloat16 inside cuBLAS ("medium"), always accumulating in
+  /// float32. cuBLAS is column-major: a row-major matrix is its transpose, so C^T = op(B)^T
+  /// op(A)^T is computed, with B first.
   void gemm_rm(DType t, int64_t M, int64_t N, int64_t K, double alpha, const Operand& a,
                const Operand& b, double beta, void* c, int64_t ldc, int64_t c_batch,
                int64_t batch) {
@@ -486,14 +474,14 @@ class CudaBackend final : public Backend {
                                      CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT);
     } else {
       const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
-      const cudaDataType_t in = t == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_32F;
-      const cublasComputeType_t ct =
-          t == DType::Float32 && float32_matmul_precision() == MatmulPrecision::High
-              ? CUBLAS_COMPUTE_32F_FAST_TF32
-              : CUBLAS_COMPUTE_32F;
-      s = cublasGemmStridedBatchedEx(blas_, opb, opa, N, M, K, &al, b.data, in, ld(b.ld),
-                                     b.batch_stride, a.data, in, ld(a.ld), a.batch_stride, &be, c,
-                                     CUDA_R_32F, ld(ldc), c_batch, batch, ct, CUBLAS_GEMM_DEFAULT);
+      const MatmulPrecision p = float32_matmul_precision();
+      const cublasComputeType_t ct = p == MatmulPrecision::High     ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                     : p == MatmulPrecision::Medium ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                    : CUBLAS_COMPUTE_32F;
+      s = cublasGemmStridedBatchedEx(blas_, opb, opa, N, M, K, &al, b.data, CUDA_R_32F, ld(b.ld),
+                                     b.batch_stride, a.data, CUDA_R_32F, ld(a.ld), a.batch_stride,
+                                     &be, c, CUDA_R_32F, ld(ldc), c_batch, batch, ct,
+                                     CUBLAS_GEMM_DEFAULT);
     }
     check_blas(s, "gemm");
   }
