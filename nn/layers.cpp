@@ -57,8 +57,9 @@ Tensor DropPath::forward(const Tensor& x) {
   if (!is_training() || p == 0) return x;
   Dims mask_shape = Dims::filled(x.dim(), 1);
   mask_shape[0] = x.size(0);
-  Tensor keep = ops::ge(ops::rand(mask_shape, *gen_, x.dtype()), ops::scalar(p, x.dtype()));
-  Tensor mask = keep.to(x.dtype()).to(x.device()) * (1.0 / (1.0 - p));
+  Tensor keep = ops::ge(ops::rand(mask_shape, *gen_, x.dtype(), 0, 1, x.device()),
+                        ops::scalar(p, x.dtype(), x.device()));
+  Tensor mask = keep.to(x.dtype()) * (1.0 / (1.0 - p));
   return x * mask;
 }
 

@@ -71,21 +71,21 @@ Tensor tensor(std::initializer_list<double> values, DType dtype) {
   return from_host(std::vector<double>(values), {static_cast<int64_t>(values.size())}, dtype);
 }
 
-Tensor rand(const Dims& shape, Generator& gen, DType dtype, double lo, double hi) {
-  Tensor t = Tensor::empty(shape, dtype);
+Tensor rand(const Dims& shape, Generator& gen, DType dtype, double lo, double hi, Device device) {
+  Tensor t = Tensor::empty(shape, dtype, device);
   t.backend().uniform(t.strided(), gen.seed(), gen.advance(t.numel()), lo, hi);
   return t;
 }
 
-Tensor randn(const Dims& shape, Generator& gen, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
+Tensor randn(const Dims& shape, Generator& gen, DType dtype, Device device) {
+  Tensor t = Tensor::empty(shape, dtype, device);
   t.backend().normal(t.strided(), gen.seed(), gen.advance(t.numel()), 0, 1);
   return t;
 }
 
-Tensor randint(int64_t lo, int64_t hi, const Dims& shape, Generator& gen) {
+Tensor randint(int64_t lo, int64_t hi, const Dims& shape, Generator& gen, Device device) {
   VT_CHECK(hi > lo, "randint: empty range [{}, {})", lo, hi);
-  Tensor t = Tensor::empty(shape, kInt64);
+  Tensor t = Tensor::empty(shape, kInt64, device);
   t.backend().randint(t.strided(), gen.seed(), gen.advance(t.numel()), lo, hi);
   return t;
 }

@@ -189,7 +189,7 @@ Tensor dropout(const Tensor& x, double p, bool train, Generator& gen) {
     if (p == 1) {  // as PyTorch: x * 0 (so NaN stays NaN), no random numbers drawn
       mask = zeros(x.shape(), x.dtype(), x.device());
     } else {
-      Tensor u = rand(x.shape(), gen, x.dtype()).to(x.device());
+      Tensor u = rand(x.shape(), gen, x.dtype(), 0, 1, x.device());
       Tensor keep = ge(u, scalar(p, x.dtype(), x.device()));
       mask = mul(to_dtype(keep, x.dtype()), 1.0 / (1.0 - p));
     }

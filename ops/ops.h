@@ -32,13 +32,16 @@ Tensor from_vector(const std::vector<double>& values, const Dims& shape = {},
 Tensor from_vector(const std::vector<float>& values, const Dims& shape = {});
 Tensor from_vector(const std::vector<int64_t>& values, const Dims& shape = {});
 Tensor tensor(std::initializer_list<double> values, DType dtype = kFloat32);
-/// U[lo, hi)
+/// U[lo, hi). Element i is a function of (gen's seed, its offset + i) only (Philox4x32-10), so
+/// every device draws the same numbers.
 Tensor rand(const Dims& shape, Generator& gen = default_generator(), DType dtype = kFloat32,
-            double lo = 0, double hi = 1);
+            double lo = 0, double hi = 1, Device device = kCPU);
 /// N(0, 1)
-Tensor randn(const Dims& shape, Generator& gen = default_generator(), DType dtype = kFloat32);
+Tensor randn(const Dims& shape, Generator& gen = default_generator(), DType dtype = kFloat32,
+             Device device = kCPU);
 /// integers in [lo, hi)
-Tensor randint(int64_t lo, int64_t hi, const Dims& shape, Generator& gen = default_generator());
+Tensor randint(int64_t lo, int64_t hi, const Dims& shape, Generator& gen = default_generator(),
+               Device device = kCPU);
 
 // ---- elementwise (elementwise.cpp) ----------------------------------------------------------
 /// a + alpha * b

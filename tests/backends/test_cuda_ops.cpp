@@ -220,6 +220,19 @@ TEST_CASE("cuda ops: out-of-range indices and targets are the CPU's errors") {
   CHECK(std::isfinite(ops::cross_entropy(x, ok).item()));
 }
 
+TEST_CASE("cuda ops: random numbers are the CPU's (Philox at the same counters)") {
+  if (!gpu_or_skip()) return;
+  for (DType t : {kFloat32, kFloat64}) {
+    Generator a(5), b(5);
+    check_close(ops::rand({1000}, b, t, -2, 3, kGpu).to(kCPU), ops::rand({1000}, a, t, -2, 3), 0,
+                0);
+    check_close(ops::randn({1000}, b, t, kGpu).to(kCPU), ops::randn({1000}, a, t), 1e-12, 1e-6);
+  }
+  Generator a(6), b(6);
+  CHECK(ops::randint(-3, 100, {1000}, b, kGpu).to(kCPU).to_vector<int64_t>() ==
+        ops::randint(-3, 100, {1000}, a).to_vector<int64_t>());
+}
+
 TEST_CASE("cuda ops: 16-bit conversions round as on the CPU") {
   if (!gpu_or_skip()) return;
   const Tensor x = randn({1000}, 24, 100.0);
