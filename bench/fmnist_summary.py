@@ -34,7 +34,7 @@ def torch_epochs(path):
 def first_at(rows, target=0.90):
     for epoch, seconds, acc in rows:
         if acc >= target:
-            return f"{seconds / 60:.1f} min (epoch {epoch})"
+            return f"reached after {seconds / 60:.1f} min (epoch {epoch})"
     return "not reached"
 
 
@@ -56,7 +56,7 @@ def main(argv):
     print()
     for name, rows in (("Vitrine", v), ("PyTorch", t)):
         final = f"{100 * rows[-1][2]:.2f}% after {rows[-1][1] / 60:.1f} min" if rows else "no data"
-        print(f"- {name}: 90% test accuracy at {first_at(rows)}; final {final}")
+        print(f"- {name}: 90% test accuracy {first_at(rows)}; final {final}")
     if v and t:
         print(f"- training time ratio (PyTorch / Vitrine, {min(len(v), len(t))} epochs): "
               f"{t[min(len(v), len(t)) - 1][1] / v[min(len(v), len(t)) - 1][1]:.2f}")

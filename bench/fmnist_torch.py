@@ -74,7 +74,7 @@ epoch), "train_loss" (mean label-smoothed batch loss), "train_accuracy", "test_a
 final test accuracy and the train_seconds at which test accuracy first reached 0.90.
 
 Train keys that do not apply here (eval_every, log_every, early_stopping_patience, test_each_epoch,
-out, data.workers) are ignored; accum_steps != 1, ema_decay, finetune, freeze_backbone, a device
+precision (a GPU setting), out, data.workers) are ignored; accum_steps != 1, ema_decay, finetune, freeze_backbone, a device
 other than "cpu" and optimizers other than adamw are errors.
 """
 
@@ -102,7 +102,7 @@ SECTION_KEYS = {
     "schedule": ["name", "warmup_epochs", "min_lr_factor", "step_epochs", "gamma"],
     "train": ["epochs", "seed", "eval_every", "log_every", "early_stopping_patience",
               "accum_steps", "ema_decay", "test_each_epoch", "finetune", "freeze_backbone",
-              "device", "out"],
+              "device", "precision", "out"],
 }
 TRANSFORM_KEYS = ["resize", "center_crop", "random_crop", "hflip", "mean", "std"]
 SIZE_KEYS = ["model.image_size", "data.transforms.resize", "data.transforms.center_crop",
