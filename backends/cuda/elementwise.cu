@@ -24,6 +24,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backends/cuda/dispatch.cuh"
 #include "backends/cuda/kernels.cuh"
 
 namespace vitrine::cuda {
@@ -198,30 +199,6 @@ cudaError_t dispatch_storage(Dt t, F&& f) {
       return f.template operator()<F16>();
   }
   return cudaErrorInvalidValue;
-}
-/// float32 and float64 (the CPU's dispatch_float).
-template <typename F>
-cudaError_t dispatch_float(Dt t, F&& f) {
-  switch (t) {
-    case Dt::F32:
-      return f.template operator()<float>();
-    case Dt::F64:
-      return f.template operator()<double>();
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-/// As dispatch_float, plus int64 (the CPU's dispatch_numeric).
-template <typename F>
-cudaError_t dispatch_numeric(Dt t, F&& f) {
-  if (t == Dt::I64) return f.template operator()<int64_t>();
-  return dispatch_float(t, f);
-}
-/// As dispatch_numeric, plus bool (the CPU's dispatch_all).
-template <typename F>
-cudaError_t dispatch_all(Dt t, F&& f) {
-  if (t == Dt::Bool) return f.template operator()<bool>();
-  return dispatch_numeric(t, f);
 }
 
 // ---- operands and the two loops --------------------------------------------------------------

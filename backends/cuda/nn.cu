@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/dispatch.cuh"
 #include "backends/cuda/kernels.cuh"
 
 namespace vitrine::cuda {
@@ -437,21 +438,13 @@ RowLaunch row_launch(int64_t rows, int64_t cols) {
   return {dim3(static_cast<unsigned>(blocks)), dim3(per_row, rows_per_block)};
 }
 
-/// Calls f.template operator()<T>() with T = float or double, then returns the launch status;
-/// cudaErrorInvalidValue for other dtypes.
+/// dispatch_float for launchers whose f only launches: the status is the launch's.
 template <typename F>
-cudaError_t dispatch_float(Dt t, F&& f) {
-  switch (t) {
-    case Dt::F32:
-      f.template operator()<float>();
-      break;
-    case Dt::F64:
-      f.template operator()<double>();
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+cudaError_t launch_float(Dt t, F&& f) {
+  return dispatch_float(t, [&]<typename T>() {
+    f.template operator()<T>();
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace
@@ -465,7 +458,7 @@ cudaError_t softmax(const View& x, const View& y, bool log, cudaStream_t stream)
   rows_cols(x, rows, cols);
   if (rows == 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, cols);
-  return dispatch_float(x.dtype, [&]<typename T>() {
+  return launch_float(x.dtype, [&]<typename T>() {
     const T* xp = static_cast<const T*>(x.data);
     T* yp = static_cast<T*>(y.data);
     if (log)
@@ -484,7 +477,7 @@ cudaError_t softmax_backward(const View& y, const View& dy, const View& dx, bool
   rows_cols(y, rows, cols);
   if (rows == 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, cols);
-  return dispatch_float(y.dtype, [&]<typename T>() {
+  return launch_float(y.dtype, [&]<typename T>() {
     const T* yp = static_cast<const T*>(y.data);
     const T* gp = static_cast<const T*>(dy.data);
     T* dp = static_cast<T*>(dx.data);
@@ -506,7 +499,7 @@ cudaError_t layer_norm(const View& x, const View& w, const View& b, double eps, 
   if (rows == 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, cols);
   const Stat ms{mean.data, mean.dtype == Dt::F64}, rs{rstd.data, rstd.dtype == Dt::F64};
-  return dispatch_float(x.dtype, [&]<typename T>() {
+  return launch_float(x.dtype, [&]<typename T>() {
     const T* xp = static_cast<const T*>(x.data);
     const T* wp = static_cast<const T*>(w.data);
     const T* bp = static_cast<const T*>(b.data);
@@ -540,7 +533,7 @@ cudaError_t layer_norm_backward(const View& x, const View& w, const View& mean, 
   if (!want_dx && !want_params) return cudaSuccess;
   if (rows > 0 && (!mean.data || !rstd.data)) return cudaErrorInvalidValue;
   const Stat ms{mean.data, mean.dtype == Dt::F64}, rs{rstd.data, rstd.dtype == Dt::F64};
-  return dispatch_float(x.dtype, [&]<typename T>() {
+  return launch_float(x.dtype, [&]<typename T>() {
     const T* xp = static_cast<const T*>(x.data);
     const T* wp = static_cast<const T*>(w.data);
     const T* gp = static_cast<const T*>(dy.data);
@@ -581,7 +574,7 @@ cudaError_t cross_entropy(const View& logits, const View& target, int64_t ignore
   if (rows == 0) return cudaSuccess;
   const int64_t tstride = target.ndim == 0 ? 1 : target.strides[0];
   const RowLaunch l = row_launch(rows, classes);
-  return dispatch_float(logits.dtype, [&]<typename T>() {
+  return launch_float(logits.dtype, [&]<typename T>() {
     cross_entropy_kernel<T><<<l.grid, l.block, 0, stream>>>(
         static_cast<const T*>(logits.data), static_cast<const int64_t*>(target.data), tstride,
         ignore_index, label_smoothing, static_cast<T*>(loss.data), rows, classes);
@@ -600,7 +593,7 @@ cudaError_t cross_entropy_backward(const View& logits, const View& target, int64
   if (rows == 0 || classes == 0) return cudaSuccess;
   const int64_t tstride = target.ndim == 0 ? 1 : target.strides[0];
   const RowLaunch l = row_launch(rows, classes);
-  return dispatch_float(logits.dtype, [&]<typename T>() {
+  return launch_float(logits.dtype, [&]<typename T>() {
     cross_entropy_backward_kernel<T><<<l.grid, l.block, 0, stream>>>(
         static_cast<const T*>(logits.data), static_cast<const int64_t*>(target.data), tstride,
         ignore_index, label_smoothing, static_cast<const T*>(dloss.data),
@@ -614,7 +607,7 @@ cudaError_t scaled_softmax_rows(const View& s, int64_t rows, int64_t n, double s
   if (!is_float(s.dtype)) return cudaErrorInvalidValue;
   if (rows == 0 || n == 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, n);
-  return dispatch_float(s.dtype, [&]<typename T>() {
+  return launch_float(s.dtype, [&]<typename T>() {
     scaled_softmax_kernel<T>
         <<<l.grid, l.block, 0, stream>>>(static_cast<T*>(s.data), rows, n, static_cast<T>(scale));
   });
@@ -626,7 +619,7 @@ cudaError_t scaled_softmax_rows_backward(const View& p, const View& dp, int64_t 
   if (!is_float(p.dtype) || dp.dtype != p.dtype) return cudaErrorInvalidValue;
   if (rows == 0 || n == 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, n);
-  return dispatch_float(p.dtype, [&]<typename T>() {
+  return launch_float(p.dtype, [&]<typename T>() {
     scaled_softmax_backward_kernel<T><<<l.grid, l.block, 0, stream>>>(
         static_cast<const T*>(p.data), static_cast<T*>(dp.data), rows, n, static_cast<T>(scale));
   });

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/dispatch.cuh"
 #include "backends/cuda/kernels.cuh"
 
 namespace vitrine::cuda {
@@ -269,10 +270,11 @@ bool make_index_walk(const View& big, int dim, const View& index, const View& sm
   return true;
 }
 
-/// y[outer, i, inner] = x[outer, index[i], inner].   x, y: any strides; index: [n] int64.
-template <typename T>
-__global__ void index_select_kernel(const T* x, const int64_t* index, T* y, IndexWalk w,
-                                    int64_t total) {
+/// y[yo] = x[xo] for every element e of a walk, (xo, yo) = w.offsets(e, index): index_select
+/// (IndexWalk: y[outer, i, inner] = x[outer, index[i], inner]) and gather (GatherWalk: y[c] =
+/// x[c with c[dim] = index[c]]).   x, y, index: any strides; index int64.
+template <typename T, typename Walk>
+__global__ void walk_copy_kernel(const T* x, const int64_t* index, T* y, Walk w, int64_t total) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += step) {
@@ -282,10 +284,10 @@ __global__ void index_select_kernel(const T* x, const int64_t* index, T* y, Inde
   }
 }
 
-/// y[outer, index[i], inner] += src[outer, i, inner].   y, src: any strides; index: [n] int64.
-template <typename T>
-__global__ void index_add_kernel(T* y, const int64_t* index, const T* src, IndexWalk w,
-                                 int64_t total) {
+/// y[yo] += src[so] atomically for every element e of a walk, (yo, so) = w.offsets(e, index):
+/// index_add (IndexWalk) and scatter_add (GatherWalk).
+template <typename T, typename Walk>
+__global__ void walk_add_kernel(T* y, const int64_t* index, const T* src, Walk w, int64_t total) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += step) {
@@ -345,64 +347,6 @@ bool make_gather_walk(const View& big, int dim, const View& index, const View& s
   return true;
 }
 
-/// y[c] = x[c with c[dim] = index[c]].   x, y, index: any strides; index int64, shaped like y.
-template <typename T>
-__global__ void gather_kernel(const T* x, const int64_t* index, T* y, GatherWalk w, int64_t total) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += step) {
-    int64_t xo, yo;
-    w.offsets(e, index, xo, yo);
-    y[yo] = x[xo];
-  }
-}
-
-/// y[c with c[dim] = index[c]] += src[c].   y, src, index: any strides; index shaped like src.
-template <typename T>
-__global__ void scatter_add_kernel(T* y, const int64_t* index, const T* src, GatherWalk w,
-                                   int64_t total) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += step) {
-    int64_t yo, so;
-    w.offsets(e, index, yo, so);
-    atomic_add(y + yo, src[so]);
-  }
-}
-
-/// Calls f.template operator()<T>() for the CPU's dispatch_all dtypes (float32, float64, int64,
-/// bool); cudaErrorInvalidValue for the others.
-template <typename F>
-cudaError_t dispatch_all(Dt t, F&& f) {
-  switch (t) {
-    case Dt::F32:
-      return f.template operator()<float>();
-    case Dt::F64:
-      return f.template operator()<double>();
-    case Dt::I64:
-      return f.template operator()<int64_t>();
-    case Dt::Bool:
-      return f.template operator()<bool>();
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
-/// As dispatch_all for the CPU's dispatch_numeric dtypes (float32, float64, int64).
-template <typename F>
-cudaError_t dispatch_numeric(Dt t, F&& f) {
-  switch (t) {
-    case Dt::F32:
-      return f.template operator()<float>();
-    case Dt::F64:
-      return f.template operator()<double>();
-    case Dt::I64:
-      return f.template operator()<int64_t>();
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t reduce(Reduce op, const View& x, const View& y, cudaStream_t stream) {
@@ -438,7 +382,7 @@ cudaError_t index_select(const View& x, int dim, const View& index, const View& 
   if (!make_index_walk(x, dim, index, y, w, total)) return cudaErrorInvalidValue;
   return dispatch_all(x.dtype, [&]<typename T>() -> cudaError_t {
     if (total == 0) return cudaSuccess;
-    index_select_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+    walk_copy_kernel<T, IndexWalk><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(x.data), static_cast<const int64_t*>(index.data),
         static_cast<T*>(y.data), w, total);
     return cudaGetLastError();
@@ -453,7 +397,7 @@ cudaError_t index_add(const View& y, int dim, const View& index, const View& src
   if (!make_index_walk(y, dim, index, src, w, total)) return cudaErrorInvalidValue;
   return dispatch_numeric(y.dtype, [&]<typename T>() -> cudaError_t {
     if (total == 0) return cudaSuccess;
-    index_add_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+    walk_add_kernel<T, IndexWalk><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
         static_cast<T*>(y.data), static_cast<const int64_t*>(index.data),
         static_cast<const T*>(src.data), w, total);
     return cudaGetLastError();
@@ -467,7 +411,7 @@ cudaError_t gather(const View& x, int dim, const View& index, const View& y, cud
   const int64_t total = index.numel();
   return dispatch_all(x.dtype, [&]<typename T>() -> cudaError_t {
     if (total == 0) return cudaSuccess;
-    gather_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+    walk_copy_kernel<T, GatherWalk><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(x.data), static_cast<const int64_t*>(index.data),
         static_cast<T*>(y.data), w, total);
     return cudaGetLastError();
@@ -482,7 +426,7 @@ cudaError_t scatter_add(const View& y, int dim, const View& index, const View& s
   const int64_t total = index.numel();
   return dispatch_numeric(y.dtype, [&]<typename T>() -> cudaError_t {
     if (total == 0) return cudaSuccess;
-    scatter_add_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+    walk_add_kernel<T, GatherWalk><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
         static_cast<T*>(y.data), static_cast<const int64_t*>(index.data),
         static_cast<const T*>(src.data), w, total);
     return cudaGetLastError();

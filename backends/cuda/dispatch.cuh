@@ -1,0 +1,39 @@
+// dtype dispatch for the CUDA launchers, the CPU's dispatch_float / dispatch_numeric /
+// dispatch_all (backends/dtype.h) with a status instead of an exception: each calls
+// f.template operator()<T>() (which returns a cudaError_t) for the dtypes it takes, and returns
+// cudaErrorInvalidValue for the others (the Backend class turns that into an Error naming the op).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels.cuh"
+
+namespace vitrine::cuda {
+
+/// float32 and float64.
+template <typename F>
+cudaError_t dispatch_float(Dt t, F&& f) {
+  switch (t) {
+    case Dt::F32:
+      return f.template operator()<float>();
+    case Dt::F64:
+      return f.template operator()<double>();
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+/// As dispatch_float, plus int64.
+template <typename F>
+cudaError_t dispatch_numeric(Dt t, F&& f) {
+  if (t == Dt::I64) return f.template operator()<int64_t>();
+  return dispatch_float(t, f);
+}
+/// As dispatch_numeric, plus bool.
+template <typename F>
+cudaError_t dispatch_all(Dt t, F&& f) {
+  if (t == Dt::Bool) return f.template operator()<bool>();
+  return dispatch_numeric(t, f);
+}
+
+}  // namespace vitrine::cuda
