@@ -5,6 +5,8 @@
 #include <array>
 #include <cstdint>
 
+#include "backends/philox.h"
+
 namespace vitrine {
 
 class Generator {
@@ -34,25 +36,10 @@ Generator& default_generator();
 /// Seeds the default generator.
 void manual_seed(uint64_t seed);
 
-/// Philox4x32-10: four 32-bit random words for a 128-bit counter (here: counter = (index, 0))
-/// under a 64-bit key. Pure function; the CUDA backend uses the same rounds.
+/// Philox4x32-10 (backends/philox.h, which the CUDA kernels call too) as an array.
 inline std::array<uint32_t, 4> philox4x32(uint64_t index, uint64_t key) {
-  uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32), c2 = 0,
-           c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  for (int r = 0; r < 10; ++r) {
-    uint64_t p0 = static_cast<uint64_t>(kM0) * c0, p1 = static_cast<uint64_t>(kM1) * c2;
-    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-    c1 = static_cast<uint32_t>(p1);
-    c3 = static_cast<uint32_t>(p0);
-    c0 = n0;
-    c2 = n2;
-    k0 += kW0;
-    k1 += kW1;
-  }
-  return {c0, c1, c2, c3};
+  const PhiloxWords p = philox_words(index, key);
+  return {p.w[0], p.w[1], p.w[2], p.w[3]};
 }
 
 }  // namespace vitrine

@@ -1,7 +1,8 @@
-// dtype dispatch for the CUDA launchers, the CPU's dispatch_float / dispatch_numeric /
-// dispatch_all (backends/dtype.h) with a status instead of an exception: each calls
-// f.template operator()<T>() (which returns a cudaError_t) for the dtypes it takes, and returns
-// cudaErrorInvalidValue for the others (the Backend class turns that into an Error naming the op).
+// Launch sizes and dtype dispatch for the CUDA launchers. The dispatch is the CPU's
+// dispatch_float / dispatch_numeric / dispatch_all (backends/dtype.h) with a status instead of an
+// exception: each calls f.template operator()<T>() (which returns a cudaError_t) for the dtypes it
+// takes, and returns cudaErrorInvalidValue for the others (the Backend class turns that into an
+// Error naming the op).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,6 +11,17 @@
 #include "backends/cuda/kernels.cuh"
 
 namespace vitrine::cuda {
+
+/// Threads per block of the grid-stride kernels.
+constexpr int kThreads = 256;
+
+/// Blocks for a grid-stride loop over `items` work items, per_block of them per block (items >
+/// 0); at most 65535 * 8 (the loops cover any remainder).
+inline unsigned blocks_for(int64_t items, int64_t per_block = kThreads) {
+  constexpr int64_t kMaxBlocks = 65535 * 8;
+  const int64_t b = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
+}
 
 /// float32 and float64.
 template <typename F>

@@ -26,18 +26,11 @@
 
 #include "backends/cuda/dispatch.cuh"
 #include "backends/cuda/kernels.cuh"
+#include "backends/philox.h"
 
 namespace vitrine::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535 * 8;
-
-/// Blocks for a grid-stride loop over n elements (n > 0).
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
 
 constexpr double kSqrt1_2 = 0.70710678118654752440;      // 1/sqrt(2)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2 pi)
@@ -295,31 +288,6 @@ struct ArangeFn {
 
 // ---- random numbers --------------------------------------------------------------------------
 
-struct Words {
-  uint32_t w[4];
-};
-
-/// Philox4x32-10 of backends/generator.h: counter (index, 0), 64-bit key.
-__device__ inline Words philox4x32(uint64_t index, uint64_t key) {
-  uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32), c2 = 0,
-           c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-#pragma unroll
-  for (int r = 0; r < 10; ++r) {
-    uint64_t p0 = static_cast<uint64_t>(kM0) * c0, p1 = static_cast<uint64_t>(kM1) * c2;
-    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-    c1 = static_cast<uint32_t>(p1);
-    c3 = static_cast<uint32_t>(p0);
-    c0 = n0;
-    c2 = n2;
-    k0 += kW0;
-    k1 += kW1;
-  }
-  return {{c0, c1, c2, c3}};
-}
-
 /// 53 random bits from words (hi, lo), as a double in [0, 2^53).
 __device__ inline double bits53(uint32_t hi, uint32_t lo) {
   return static_cast<double>((static_cast<uint64_t>(hi) << 32 | lo) >> 11);
@@ -332,7 +300,7 @@ struct UniformFn {
   uint64_t seed, offset;
   double lo, span;  // span = hi - lo
   __device__ T operator()(int64_t i) const {
-    const Words r = philox4x32(offset + static_cast<uint64_t>(i), seed);
+    const PhiloxWords r = philox_words(offset + static_cast<uint64_t>(i), seed);
     double u;
     if constexpr (std::is_same_v<T, float>)
       u = static_cast<float>(r.w[0] >> 8) * (1.0f / 16777216.0f);
@@ -349,7 +317,7 @@ struct NormalFn {
   uint64_t seed, offset;
   double mean, stddev;
   __device__ T operator()(int64_t i) const {
-    const Words r = philox4x32(offset + static_cast<uint64_t>(i), seed);
+    const PhiloxWords r = philox_words(offset + static_cast<uint64_t>(i), seed);
     const double u1 = fmul(fadd(bits53(r.w[0], r.w[1]), 1.0), 1.0 / 9007199254740992.0);
     const double u2 = fmul(bits53(r.w[2], r.w[3]), 1.0 / 9007199254740992.0);
     const double z = fmul(::sqrt(fmul(-2.0, ::log(u1))), ::cos(fmul(2.0 * kPi, u2)));
@@ -361,7 +329,7 @@ struct NormalFn {
 struct RandintFn {
   uint64_t seed, offset, lo, range;
   __device__ int64_t operator()(int64_t i) const {
-    const Words r = philox4x32(offset + static_cast<uint64_t>(i), seed);
+    const PhiloxWords r = philox_words(offset + static_cast<uint64_t>(i), seed);
     const uint64_t x = static_cast<uint64_t>(r.w[0]) << 32 | r.w[1];
     return static_cast<int64_t>(lo + x % range);
   }

@@ -8,19 +8,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cuda/dispatch.cuh"
 #include "backends/cuda/kernels.cuh"
 
 namespace vitrine::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-/// Blocks for a grid-stride loop over n elements (n > 0).
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65536 ? b : 65536);
-}
 
 // ---- IEEE operations, rounded once each, never contracted -----------------------------------
 __device__ inline float fadd(float a, float b) { return __fadd_rn(a, b); }

@@ -23,14 +23,6 @@ namespace vitrine::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover any remainder
-
-int blocks_for(int64_t items, int64_t per_block) {
-  const int64_t b = (items + per_block - 1) / per_block;
-  return static_cast<int>(b < kMaxBlocks ? b : kMaxBlocks);
-}
-
 /// A (shape, strides) space in elements: maps a flat row-major index to an element offset.
 struct Space {
   int ndim = 0;
@@ -458,10 +450,7 @@ cudaError_t first_out_of_range(const View& index, int64_t lo, int64_t hi, int64_
   set_max_kernel<<<1, 1, 0, stream>>>(f);
   const int64_t n = index.numel();
   if (n > 0) {
-    const int threads = 256;
-    const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65535);
-    first_out_of_range_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-        index, n, lo, hi, allowed, f);
+    first_out_of_range_kernel<<<blocks_for(n), kThreads, 0, stream>>>(index, n, lo, hi, allowed, f);
   }
   return cudaGetLastError();
 }
