@@ -163,6 +163,17 @@ class Backend {
   /// [..., M, N] contiguous; a and b may be transposed in their last two dims and broadcast
   /// (stride 0) in batch dims; all three share the batch shape.
   virtual void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) = 0;
+  /// c = a @ b + bias, bias [N] added to every row: a linear layer (a [M, K] and b [K, N] as
+  /// gemm's, c [M, N] contiguous, bias contiguous). This default writes the bias into every row
+  /// of c, then accumulates the product onto it; a backend may add it as c is written instead.
+  virtual void gemm_bias(const Strided& a, const Strided& b, const Strided& bias,
+                         const Strided& c) {
+    Strided rows = bias;
+    rows.shape = c.shape;
+    rows.strides = Dims{0, 1};
+    copy(rows, c);
+    gemm(a, b, c, /*accumulate=*/true);
+  }
 
   // Index ops along dim. index: int64, 1-D for the *_index ops, x-shaped for gather.
   /// y = x.index_select(dim, index)

@@ -83,8 +83,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor cb = gemm_ready(wt) ? wt : wt.contiguous();
   Tensor y = empty_on(x, {M, N}, x.dtype());
   Backend& be = x.backend();
-  if (bias.defined()) be.copy(broadcast_view(bias, {M, N}), y.strided());  // rows of b
-  be.gemm(ca.strided(), cb.strided(), y.strided(), /*accumulate=*/bias.defined());
+  if (bias.defined())
+    be.gemm_bias(ca.strided(), cb.strided(), bias.contiguous().strided(), y.strided());
+  else
+    be.gemm(ca.strided(), cb.strided(), y.strided(), /*accumulate=*/false);
   // dx = dy W, dW = dy^T x, db = sum over rows of dy: ops, so differentiable again.
   Tensor out =
       record(y, "linear", {x2, weight, bias},

@@ -29,6 +29,8 @@ class CpuBackend final : public Backend {
   void reduce(ReduceOp op, const Strided& x, const Strided& y) override;
   // gemm.cpp
   void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) override;
+  void gemm_bias(const Strided& a, const Strided& b, const Strided& bias,
+                 const Strided& c) override;
   // index.cpp
   void index_select(const Strided& x, int dim, const Strided& index, const Strided& y) override;
   void index_add(const Strided& y, int dim, const Strided& index, const Strided& src) override;

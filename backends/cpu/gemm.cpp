@@ -3,11 +3,13 @@
 // be row-major or transposed in its last two dims (ld taken from the strides) and broadcast
 // (stride 0) in its batch dims, so no copies are made. Many small products run in parallel over
 // the batch (OpenBLAS then runs single-threaded inside the OpenMP region); large ones use
-// OpenBLAS's own threads.
+// OpenBLAS's own threads. Large float32 products go to Vitrine's own GEMM (sgemm.cpp), which
+// packs only a transposed B.
 #include <cblas.h>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/sgemm.h"
 
 namespace vitrine::cpu {
 
@@ -61,10 +63,13 @@ void CpuBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool
       int64_t oa, ob;
       offsets(bi, oa, ob);
       T* cb = cp + bi * M * N;
-      if constexpr (std::is_same_v<T, float>)
+      if constexpr (std::is_same_v<T, float>) {
+        if (!small && own_sgemm(M, N, K, ap + oa, la.ld, la.trans, bp + ob, lb.ld, lb.trans, cb, N,
+                                accumulate))
+          return;
         cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, ap + oa, la.ld, bp + ob, lb.ld, beta, cb,
                     N);
-      else
+      } else
         cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, ap + oa, la.ld, bp + ob, lb.ld, beta, cb,
                     N);
     };
@@ -75,6 +80,21 @@ void CpuBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool
       for (int64_t bi = 0; bi < batch; ++bi) one(bi);
     }
   });
+}
+
+void CpuBackend::gemm_bias(const Strided& a, const Strided& b, const Strided& bias,
+                           const Strided& c) {
+  // Float32: the bias is added as the own GEMM stores C (no pass of its own).
+  if (c.dtype == DType::Float32 && c.shape.size() == 2 && a.shape.size() == 2) {
+    const int64_t M = c.shape[0], N = c.shape[1], K = a.shape[1];
+    if (M > 0 && N > 0 && K > 0) {
+      const Layout la = layout_of(a, M, K), lb = layout_of(b, K, N);
+      if (own_sgemm(M, N, K, a.ptr<float>(), la.ld, la.trans, b.ptr<float>(), lb.ld, lb.trans,
+                    c.ptr<float>(), N, false, bias.ptr<float>()))
+        return;
+    }
+  }
+  Backend::gemm_bias(a, b, bias, c);
 }
 
 }  // namespace vitrine::cpu

@@ -1,0 +1,221 @@
+// Vitrine's own float32 GEMM (see sgemm.h). The loop nest, from the outside in:
+//
+//   B row-major: read in place                     B[k][n] = b[k * ldb + n]
+//   B transposed (a weight): packed once           Bp[p][k][0..31], panels of 32 columns
+//   threads split the rows of C                    rows [m0, m1) each, in strips of 12
+//     for each depth slice k0 .. k0+kc (kc <= 256)
+//       for each block of up to 512 columns        B[k0..k0+kc, block]: at most 512 KiB, in L2
+//         for each 12-row strip of A               A[i..i+12, k0..k0+kc]: 12 KiB, stays in L1
+//           for each panel p of 32 columns
+//             micro-kernel: C[i..i+12, 32p..32p+32] (+)= A strip x panel, 24 zmm accumulators
+//
+// Each step of the micro-kernel's k loop loads two 16-float vectors of B and broadcasts 12
+// floats of A (one per row of the strip; A may be stored transposed, as dy^T in dW = dy^T x,
+// and then those 12 floats are contiguous), for 24 fused multiply-adds. Every element of C is a
+// plain sequential sum over k in float32, as OpenBLAS's is, computed by one thread whatever the
+// thread count; only the grouping into depth slices differs.
+#include "backends/cpu/sgemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define VT_HAVE_OWN_SGEMM 1
+#endif
+
+namespace vitrine::cpu {
+
+#ifdef VT_HAVE_OWN_SGEMM
+namespace {
+
+constexpr int kMR = 12;       // rows of a C tile
+constexpr int kNR = 32;       // columns of a C tile: two 16-float vectors
+constexpr int64_t kKC = 256;  // depth of one pass: a 12 x 256 strip of A is 12 KiB
+constexpr int64_t kNC = 512;  // columns of one block: a 256 x 512 block of B is 512 KiB
+
+bool enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("VITRINE_GEMM");
+    if (e != nullptr && std::string_view(e) == "openblas") return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return on;
+}
+
+/// The calling thread's packing buffer, grown as needed and kept (a training step asks for the
+/// same sizes every time, so after the first step nothing is allocated).
+float* pack_buffer(size_t floats) {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<float, Free> buf;
+  thread_local size_t cap = 0;
+  if (floats > cap) {
+    buf.reset(static_cast<float*>(std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64)));
+    cap = buf ? floats : 0;
+  }
+  return buf.get();
+}
+
+/// Packs panel p of a transposed B (B[k][n] = b[n * ldb + k]; columns 32p .. 32p+31, zero past
+/// N): bp[p][k][j] = B[k][32p + j]. Each weight row is read once and written as a column.
+void pack_panel(int64_t p, int64_t N, int64_t K, const float* b, int64_t ldb, float* bp) {
+  const int64_t n0 = p * kNR, cols = std::min<int64_t>(kNR, N - n0);
+  float* dst = bp + p * K * kNR;
+  if (cols < kNR)
+    for (int64_t k = 0; k < K; ++k)
+      std::memset(dst + k * kNR + cols, 0, (kNR - cols) * sizeof(float));
+  for (int64_t j = 0; j < cols; ++j) {
+    const float* src = b + (n0 + j) * ldb;
+    for (int64_t k = 0; k < K; ++k) dst[k * kNR + j] = src[k];
+  }
+}
+
+/// Where B's panels are: element B[k0 + k][32p + j] of the current slice is
+/// at[p * panel + k * row + j].
+struct PanelView {
+  const float* at;
+  int64_t panel, row;
+};
+
+/// C tile [MR, 32] (+)= A[MR, kc] B[kc, 32].
+///   a: A[i][k0], the strip's first element (A[r][k] = a[r * lda + k], or a[k * lda + r] when
+///      ATrans); b: B[k0][32p], row stride ldbk; Masked: load only B's existing columns (B read
+///      in place, last panel), else all 32 (packed panels are zero past N).
+///   load_c: add the tile's C; else bias (may be null): add bias[0..31] to every row.
+///   m0/m1: which of the tile's 32 columns exist in C.
+template <int MR, bool ATrans, bool Masked>
+__attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a, int64_t lda,
+                                                     const float* b, int64_t ldbk, float* c,
+                                                     int64_t ldc, bool load_c, const float* bias,
+                                                     __mmask16 m0, __mmask16 m1) {
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* bk = b + k * ldbk;
+    const __m512 b0 = Masked ? _mm512_maskz_loadu_ps(m0, bk) : _mm512_loadu_ps(bk);
+    const __m512 b1 = Masked ? _mm512_maskz_loadu_ps(m1, bk + 16) : _mm512_loadu_ps(bk + 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(ATrans ? a[k * lda + i] : a[i * lda + k]);
+      acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+    }
+  }
+  const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    if (bias) {
+      acc0[i] = _mm512_add_ps(bias0, acc0[i]);
+      acc1[i] = _mm512_add_ps(bias1, acc1[i]);
+    } else if (load_c) {
+      acc0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), acc0[i]);
+      acc1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), acc1[i]);
+    }
+    _mm512_mask_storeu_ps(ci, m0, acc0[i]);
+    _mm512_mask_storeu_ps(ci + 16, m1, acc1[i]);
+  }
+}
+
+using Kernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
+                        bool, const float*, __mmask16, __mmask16);
+
+template <bool ATrans, bool Masked, int... R>
+constexpr std::array<Kernel, sizeof...(R)> kernel_row(std::integer_sequence<int, R...>) {
+  return {&micro_kernel<R + 1, ATrans, Masked>...};
+}
+template <bool ATrans, bool Masked>
+constexpr auto kernel_row() {
+  return kernel_row<ATrans, Masked>(std::make_integer_sequence<int, kMR>{});
+}
+// kKernels[a_trans][masked][r - 1] handles a strip of r rows (a thread's last strip may be
+// short).
+constexpr std::array<std::array<std::array<Kernel, kMR>, 2>, 2> kKernels = {
+    {{kernel_row<false, false>(), kernel_row<false, true>()},
+     {kernel_row<true, false>(), kernel_row<true, true>()}}};
+
+__mmask16 column_mask(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+
+/// Rows [m0, m1) of C, every column.
+void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int64_t lda,
+              bool a_trans, const PanelView& bv, bool packed, float* c, int64_t ldc,
+              bool accumulate, const float* bias) {
+  for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+    const int64_t kc = std::min(kKC, K - k0);
+    const bool load_c = accumulate || k0 > 0;
+    const bool add_bias = bias != nullptr && k0 == 0;  // once, on the first slice
+    for (int64_t n0 = 0; n0 < N; n0 += kNC) {
+      const int64_t n1 = std::min(N, n0 + kNC);
+      for (int64_t i = m0; i < m1; i += kMR) {
+        const int mr = static_cast<int>(std::min<int64_t>(kMR, m1 - i));
+        const float* ai = a_trans ? a + k0 * lda + i : a + i * lda + k0;
+        for (int64_t p = n0 / kNR; p * kNR < n1; ++p) {
+          const int64_t cols = std::min<int64_t>(kNR, N - p * kNR);
+          const bool masked = !packed && cols < kNR;
+          kKernels[a_trans][masked][mr - 1](kc, ai, lda, bv.at + p * bv.panel + k0 * bv.row, bv.row,
+                                            c + i * ldc + p * kNR, ldc, load_c,
+                                            add_bias ? bias + p * kNR : nullptr, column_mask(cols),
+                                            column_mask(cols - 16));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
+               const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
+               const float* bias) {
+  // Made for tall products: below a few strips per thread OpenBLAS does as well.
+  if (M < 4 * kMR || N < 16 || K < 8 || !enabled()) return false;
+  const int64_t panels = (N + kNR - 1) / kNR;
+  PanelView bv{b, kNR, ldb};  // row-major B, read in place
+  float* bp = nullptr;
+  if (b_trans) {
+    bp = pack_buffer(static_cast<size_t>(panels * K * kNR));
+    if (bp == nullptr) return false;
+    bv = {bp, K * kNR, kNR};
+  }
+  const int64_t strips = (M + kMR - 1) / kMR;
+  const bool parallel = M * N * K >= (int64_t{1} << 20) && !omp_in_parallel();
+#pragma omp parallel if (parallel)
+  {
+    if (b_trans) {
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < panels; ++p) pack_panel(p, N, K, b, ldb, bp);
+    }  // (the implicit barrier: B is packed before any thread reads it)
+    // Contiguous runs of strips per thread.
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t s0 = strips * t / nt, s1 = strips * (t + 1) / nt;
+    if (s0 < s1)
+      run_rows(s0 * kMR, std::min(M, s1 * kMR), N, K, a, lda, a_trans, bv, b_trans, c, ldc,
+               accumulate && !bias, bias);
+  }
+  return true;
+}
+
+#else
+
+bool own_sgemm(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*, int64_t, bool,
+               float*, int64_t, bool, const float*) {
+  return false;
+}
+
+#endif
+
+}  // namespace vitrine::cpu

@@ -1,0 +1,27 @@
+// Vitrine's own float32 matrix multiply, for the products a ViT spends its time in: activations
+// [M, K] (M = batch x tokens, large) times a weight (K and N a few hundred). OpenBLAS packs both
+// operands into its own layout at every call; packing the activations costs a full read and write
+// of them (about a tenth of a training step on the fmnist model). Here A is read where it is,
+// broadcast one float at a time into an AVX-512 micro-kernel that keeps a 12 x 32 tile of C in
+// registers; B is read in place too when row-major, and packed only when it is a transposed
+// weight (small: K x N). A linear layer's bias is added as
+// the tile is stored, instead of in a pass of its own.
+#pragma once
+#include <cstdint>
+
+namespace vitrine::cpu {
+
+/// C[M, N] = A[M, K] B[K, N] (+ C when accumulate), float32, C row-major with row stride ldc.
+/// With a bias: C[m][n] = bias[n] + (A B)[m][n] (accumulate is then ignored).
+/// A is row-major (A[m][k] = a[m * lda + k]) or, when a_trans, stored transposed (A[m][k] =
+/// a[k * lda + m]: dy^T in a weight gradient). B is row-major (B[k][n] = b[k * ldb + n]), read in
+/// place, or, when b_trans, stored transposed (B[k][n] = b[n * ldb + k]: a weight [N, K] used as
+/// its transpose), packed first.
+/// Returns false, having done nothing, when it does not take the product (a CPU without AVX-512,
+/// a shape it is not made for, or VITRINE_GEMM=openblas in the environment); the caller then
+/// calls OpenBLAS.
+bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
+               const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
+               const float* bias = nullptr);
+
+}  // namespace vitrine::cpu

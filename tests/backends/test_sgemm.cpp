@@ -1,0 +1,122 @@
+// Vitrine's own float32 GEMM (backends/cpu/sgemm.cpp) against a float64 reference: every edge of
+// its tiling (rows not a multiple of 12, columns not a multiple of 32 or over one 512 block,
+// depth over one 256 slice), both layouts of A and of B, row strides wider than the rows,
+// accumulation, bias, and the shapes it declines.
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/sgemm.h"
+#include "test_util.h"
+
+using namespace vitrine;
+
+namespace {
+struct Case {
+  int64_t M, N, K;
+  bool b_trans, accumulate;
+  int64_t pad;        // extra floats at the end of each row of A, B and C
+  bool bias = false;  // C = bias + A B (accumulate ignored)
+  bool a_trans = false;
+};
+
+/// Runs one case; returns the largest |own - reference| / (1 + |reference|), or -1 when the
+/// product was declined.
+double run_case(const Case& t, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t lda = (t.a_trans ? t.M : t.K) + t.pad, ldc = t.N + t.pad;
+  const int64_t arows = t.a_trans ? t.K : t.M;
+  const int64_t ldb = (t.b_trans ? t.K : t.N) + t.pad, brows = t.b_trans ? t.N : t.K;
+  std::vector<float> a(arows * lda), b(brows * ldb), c(t.M * ldc), bias(t.N);
+  for (float& v : bias) v = u(rng);
+  for (float& v : a) v = u(rng);
+  for (float& v : b) v = u(rng);
+  for (float& v : c) v = u(rng);
+  const std::vector<float> c0 = c;
+  if (!cpu::own_sgemm(t.M, t.N, t.K, a.data(), lda, t.a_trans, b.data(), ldb, t.b_trans, c.data(),
+                      ldc, t.accumulate, t.bias ? bias.data() : nullptr))
+    return -1;
+  double worst = 0;
+  for (int64_t m = 0; m < t.M; ++m) {
+    for (int64_t n = 0; n < t.N; ++n) {
+      double ref = t.bias ? bias[n] : t.accumulate ? c0[m * ldc + n] : 0.0;
+      for (int64_t k = 0; k < t.K; ++k) {
+        const double bkn = t.b_trans ? b[n * ldb + k] : b[k * ldb + n];
+        const double amk = t.a_trans ? a[k * lda + m] : a[m * lda + k];
+        ref += amk * bkn;
+      }
+      worst = std::max(worst, std::abs(c[m * ldc + n] - ref) / (1 + std::abs(ref)));
+    }
+    // The padding after each row of C is never written.
+    for (int64_t n = t.N; n < ldc; ++n) REQUIRE(c[m * ldc + n] == c0[m * ldc + n]);
+  }
+  return worst;
+}
+
+bool has_avx512() {
+  __builtin_cpu_init();
+  const char* e = std::getenv("VITRINE_GEMM");
+  return __builtin_cpu_supports("avx512f") && !(e && std::string(e) == "openblas");
+}
+}  // namespace
+
+TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumulation and bias") {
+  const std::vector<Case> cases = {
+      {48, 32, 8, false, false, 0},     // one panel, four full strips
+      {50, 384, 128, true, false, 0},   // a ViT qkv: 50 rows (4 strips + 2), weight transposed
+      {97, 45, 300, false, true, 3},    // short strip, short panel (45 = 32 + 13), two depth slices
+      {61, 16, 513, true, true, 5},     // one 16-column half, three depth slices
+      {120, 257, 64, false, false, 1},  // nine panels, the last with one column
+      {300, 130, 256, true, true, 0},   // depth exactly one slice
+      {50, 45, 128, true, false, 0, true},          // a linear layer's bias, short panel
+      {61, 70, 300, false, true, 2, true},          // bias once, over two depth slices
+      {50, 45, 600, false, false, 1, false, true},  // A transposed (dW = dy^T x), B in place
+      {130, 128, 700, true, true, 0, false, true},  // A transposed, B packed, accumulating
+      {60, 1100, 40, false, false, 0},              // three column blocks (512 + 512 + 76)
+  };
+  uint32_t seed = 1;
+  for (const Case& t : cases) {
+    CAPTURE(t.M);
+    CAPTURE(t.N);
+    CAPTURE(t.K);
+    CAPTURE(t.b_trans);
+    CAPTURE(t.accumulate);
+    CAPTURE(t.bias);
+    CAPTURE(t.a_trans);
+    const double err = run_case(t, seed++);
+    if (!has_avx512()) {
+      CHECK(err == -1);  // declined: OpenBLAS takes it
+      continue;
+    }
+    // float32 sums of up to 700 products of numbers in [-1, 1]: a few ulps of the sum's size.
+    CHECK(err >= 0);
+    CHECK(err < 2e-5 * std::sqrt(static_cast<double>(t.K)));
+  }
+}
+
+TEST_CASE("own sgemm: declines products it is not made for") {
+  CHECK(run_case({47, 64, 64, false, false, 0}, 1) == -1);  // too few rows
+  CHECK(run_case({64, 15, 64, false, false, 0}, 2) == -1);  // too few columns
+  CHECK(run_case({64, 64, 7, false, false, 0}, 3) == -1);   // too shallow
+}
+
+TEST_CASE("own sgemm: linear and matmul through it agree with float64") {
+  // [4, 50, 128] @ W^T + b: the shape of a ViT block's qkv, large enough for the own GEMM; and
+  // the backward's dX = dY W (B row-major) and dW = dY^T X (A transposed).
+  Generator gen(7);
+  Tensor x = ops::randn({4, 50, 128}, gen, kFloat64), w = ops::randn({384, 128}, gen, kFloat64),
+         bias = ops::randn({384}, gen, kFloat64);
+  Tensor ref = ops::linear(x, w, bias);
+  Tensor y = ops::linear(x.to(kFloat32), w.to(kFloat32), bias.to(kFloat32));
+  CHECK(ops::max(ops::abs(y.to(kFloat64) - ref)).item() < 1e-4);
+  Tensor dy = ops::randn({200, 384}, gen, kFloat64);
+  Tensor dx_ref = ops::matmul(dy, w);
+  Tensor dx = ops::matmul(dy.to(kFloat32), w.to(kFloat32));
+  CHECK(ops::max(ops::abs(dx.to(kFloat64) - dx_ref)).item() < 1e-4);
+  Tensor x2 = x.reshape({200, 128});
+  Tensor dw_ref = ops::matmul(dy.mT(), x2);
+  Tensor dw = ops::matmul(dy.to(kFloat32).mT(), x2.to(kFloat32));
+  CHECK(ops::max(ops::abs(dw.to(kFloat64) - dw_ref)).item() < 1e-3);  // sums of 200 products
+}
