@@ -18,7 +18,8 @@ namespace vitrine::cpu {
 /// place, or, when b_trans, stored transposed (B[k][n] = b[n * ldb + k]: a weight [N, K] used as
 /// its transpose), packed first.
 /// Returns false, having done nothing, when it does not take the product (a CPU without AVX-512,
-/// a shape it is not made for, or VITRINE_GEMM=openblas in the environment); the caller then
+/// a shape it is not made for: fewer than 48 rows, 16 columns or a depth of 8, or a weight of
+/// over 2^18 floats, or VITRINE_GEMM=openblas in the environment); the caller then
 /// calls OpenBLAS.
 bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,

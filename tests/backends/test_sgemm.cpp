@@ -97,9 +97,10 @@ TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumul
 }
 
 TEST_CASE("own sgemm: declines products it is not made for") {
-  CHECK(run_case({47, 64, 64, false, false, 0}, 1) == -1);  // too few rows
-  CHECK(run_case({64, 15, 64, false, false, 0}, 2) == -1);  // too few columns
-  CHECK(run_case({64, 64, 7, false, false, 0}, 3) == -1);   // too shallow
+  CHECK(run_case({47, 64, 64, false, false, 0}, 1) == -1);     // too few rows
+  CHECK(run_case({64, 15, 64, false, false, 0}, 2) == -1);     // too few columns
+  CHECK(run_case({64, 64, 7, false, false, 0}, 3) == -1);      // too shallow
+  CHECK(run_case({600, 1024, 257, true, false, 0}, 4) == -1);  // a weight over 2^18 floats
 }
 
 TEST_CASE("own sgemm: linear and matmul through it agree with float64") {
