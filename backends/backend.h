@@ -217,6 +217,22 @@ class Backend {
   ///   dv = P^T dout
   virtual void attention_backward(const Strided& qkv, const Strided& probs, const Strided& dout,
                                   double scale, const Strided& dqkv) = 0;
+  /// The same attention in two halves, for when the probabilities are a tensor of the graph (an
+  /// explanation reads their gradient, or dropout applies to them). Shapes as above.
+  ///   attention_probs:  probs = softmax(scale q k^T)
+  ///   attention_apply:  out[b, :, h, :] = probs v   (probs: any [B, H, N, N], e.g. dropped out)
+  virtual void attention_probs(const Strided& qkv, double scale, const Strided& probs) = 0;
+  virtual void attention_apply(const Strided& qkv, const Strided& probs, const Strided& out) = 0;
+  /// attention_apply's backward: dprobs = dout v^T [B, H, N, N]; in dqkv, dv = probs^T dout and
+  /// the q and k parts 0 (every element written).
+  virtual void attention_apply_backward(const Strided& qkv, const Strided& probs,
+                                        const Strided& dout, const Strided& dprobs,
+                                        const Strided& dqkv) = 0;
+  /// attention_probs's backward: dS = P (dP - rowsum(dP P)), dq = scale dS k, dk = scale dS^T q,
+  /// and dqkv's v part 0 (every element written).
+  virtual void attention_probs_backward(const Strided& qkv, const Strided& probs,
+                                        const Strided& dprobs, double scale,
+                                        const Strided& dqkv) = 0;
 
   /// x: one image [C, H, W] -> cols [C * kh * kw, out_h * out_w] (zero padding).
   virtual void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) = 0;

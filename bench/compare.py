@@ -492,12 +492,12 @@ def report(out, manifest, results, markdown):
 
 # ---- main --------------------------------------------------------------------------------------
 
-def csv(text, convert, flag):
+def csv(text, convert, flag, allow_empty=False):
     try:
         values = [convert(v.strip()) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{flag}: expected a comma-separated list, got {text!r}")
-    if not values:
+    if not values and not allow_empty:
         raise argparse.ArgumentTypeError(f"{flag}: empty list")
     return values
 
@@ -509,7 +509,8 @@ def main(argv=None):
                    help=f"the vitrine-bench binary (default {DEFAULT_VITRINE}, from the "
                         "repository root)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated (default "
-                   f"{','.join(MODELS)})")
+                   f"{','.join(MODELS)}); with --explain, --models '' times the explanations "
+                   "only")
     p.add_argument("--threads", default="2,1", help="thread counts, comma-separated (default 2,1)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the three runs (default 3)")
     p.add_argument("--explain", action="store_true",
@@ -529,7 +530,7 @@ def main(argv=None):
                    help="run nothing: the tables again from a results folder of an earlier run")
     args = p.parse_args(argv)
     try:
-        args.models = csv(args.models, str, "--models")
+        args.models = csv(args.models, str, "--models", allow_empty=args.explain)
         args.threads = csv(args.threads, int, "--threads")
     except argparse.ArgumentTypeError as e:
         p.error(str(e))

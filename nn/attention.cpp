@@ -28,13 +28,8 @@ MultiheadSelfAttention::MultiheadSelfAttention(int64_t d, int64_t heads, bool qk
   proj_drop = register_module("proj_drop", std::make_shared<Dropout>(proj_p, gen));
 }
 
-Tensor MultiheadSelfAttention::attend(const Tensor& x) {
-  check_input(x, dim);
-  const int64_t B = x.size(0), N = x.size(1);
-  // [B, N, 3D] -> [B, N, 3, H, Dh] -> [3, B, H, N, Dh]
-  Tensor qkv_t = (*qkv)(x).reshape({B, N, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
-  Tensor q = qkv_t.select(0, 0), k = qkv_t.select(0, 1), v = qkv_t.select(0, 2);
-  Tensor attn = ops::softmax(ops::matmul(q * scale, k.mT()), -1);  // [B, H, N, N]
+Tensor MultiheadSelfAttention::probabilities(const Tensor& qkv_out) {
+  Tensor attn = ops::attention_probs(qkv_out, num_heads, scale);  // [B, H, N, N]
   if (capture_probs_) {
     attn_ = attn;
     *attn_grad_ = Tensor();
@@ -43,26 +38,37 @@ Tensor MultiheadSelfAttention::attend(const Tensor& x) {
       attn.register_hook([slot](const Tensor& g) { *slot = g.detach(); });
     }
   }
-  return ops::matmul((*attn_drop)(attn), v);  // [B, H, N, Dh]
+  return attn;
+}
+
+Tensor MultiheadSelfAttention::attend(const Tensor& x) {
+  check_input(x, dim);
+  const int64_t B = x.size(0), N = x.size(1);
+  const Tensor y = (*qkv)(x);
+  return ops::attention_apply((*attn_drop)(probabilities(y)), y)
+      .reshape({B, N, num_heads, head_dim})
+      .transpose(1, 2);  // [B, H, N, Dh]
 }
 
 Tensor MultiheadSelfAttention::forward(const Tensor& x) {
-  // The fused kernel computes the same heads without the permutes and copies. It serves whenever
-  // the probabilities need not be a tensor of the graph: no dropout on them, and either no
-  // capture or a capture without gradients (grad mode off: the explain tools' forward-only pass).
+  check_input(x, dim);
+  const Tensor y = (*qkv)(x);  // [B, N, 3D]: q, k, v of every head, read in place below
+  // One fused op whenever the probabilities need not be a tensor of the graph: no dropout on
+  // them, and either no capture or a capture without gradients (grad mode off: the explain
+  // tools' forward-only pass). Otherwise the same kernels in two ops, probabilities then their
+  // application, so that a hook can read their gradient and dropout can act on them.
   const bool dropping = attn_drop->p > 0 && attn_drop->is_training();
+  Tensor out;  // [B, N, D], the heads side by side
   if (!dropping && (!capture_probs_ || !GradMode::is_enabled())) {
-    check_input(x, dim);
     Tensor probs;
-    Tensor out = ops::attention((*qkv)(x), num_heads, scale, capture_probs_ ? &probs : nullptr);
+    out = ops::attention(y, num_heads, scale, capture_probs_ ? &probs : nullptr);
     if (capture_probs_) {
       attn_ = probs;
       *attn_grad_ = Tensor();
     }
-    return (*proj_drop)((*proj)(out));
+  } else {
+    out = ops::attention_apply((*attn_drop)(probabilities(y)), y);
   }
-  const int64_t B = x.size(0), N = x.size(1);
-  Tensor out = attend(x).transpose(1, 2).reshape({B, N, dim});  // heads merged: [B, N, D]
   return (*proj_drop)((*proj)(out));
 }
 

@@ -2,7 +2,9 @@
 // attention per head, attention dropout, output projection. For explanation methods it can keep
 // its attention probabilities (after softmax, before dropout) and their gradient. When nothing
 // asks for them (no capture; no attention dropout, or eval mode) forward runs the fused kernel
-// (ops::attention), as timm's fused_attn path does; attn_drop is then not called.
+// (ops::attention), as timm's fused_attn path does; attn_drop is then not called. Otherwise the
+// same kernels run as two ops (ops::attention_probs, ops::attention_apply), so that the
+// probabilities are a tensor of the graph.
 #pragma once
 #include "nn/layers.h"
 
@@ -41,6 +43,9 @@ class MultiheadSelfAttention : public Module {
   double scale;
 
  private:
+  /// softmax(scale q k^T) from the qkv projection's output, kept when capturing.
+  Tensor probabilities(const Tensor& qkv_out);
+
   bool capture_probs_ = false, capture_grads_ = false;
   Tensor attn_;
   std::shared_ptr<Tensor> attn_grad_ = std::make_shared<Tensor>();

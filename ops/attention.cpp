@@ -2,6 +2,9 @@
 // the attention probabilities or their gradients (no capture, no attention dropout). It computes
 // what the composition of reshape, permute, matmul, softmax and matmul computes (nn/attention.cpp
 // spells it out), in one kernel per direction (backends/cpu/attention.cpp), without the copies.
+// attention_probs and attention_apply are the same computation in two ops, so that the
+// probabilities are a tensor of the graph (the gradient-based explanations read their gradient,
+// and attention dropout applies to them) while q, k and v are still read in place.
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
@@ -20,13 +23,16 @@ Strided view5(const Tensor& t, int64_t heads) {
   s.strides = {N * 3 * D, 3 * D, D, D / heads, 1};
   return s;
 }
+void check_qkv(const Tensor& qkv, int64_t heads, const char* op) {
+  check_float(qkv, op);
+  VT_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0,
+           "{}: expected qkv [B, N, 3 * heads * head_dim] with heads = {}, got shape {}", op, heads,
+           qkv.shape());
+}
 }  // namespace
 
 Tensor attention(const Tensor& qkv, int64_t heads, double scale, Tensor* probs_out) {
-  check_float(qkv, "attention");
-  VT_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0,
-           "attention: expected qkv [B, N, 3 * heads * head_dim] with heads = {}, got shape {}",
-           heads, qkv.shape());
+  check_qkv(qkv, heads, "attention");
   const int64_t B = qkv.size(0), N = qkv.size(1), D = qkv.size(2) / 3;
   const Tensor x = plain(qkv);
   Tensor probs = empty_on(qkv, {B, heads, N, N}, qkv.dtype());
@@ -42,6 +48,54 @@ Tensor attention(const Tensor& qkv, int64_t heads, double scale, Tensor* probs_o
                   x.backend().attention_backward(view5(x, heads), probs.strided(), dyc.strided(),
                                                  scale, view5(dx, heads));
                   return {no_double_backward(dx, "attention_backward", {qkv, dy})};
+                });
+}
+
+Tensor attention_probs(const Tensor& qkv, int64_t heads, double scale) {
+  check_qkv(qkv, heads, "attention_probs");
+  const int64_t B = qkv.size(0), N = qkv.size(1);
+  const Tensor x = plain(qkv);
+  Tensor probs = empty_on(qkv, {B, heads, N, N}, qkv.dtype());
+  qkv.backend().attention_probs(view5(x, heads), scale, probs.strided());
+  // The probabilities are saved through a detached alias (the same storage and version counter):
+  // the output itself would hold its own node, a cycle.
+  return record(probs, "attention_probs", {qkv},
+                [sx = save(qkv), sp = save(probs.detach()), heads, scale](const Tensor& dp,
+                                                                          const Needs&) -> Grads {
+                  const Tensor& qkv = sx.get();
+                  const Tensor x = plain(qkv), dpc = plain(dp);
+                  Tensor dx = empty_on(x, x.shape(), x.dtype());
+                  x.backend().attention_probs_backward(view5(x, heads), sp.get().strided(),
+                                                       dpc.strided(), scale, view5(dx, heads));
+                  return {no_double_backward(dx, "attention_probs_backward", {qkv, dp})};
+                });
+}
+
+Tensor attention_apply(const Tensor& probs, const Tensor& qkv) {
+  VT_CHECK(probs.defined() && probs.dim() == 4 && probs.size(2) == probs.size(3),
+           "attention_apply: expected probs [B, heads, N, N], got shape {}",
+           probs.defined() ? probs.shape() : Dims{});
+  const int64_t heads = probs.size(1);
+  check_qkv(qkv, heads, "attention_apply");
+  const int64_t B = qkv.size(0), N = qkv.size(1), D = qkv.size(2) / 3;
+  VT_CHECK(probs.size(0) == B && probs.size(2) == N && probs.dtype() == qkv.dtype() &&
+               probs.device() == qkv.device(),
+           "attention_apply: probs {} ({}) do not match qkv {} ({}): expected [{}, {}, {}, {}]",
+           probs.shape(), dtype_name(probs.dtype()), qkv.shape(), dtype_name(qkv.dtype()), B, heads,
+           N, N);
+  const Tensor x = plain(qkv), p = plain(probs);
+  Tensor out = empty_on(qkv, {B, N, D}, qkv.dtype());
+  qkv.backend().attention_apply(view5(x, heads), p.strided(), out.strided());
+  return record(out, "attention_apply", {probs, qkv},
+                [sp = save(probs), sx = save(qkv), heads](const Tensor& dy, const Needs&) -> Grads {
+                  const Tensor &probs = sp.get(), &qkv = sx.get();
+                  const Tensor x = plain(qkv), p = plain(probs), dyc = plain(dy);
+                  Tensor dp = empty_on(p, p.shape(), p.dtype());
+                  Tensor dx = empty_on(x, x.shape(), x.dtype());
+                  x.backend().attention_apply_backward(view5(x, heads), p.strided(), dyc.strided(),
+                                                       dp.strided(), view5(dx, heads));
+                  return {no_double_backward(dp, "attention_apply_backward", {probs, qkv, dy}),
+                          no_double_backward(dx, "attention_apply_backward", {probs, qkv, dy})};
                 });
 }
 

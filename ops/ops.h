@@ -178,6 +178,12 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 /// image and head:  out[b, :, h] = softmax(scale q k^T) v,  returned as [B, N, heads * Dh].
 /// probs: when given, receives the probabilities [B, heads, N, N] (values outside the graph).
 Tensor attention(const Tensor& qkv, int64_t heads, double scale, Tensor* probs = nullptr);
+/// The same attention in two ops, with the probabilities a tensor of the graph (for their
+/// gradient, or dropout on them); attention(qkv) = attention_apply(attention_probs(qkv), qkv).
+///   attention_probs: P = softmax(scale q k^T) per image and head, [B, heads, N, N]
+///   attention_apply: out[b, :, h] = P[b, h] v, [B, N, heads * Dh] (P: any [B, heads, N, N])
+Tensor attention_probs(const Tensor& qkv, int64_t heads, double scale);
+Tensor attention_apply(const Tensor& probs, const Tensor& qkv);
 /// y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of normalized_shape
 /// (biased var); weight/bias may be undefined
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,

@@ -56,6 +56,12 @@ class CpuBackend final : public Backend {
                  const Strided& out) override;
   void attention_backward(const Strided& qkv, const Strided& probs, const Strided& dout,
                           double scale, const Strided& dqkv) override;
+  void attention_probs(const Strided& qkv, double scale, const Strided& probs) override;
+  void attention_apply(const Strided& qkv, const Strided& probs, const Strided& out) override;
+  void attention_apply_backward(const Strided& qkv, const Strided& probs, const Strided& dout,
+                                const Strided& dprobs, const Strided& dqkv) override;
+  void attention_probs_backward(const Strided& qkv, const Strided& probs, const Strided& dprobs,
+                                double scale, const Strided& dqkv) override;
   // conv.cpp
   void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) override;
   void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) override;

@@ -299,82 +299,78 @@ class CudaBackend final : public Backend {
                  "cross_entropy_backward", logits.dtype);
   }
 
-  /// The explicit attention (it writes the probabilities, which the explain tools read): per
-  /// image, one strided-batched product over the heads for the scores, the softmax over all
-  /// B H N rows at once, and one batched product for P v. q, k, v are read in place from qkv.
-  ///   qkv: [B, N, 3, H, Dh]   probs: [B, H, N, N]   out: [B, N, H, Dh]
+  /// Attention as in backend.h, in four pieces that the fused entries chain: per image, one
+  /// strided-batched product over the heads, and softmax over all B H N rows at once. q, k, v and
+  /// their gradients are read and written in place in qkv / dqkv.
+  ///   qkv, dqkv: [B, N, 3, H, Dh]   probs, dprobs: [B, H, N, N]   out, dout: [B, N, H, Dh]
   void attention(const Strided& qkv, double scale, const Strided& probs,
                  const Strided& out) override {
+    attention_probs(qkv, scale, probs);
+    attention_apply(qkv, probs, out);
+  }
+
+  void attention_backward(const Strided& qkv, const Strided& probs, const Strided& dout,
+                          double scale, const Strided& dqkv) override {
+    const auto [B, N, H, Dh] = qkv_dims(qkv);
+    VT_ASSERT(dqkv.is_contiguous() && dqkv.numel() == qkv.numel());
+    StoragePtr scratch = allocate(B * H * N * N * dtype_size(qkv.dtype));  // dP, then dS
+    apply_backward(qkv, probs, dout, scratch->data, dqkv);
+    probs_backward(qkv, probs, scratch->data, scale, dqkv);
+    // scratch returns to the cache now; the kernels that read it come first in the stream.
+  }
+
+  void attention_probs(const Strided& qkv, double scale, const Strided& probs) override {
+    const auto [B, N, H, Dh] = qkv_dims(qkv);
+    VT_ASSERT(probs.is_contiguous() && probs.numel() == B * H * N * N);
+    VT_CHECK(is_float(qkv.dtype), "attention: dtype {} is not supported", dtype_name(qkv.dtype));
+    const DType t = qkv.dtype;
+    const int64_t D = H * Dh, row = 3 * D;
+    for (int64_t b = 0; b < B; ++b) {
+      // S = scale q k^T   [N, N] per head
+      gemm_rm(t, N, N, Dh, scale, {at(qkv.data, t, b * N * row), false, row, Dh},
+              {at(qkv.data, t, b * N * row + D), true, row, Dh}, 0.0,
+              at(probs.data, t, b * H * N * N), N, N * N, H);
+    }
+    check_launch(
+        cuda::scaled_softmax_rows(flat(probs.data, t, B * H * N * N), B * H * N, N, 1.0, stream_),
+        "attention softmax", t);
+  }
+
+  void attention_apply(const Strided& qkv, const Strided& probs, const Strided& out) override {
     const auto [B, N, H, Dh] = qkv_dims(qkv);
     VT_ASSERT(probs.is_contiguous() && out.is_contiguous() && probs.numel() == B * H * N * N &&
               out.numel() == B * N * H * Dh);
     VT_CHECK(is_float(qkv.dtype), "attention: dtype {} is not supported", dtype_name(qkv.dtype));
     const DType t = qkv.dtype;
-    const size_t es = dtype_size(t);
     const int64_t D = H * Dh, row = 3 * D;
-    auto at = [es](const void* base, int64_t off) {
-      return static_cast<const char*>(base) + off * es;
-    };
     for (int64_t b = 0; b < B; ++b) {
-      const void* q = at(qkv.data, b * N * row);
-      const void* k = at(qkv.data, b * N * row + D);
-      void* p = const_cast<char*>(at(probs.data, b * H * N * N));
-      // S = scale q k^T   [N, N] per head
-      gemm_rm(t, N, N, Dh, scale, {q, false, row, Dh}, {k, true, row, Dh}, 0.0, p, N, N * N, H);
-    }
-    check_launch(
-        cuda::scaled_softmax_rows(flat(probs.data, t, B * H * N * N), B * H * N, N, 1.0, stream_),
-        "attention softmax", t);
-    for (int64_t b = 0; b < B; ++b) {
-      const void* v = at(qkv.data, b * N * row + 2 * D);
-      const void* p = at(probs.data, b * H * N * N);
-      void* o = const_cast<char*>(at(out.data, b * N * D));
       // out[b, :, h, :] = P v   [N, Dh] per head, row stride D
-      gemm_rm(t, N, Dh, N, 1.0, {p, false, N, N * N}, {v, false, row, Dh}, 0.0, o, D, Dh, H);
+      gemm_rm(t, N, Dh, N, 1.0, {at(probs.data, t, b * H * N * N), false, N, N * N},
+              {at(qkv.data, t, b * N * row + 2 * D), false, row, Dh}, 0.0,
+              at(out.data, t, b * N * D), D, Dh, H);
     }
   }
 
-  /// The backward of attention, as the CPU's (backend.h), with dP in a scratch block.
-  ///   dout: [B, N, H, Dh]   dqkv: [B, N, 3, H, Dh], every element written
-  void attention_backward(const Strided& qkv, const Strided& probs, const Strided& dout,
-                          double scale, const Strided& dqkv) override {
+  void attention_apply_backward(const Strided& qkv, const Strided& probs, const Strided& dout,
+                                const Strided& dprobs, const Strided& dqkv) override {
     const auto [B, N, H, Dh] = qkv_dims(qkv);
-    VT_ASSERT(probs.is_contiguous() && dout.is_contiguous() && dqkv.is_contiguous() &&
-              dqkv.numel() == qkv.numel() && dout.numel() == B * N * H * Dh);
-    VT_CHECK(is_float(qkv.dtype), "attention_backward: dtype {} is not supported",
-             dtype_name(qkv.dtype));
-    const DType t = qkv.dtype;
-    const size_t es = dtype_size(t);
-    const int64_t D = H * Dh, row = 3 * D;
-    StoragePtr scratch = allocate(B * H * N * N * es);  // dP, then dS: [B, H, N, N]
-    auto at = [es](const void* base, int64_t off) {
-      return const_cast<char*>(static_cast<const char*>(base) + off * es);
-    };
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t off = b * N * row;
-      const void* go = at(dout.data, b * N * D);
-      const void* p = at(probs.data, b * H * N * N);
-      // dP = dout v^T   [N, N] per head
-      gemm_rm(t, N, N, Dh, 1.0, {go, false, D, Dh}, {at(qkv.data, off + 2 * D), true, row, Dh}, 0.0,
-              at(scratch->data, b * H * N * N), N, N * N, H);
-      // dv = P^T dout   [N, Dh] per head, row stride 3 D
-      gemm_rm(t, N, Dh, N, 1.0, {p, true, N, N * N}, {go, false, D, Dh}, 0.0,
-              at(dqkv.data, off + 2 * D), row, Dh, H);
-    }
-    check_launch(cuda::scaled_softmax_rows_backward(flat(probs.data, t, B * H * N * N),
-                                                    flat(scratch->data, t, B * H * N * N),
-                                                    B * H * N, N, 1.0, stream_),
-                 "attention softmax backward", t);
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t off = b * N * row;
-      const void* ds = at(scratch->data, b * H * N * N);
-      // dq = scale dS k,  dk = scale dS^T q   [N, Dh] per head, row stride 3 D
-      gemm_rm(t, N, Dh, N, scale, {ds, false, N, N * N}, {at(qkv.data, off + D), false, row, Dh},
-              0.0, at(dqkv.data, off), row, Dh, H);
-      gemm_rm(t, N, Dh, N, scale, {ds, true, N, N * N}, {at(qkv.data, off), false, row, Dh}, 0.0,
-              at(dqkv.data, off + D), row, Dh, H);
-    }
-    // scratch returns to the cache now; the kernels above that read it come first in the stream.
+    VT_ASSERT(dprobs.is_contiguous() && dprobs.numel() == B * H * N * N && dqkv.is_contiguous() &&
+              dqkv.numel() == qkv.numel());
+    apply_backward(qkv, probs, dout, dprobs.data, dqkv);
+    zero_parts(dqkv, 0, 2);  // dq, dk
+  }
+
+  void attention_probs_backward(const Strided& qkv, const Strided& probs, const Strided& dprobs,
+                                double scale, const Strided& dqkv) override {
+    const auto [B, N, H, Dh] = qkv_dims(qkv);
+    VT_ASSERT(dprobs.is_contiguous() && dprobs.numel() == B * H * N * N && dqkv.is_contiguous() &&
+              dqkv.numel() == qkv.numel());
+    const size_t bytes = B * H * N * N * dtype_size(qkv.dtype);
+    StoragePtr scratch = allocate(bytes);  // dS, computed in place from a copy of dP
+    check(cudaMemcpyAsync(scratch->data, dprobs.data, bytes, cudaMemcpyDeviceToDevice, stream_),
+          "attention_probs_backward copy");
+    probs_backward(qkv, probs, scratch->data, scale, dqkv);
+    zero_parts(dqkv, 2, 1);  // dv
   }
 
   // ---- images and optimizers ---------------------------------------------------------------
@@ -429,6 +425,67 @@ class CudaBackend final : public Backend {
     int64_t at = 0;
     const int64_t bad = first_bad_index(index, -size, size, -size, at);
     VT_CHECK(at < 0, "{}: index {} is out of range for dim {} of size {}", op, bad, dim, size);
+  }
+
+  /// data + off elements of dtype t.
+  static void* at(const void* data, DType t, int64_t off) {
+    return const_cast<char*>(static_cast<const char*>(data) + off * dtype_size(t));
+  }
+
+  /// dP = dout v^T into dp [B, H, N, N];  dv = P^T dout into dqkv's v part.
+  void apply_backward(const Strided& qkv, const Strided& probs, const Strided& dout, void* dp,
+                      const Strided& dqkv) {
+    const auto [B, N, H, Dh] = qkv_dims(qkv);
+    VT_ASSERT(probs.is_contiguous() && dout.is_contiguous() && probs.numel() == B * H * N * N &&
+              dout.numel() == B * N * H * Dh);
+    VT_CHECK(is_float(qkv.dtype), "attention_backward: dtype {} is not supported",
+             dtype_name(qkv.dtype));
+    const DType t = qkv.dtype;
+    const int64_t D = H * Dh, row = 3 * D;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t off = b * N * row;
+      const void* go = at(dout.data, t, b * N * D);
+      // dP = dout v^T   [N, N] per head
+      gemm_rm(t, N, N, Dh, 1.0, {go, false, D, Dh}, {at(qkv.data, t, off + 2 * D), true, row, Dh},
+              0.0, at(dp, t, b * H * N * N), N, N * N, H);
+      // dv = P^T dout   [N, Dh] per head, row stride 3 D
+      gemm_rm(t, N, Dh, N, 1.0, {at(probs.data, t, b * H * N * N), true, N, N * N},
+              {go, false, D, Dh}, 0.0, at(dqkv.data, t, off + 2 * D), row, Dh, H);
+    }
+  }
+
+  /// From dP in ds [B, H, N, N] (overwritten with dS = P (dP - rowsum(dP P))): dq = scale dS k
+  /// and dk = scale dS^T q into dqkv's q and k parts.
+  void probs_backward(const Strided& qkv, const Strided& probs, void* ds, double scale,
+                      const Strided& dqkv) {
+    const auto [B, N, H, Dh] = qkv_dims(qkv);
+    VT_ASSERT(probs.is_contiguous() && probs.numel() == B * H * N * N);
+    VT_CHECK(is_float(qkv.dtype), "attention_backward: dtype {} is not supported",
+             dtype_name(qkv.dtype));
+    const DType t = qkv.dtype;
+    const int64_t D = H * Dh, row = 3 * D;
+    check_launch(
+        cuda::scaled_softmax_rows_backward(flat(probs.data, t, B * H * N * N),
+                                           flat(ds, t, B * H * N * N), B * H * N, N, 1.0, stream_),
+        "attention softmax backward", t);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t off = b * N * row;
+      const void* dsb = at(ds, t, b * H * N * N);
+      // dq = scale dS k,  dk = scale dS^T q   [N, Dh] per head, row stride 3 D
+      gemm_rm(t, N, Dh, N, scale, {dsb, false, N, N * N},
+              {at(qkv.data, t, off + D), false, row, Dh}, 0.0, at(dqkv.data, t, off), row, Dh, H);
+      gemm_rm(t, N, Dh, N, scale, {dsb, true, N, N * N}, {at(qkv.data, t, off), false, row, Dh},
+              0.0, at(dqkv.data, t, off + D), row, Dh, H);
+    }
+  }
+
+  /// Zeroes parts [first, first + count) of every token's (q, k, v) row of dqkv [B, N, 3, H, Dh].
+  void zero_parts(const Strided& dqkv, int64_t first, int64_t count) {
+    const auto [B, N, H, Dh] = qkv_dims(dqkv);
+    const size_t es = dtype_size(dqkv.dtype), part = H * Dh * es;
+    check(cudaMemset2DAsync(at(dqkv.data, dqkv.dtype, first * H * Dh), 3 * part, 0, count * part,
+                            B * N, stream_),
+          "attention zero");
   }
 
   struct QkvDims {

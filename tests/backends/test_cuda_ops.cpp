@@ -286,6 +286,13 @@ TEST_CASE("cuda ops: softmax, layer norm, cross-entropy, attention") {
         return p;
       },
       {randn({2, 17, 72}, 31)}, kFloat32, 1e-5, false);
+  // The same attention in two ops (the probabilities in the graph), and apply on any probs.
+  both(
+      "attention_probs", [](auto v) { return ops::attention_probs(v[0], 3, 0.35); },
+      {randn({2, 17, 72}, 35)}, t);
+  both(
+      "attention_apply", [](auto v) { return ops::attention_apply(v[0], v[1]); },
+      {randn({2, 3, 17, 17}, 36), randn({2, 17, 72}, 37)}, t);
 }
 
 TEST_CASE("cuda ops: conv2d (patch embedding), interpolate, dropout") {
@@ -334,6 +341,10 @@ TEST_CASE("cuda ops: float64 gradcheck on the GPU") {
   check_grad([](auto v) { return ops::gelu(ops::matmul(v[0], v[1])); },
              {on_gpu(randn({3, 4}, 46)), on_gpu(randn({4, 5}, 47))});
   check_grad([](auto v) { return ops::attention(v[0], 2, 0.5); }, {on_gpu(randn({1, 5, 12}, 48))});
+  check_grad([](auto v) { return ops::attention_probs(v[0], 2, 0.5); },
+             {on_gpu(randn({1, 5, 12}, 49))});
+  check_grad([](auto v) { return ops::attention_apply(v[0], v[1]); },
+             {on_gpu(randn({1, 2, 5, 5}, 50)), on_gpu(randn({1, 5, 12}, 51))});
 }
 
 TEST_CASE("cuda ops: AdamW and a ViT training step match the CPU") {
