@@ -240,17 +240,29 @@ struct Layers {
   int64_t B = 0, H = 0, N = 0;
   std::vector<std::vector<double>> A, G;
 };
-Layers read_layers(const Pass& pass, bool grads) {
+/// t's values into out, reusing out's memory.
+void values_into(const Tensor& t, std::vector<double>& out) {
+  const Tensor c = t.to(kCPU).to(kFloat64).contiguous();
+  out.assign(c.data<double>(), c.data<double>() + c.numel());
+}
+/// The layers, in one instance per thread whose vectors keep their memory from call to call. With
+/// fresh vectors, each map allocated 24 blocks of 1.9 MB for ViT-S/16 (12 layers of [6, 197, 197],
+/// probabilities and gradients), which glibc mapped, faulted in and returned every time: about
+/// 40 ms of a 170 ms Chefer or grad-rollout map (docs/benchmarks.md).
+const Layers& read_layers(const Pass& pass, bool grads) {
   VT_CHECK(!pass.attentions.empty(), "explain: the pass holds no attention probabilities");
   VT_CHECK(!grads || pass.attention_grads.size() == pass.attentions.size(),
            "explain: the pass holds no attention gradients");
-  Layers l;
+  thread_local Layers l;
   l.B = pass.attentions[0].size(0);
   l.H = pass.attentions[0].size(1);
   l.N = pass.attentions[0].size(2);
-  for (size_t i = 0; i < pass.attentions.size(); ++i) {
-    l.A.push_back(values(pass.attentions[i]));
-    if (grads) l.G.push_back(values(pass.attention_grads[i]));
+  const size_t L = pass.attentions.size();
+  l.A.resize(L);
+  l.G.resize(grads ? L : 0);
+  for (size_t i = 0; i < L; ++i) {
+    values_into(pass.attentions[i], l.A[i]);
+    if (grads) values_into(pass.attention_grads[i], l.G[i]);
   }
   return l;
 }
@@ -260,7 +272,7 @@ Layers read_layers(const Pass& pass, bool grads) {
 Tensor rollout_impl(const Pass& pass, HeadFusion fusion, double discard_ratio, bool gradients) {
   VT_CHECK(discard_ratio >= 0 && discard_ratio < 1,
            "explain: discard ratio must be in [0, 1), got {}", discard_ratio);
-  const Layers ls = read_layers(pass, gradients);
+  const Layers& ls = read_layers(pass, gradients);
   const int64_t B = ls.B, H = ls.H, N = ls.N, NN = N * N;
   const auto &A = ls.A, &G = ls.G;
   std::vector<std::vector<double>> rows;
@@ -462,7 +474,7 @@ Tensor grad_rollout(const Pass& pass, double discard_ratio) {
 }
 
 Tensor chefer(const Pass& pass) {
-  const Layers ls = read_layers(pass, true);
+  const Layers& ls = read_layers(pass, true);
   const int64_t B = ls.B, H = ls.H, N = ls.N, NN = N * N;
   const auto &A = ls.A, &G = ls.G;
   // R = I; R = R + Abar_l R = (I + Abar_l) R per layer, so R = (I + Abar_L) ... (I + Abar_1).
