@@ -73,6 +73,8 @@ epoch), "train_loss" (mean label-smoothed batch loss), "train_accuracy", "test_a
 "test_loss" (mean unsmoothed cross entropy), "test_images", "run", ...}; at the end a summary:
 final test accuracy and the train_seconds at which test accuracy first reached 0.90.
 
+train.tta_hflip evaluates as vitrine-train does: the softmax of each test image and of its mirror
+image averaged, log of it as the logits.
 Train keys that do not apply here (eval_every, log_every, early_stopping_patience, test_each_epoch,
 precision (a GPU setting), out, data.workers) are ignored; accum_steps != 1, ema_decay, finetune, freeze_backbone, a device
 other than "cpu" and optimizers other than adamw are errors.
@@ -101,8 +103,8 @@ SECTION_KEYS = {
               "label_smoothing", "grad_clip"],
     "schedule": ["name", "warmup_epochs", "min_lr_factor", "step_epochs", "gamma"],
     "train": ["epochs", "seed", "eval_every", "log_every", "early_stopping_patience",
-              "accum_steps", "ema_decay", "test_each_epoch", "finetune", "freeze_backbone",
-              "device", "precision", "out"],
+              "accum_steps", "ema_decay", "test_each_epoch", "tta_hflip", "finetune",
+              "freeze_backbone", "device", "precision", "out"],
 }
 TRANSFORM_KEYS = ["resize", "center_crop", "random_crop", "hflip", "mean", "std"]
 SIZE_KEYS = ["model.image_size", "data.transforms.resize", "data.transforms.center_crop",
@@ -110,8 +112,8 @@ SIZE_KEYS = ["model.image_size", "data.transforms.resize", "data.transforms.cent
 
 # ViTConfig's defaults (models/vit.h), in to_json()'s form.
 VIT_DEFAULTS = {
-    "image_size": [224, 224], "patch": 16, "channels": 3, "num_classes": 1000, "dim": 768,
-    "depth": 12, "heads": 12, "mlp_dim": 3072, "dropout": 0.0, "attn_dropout": 0.0,
+    "image_size": [224, 224], "patch": 16, "patch_kernel": 0, "channels": 3, "num_classes": 1000,
+    "dim": 768, "depth": 12, "heads": 12, "mlp_dim": 3072, "dropout": 0.0, "attn_dropout": 0.0,
     "embed_dropout": 0.0, "drop_path": 0.0, "pool": "cls", "representation": 0,
     "qkv_bias": True, "eps": 1e-6, "registers": 0, "layer_scale": False,
     "layer_scale_init": 1e-5, "no_embed_class": False, "fc_norm": False,
@@ -121,8 +123,8 @@ PRESETS = {
                    dim=128, depth=6, heads=4, mlp_dim=256),
 }
 # The model fields this script implements beyond the preset.
-SUPPORTED_MODEL_FIELDS = ["dim", "depth", "heads", "mlp_dim", "patch", "pool", "dropout",
-                          "drop_path", "eps", "qkv_bias"]
+SUPPORTED_MODEL_FIELDS = ["dim", "depth", "heads", "mlp_dim", "patch", "patch_kernel", "pool",
+                          "dropout", "drop_path", "eps", "qkv_bias"]
 # Fields whose value only matters when another is set (layer_scale_init without layer_scale).
 IGNORABLE_MODEL_FIELDS = ["layer_scale_init"]
 
@@ -338,6 +340,12 @@ def model_config(config):
     if merged["dim"] % merged["heads"]:
         raise ConfigError(f"config: model.dim {merged['dim']} is not divisible by model.heads "
                           f"{merged['heads']}")
+    pk = merged["patch_kernel"]
+    if not (is_number(pk) and pk == int(pk) and
+            (pk == 0 or (pk >= merged["patch"] and (pk - merged["patch"]) % 2 == 0))):
+        raise ConfigError(f"config: model.patch_kernel {json.dumps(pk)} must be 0 (the patch "
+                          f"size) or the patch size {merged['patch']} plus an even number")
+    merged["patch_kernel"] = int(pk) if pk else merged["patch"]
     h, w = merged["image_size"]
     if h % merged["patch"] or w % merged["patch"]:
         raise ConfigError(f"config: model: image size {h}x{w} is not a multiple of the patch "
@@ -451,8 +459,11 @@ def check_recipe(config):
                           "benchmark (it trains from scratch)")
     if t["device"] != "cpu":
         raise ConfigError(f'config: train.device "{t["device"]}": this benchmark runs on the cpu')
+    if not isinstance(t["tta_hflip"], bool):
+        raise ConfigError("config: train.tta_hflip must be true or false")
     model = model_config(config)
     transforms = transforms_config(config, model["image_size"])
+    transforms["tta_hflip"] = t["tta_hflip"]
     return model, transforms
 
 
@@ -564,7 +575,11 @@ def build_model(m):
     class PatchEmbed(nn.Module):
         def __init__(self):
             super().__init__()
-            self.proj = nn.Conv2d(m["channels"], m["dim"], m["patch"], stride=m["patch"])
+            # kernel patch_kernel, stride patch, padding (kernel - patch) / 2: the grid stays
+            # image / patch (models/vit.h, ViTConfig::patch_kernel)
+            k = m["patch_kernel"]
+            self.proj = nn.Conv2d(m["channels"], m["dim"], k, stride=m["patch"],
+                                  padding=(k - m["patch"]) // 2)
 
     class VisionTransformer(nn.Module):
         def __init__(self):
@@ -692,6 +707,9 @@ def evaluate(model, images, labels, t, batch_size):
             x = make_batch(images[i:i + batch_size], t, False, None)
             y = labels[i:i + batch_size]
             logits = model(x)
+            if t.get("tta_hflip"):  # vitrine-train's evaluate (tools/train/trainer.h)
+                p = (logits.softmax(1) + model(x.flip(3)).softmax(1)) * 0.5
+                logits = p.log()
             loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
             correct += (logits.argmax(1) == y).sum().item()
     model.train()
@@ -847,10 +865,10 @@ def self_check():
     check("warmup_cosine(4220; 422, 4220, 0.1)", warmup_cosine(4220, 422, 4220, 0.1), 0.1, 1e-12)
     check("warmup_cosine(10; 10, 10, 0) (max(1, T - W))", warmup_cosine(10, 10, 10, 0.0), 1.0)
     check("warmup_cosine(5; 0, 10, 0) (no warm-up)", warmup_cosine(5, 0, 10, 0.0), 0.5, 1e-12)
-    # make_schedule on the default config with one epoch of warm-up and the preset's depth 6 (the
+    # make_schedule on the default config with one epoch of warm-up, 10 epochs and depth 6 (the
     # values below are worked for those): 60000 / 128 -> 469 steps per epoch (last batch kept).
     cfg = load_config(DEFAULT_CONFIG, ["data.validation_fraction=0", "schedule.warmup_epochs=1",
-                                       "model.depth=6"])
+                                       "model.depth=6", "train.epochs=10"])
     f = make_schedule(cfg, 469)  # W = 469, T = 4690
     check("default config: factor(0)", f(0), 0.0)
     check("default config: factor(100) = 100/469", f(100), 100 / 469, 1e-15)
@@ -888,6 +906,12 @@ def self_check():
     m7, _ = check_recipe(load_config(DEFAULT_CONFIG, ["model.patch=7", "model.pool=mean"]))
     check("--set model.patch=7 model.pool=mean", (m7["patch"], m7["pool"], m7["dim"]),
           (7, "mean", 128))
+    m8, _ = check_recipe(load_config(DEFAULT_CONFIG, ["model.patch_kernel=8"]))
+    proj8 = build_model(m8).patch_embed.proj
+    check("--set model.patch_kernel=8: the overlapping patch embedding",
+          (tuple(proj8.weight.shape), proj8.stride, proj8.padding), ((128, 1, 8, 8), (4, 4), (2, 2)))
+    check("--set model.patch_kernel=8: logits shape",
+          tuple(build_model(m8)(torch.zeros(2, 1, 28, 28)).shape), (2, 10))
 
     # Augmentation: padding 2 then a 28x28 window is a shift of the image within zeros.
     g = torch.Generator().manual_seed(0)

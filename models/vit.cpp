@@ -20,6 +20,11 @@ void ViTConfig::validate() const {
   VT_CHECK(image_h % patch == 0 && image_w % patch == 0,
            "ViTConfig: image size {}x{} is not a multiple of the patch size {}", image_h, image_w,
            patch);
+  VT_CHECK(
+      patch_kernel == 0 || (patch_kernel >= patch && (patch_kernel - patch) % 2 == 0),
+      "ViTConfig: patch_kernel {} must be 0 (the patch size) or the patch size {} plus an even "
+      "number",
+      patch_kernel, patch);
   VT_CHECK(dim > 0 && depth > 0 && heads > 0 && mlp_dim > 0,
            "ViTConfig: dim {}, depth {}, heads {} and mlp_dim {} must be positive", dim, depth,
            heads, mlp_dim);
@@ -35,6 +40,7 @@ void ViTConfig::validate() const {
 nlohmann::json ViTConfig::to_json() const {
   return {{"image_size", {image_h, image_w}},
           {"patch", patch},
+          {"patch_kernel", patch_kernel},
           {"channels", channels},
           {"num_classes", num_classes},
           {"dim", dim},
@@ -75,6 +81,8 @@ ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
         }
       } else if (k == "patch")
         c.patch = num(k, v).get<int64_t>();
+      else if (k == "patch_kernel")
+        c.patch_kernel = num(k, v).get<int64_t>();
       else if (k == "channels")
         c.channels = num(k, v).get<int64_t>();
       else if (k == "num_classes")
@@ -236,9 +244,10 @@ Tensor ViTBlock::forward(const Tensor& x) {
 
 VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : config_(c) {
   c.validate();
-  auto proj = std::make_shared<nn::Conv2d>(c.channels, c.dim, std::pair{c.patch, c.patch},
-                                           std::pair{c.patch, c.patch},
-                                           std::pair<int64_t, int64_t>{0, 0}, true, gen);
+  const int64_t k = c.kernel(), pad = c.kernel_padding();
+  auto proj =
+      std::make_shared<nn::Conv2d>(c.channels, c.dim, std::pair{k, k}, std::pair{c.patch, c.patch},
+                                   std::pair{pad, pad}, true, gen);
   register_module("patch_embed", std::make_shared<PatchEmbed>(proj));
   patch_embed = proj;
   cls_token = register_parameter("cls_token", ops::zeros({1, 1, c.dim}));

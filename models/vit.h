@@ -20,6 +20,10 @@ namespace vitrine::models {
 struct ViTConfig {
   int64_t image_h = 224, image_w = 224;
   int64_t patch = 16;
+  /// The patch embedding's kernel size; 0 means patch (timm's non-overlapping patches). A larger
+  /// kernel k overlaps neighbouring patches: the convolution keeps stride patch and pads by
+  /// (k - patch) / 2 on each side, so the grid is still image / patch.
+  int64_t patch_kernel = 0;
   int64_t channels = 3;
   int64_t num_classes = 1000;  // 0: no head (a feature extractor, as DINO)
   int64_t dim = 768;
@@ -40,6 +44,8 @@ struct ViTConfig {
   bool no_embed_class = false;  // timm: pos_embed covers the patches only
   bool fc_norm = false;         // timm: mean pooling over the patch tokens, then a norm
 
+  int64_t kernel() const { return patch_kernel > 0 ? patch_kernel : patch; }
+  int64_t kernel_padding() const { return (kernel() - patch) / 2; }
   int64_t grid_h() const { return image_h / patch; }
   int64_t grid_w() const { return image_w / patch; }
   int64_t num_patches() const { return grid_h() * grid_w(); }

@@ -35,8 +35,28 @@ TEST_CASE("vit config: JSON round trip, errors, presets") {
   CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"image_size", 30}, {"patch", 4}}), "30x30",
                        "patch size 4");
   CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"dim", 10}, {"heads", 3}}), "not divisible");
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"patch", 4}, {"patch_kernel", 7}}), "patch_kernel 7",
+                       "patch size 4 plus an even number");
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"patch", 4}, {"patch_kernel", 2}}), "patch_kernel 2");
   CHECK_ERROR_CONTAINS(ViTConfig::preset("vit_huge"), "unknown preset", "vit_base_patch16_224");
   CHECK(ViTConfig::preset_names().size() == 14);
+  ViTConfig k = ViTConfig::preset("fmnist");
+  CHECK(k.kernel() == 4);
+  k.patch_kernel = 8;
+  CHECK(ViTConfig::from_json(k.to_json()).kernel() == 8);
+}
+
+TEST_CASE("vit: overlapping patch embedding (patch_kernel) keeps the grid") {
+  // patch 4 seen through 8x8 kernels: Conv2d(kernel 8, stride 4, padding 2), still 7x7 patches
+  Generator g(0);
+  ViTConfig c = ViTConfig::preset("fmnist");
+  c.depth = 1;
+  c.patch_kernel = 8;
+  VisionTransformer m(c, g);
+  CHECK(m.patch_embed->weight.shape() == Dims{128, 1, 8, 8});
+  CHECK(m.patch_embed->padding == std::pair<int64_t, int64_t>{2, 2});
+  CHECK(m.forward_features(ops::randn({2, 1, 28, 28}, g)).shape() == Dims{2, 50, 128});
+  CHECK(m.last_grid() == std::pair<int64_t, int64_t>{7, 7});
 }
 
 TEST_CASE("vit presets: parameter counts equal timm's") {

@@ -170,6 +170,7 @@ VIT_PARITY_CASES("tv_rep")
 VIT_PARITY_CASES("timm")
 VIT_PARITY_CASES("dinov2_reg")
 VIT_PARITY_CASES("timm_avg")
+VIT_PARITY_CASES("overlap")
 VIT_PARITY_CASES("hf")
 
 // torchvision computes its attention with need_weights=False, so its fixtures have no attention
@@ -177,6 +178,7 @@ VIT_PARITY_CASES("hf")
 TEST_CASE("vit parity: timm: attention gradients") { check_gradients("timm", true); }
 TEST_CASE("vit parity: dinov2_reg: attention gradients") { check_gradients("dinov2_reg", true); }
 TEST_CASE("vit parity: timm_avg: attention gradients") { check_gradients("timm_avg", true); }
+TEST_CASE("vit parity: overlap: attention gradients") { check_gradients("overlap", true); }
 TEST_CASE("vit parity: hf: attention gradients") { check_gradients("hf", true); }
 
 TEST_CASE("vit parity: timm: dino interpolation") { check_resized("timm", "dino"); }
@@ -205,7 +207,7 @@ TEST_CASE("vit parity: fixture configs and parameter counts") {
   CHECK(hf.layer_scale == ours.layer_scale);
   CHECK(hf.no_embed_class == ours.no_embed_class);
   CHECK(hf.fc_norm == ours.fc_norm);
-  for (const char* model : {"tv", "tv_rep", "timm", "dinov2_reg", "timm_avg", "hf"}) {
+  for (const char* model : {"tv", "tv_rep", "timm", "dinov2_reg", "timm_avg", "overlap", "hf"}) {
     INFO("model " << model);
     // The fixture configs are written as ViTConfig::to_json writes them.
     const json& written = model_case(model).at("config");

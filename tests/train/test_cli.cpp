@@ -232,7 +232,8 @@ TEST_CASE("train-cli: --eval reproduces the run's test metrics, --summary prints
   const std::string acc = fmt::format("{:.4f}", cm.at("accuracy").get<double>());
   CHECK(ev.output.find("accuracy") != std::string::npos);
   CHECK(ev.output.find(acc) != std::string::npos);
-  CHECK(ev.output.find("(300 images)") != std::string::npos);
+  // the default config evaluates with flip TTA, as the run did
+  CHECK(ev.output.find("(300 images, with flip test-time augmentation)") != std::string::npos);
 
   const Ran sum = run({"--summary"}, dir, "summary");
   REQUIRE(sum.code == 0);

@@ -43,8 +43,10 @@ TEST_CASE("train config: the built-in default is configs/fashion_mnist.json and 
   const json c = tr::default_config();
   CHECK(c == read_json(kConfigs + "/fashion_mnist.json"));
   CHECK_NOTHROW(tr::validate_config(c));
-  // The recipe named in the issue, with the preset cut to depth 4 (docs/benchmarks.md).
-  CHECK(c["model"] == json{{"preset", "fmnist"}, {"depth", 4}});
+  // The recipe named in the issue, with the preset cut to depth 4, drop-path 0.1, flips and
+  // flip test-time augmentation (docs/benchmarks.md).
+  CHECK(c["model"] == json{{"preset", "fmnist"}, {"depth", 4}, {"drop_path", 0.1}});
+  CHECK(c["train"]["tta_hflip"] == true);
   CHECK(c["data"]["dataset"] == "fashion-mnist");
   CHECK(c["data"]["batch_size"] == 128);
   CHECK(c["optim"]["name"] == "adamw");
@@ -52,9 +54,10 @@ TEST_CASE("train config: the built-in default is configs/fashion_mnist.json and 
   CHECK(c["optim"]["weight_decay"].get<double>() == 0.05);
   CHECK(c["optim"]["label_smoothing"].get<double>() == 0.1);
   CHECK(c["schedule"]["name"] == "warmup_cosine");
-  CHECK(c["data"]["transforms"] == json{{"mean", {0.2860}}, {"std", {0.3530}}});
+  CHECK(c["data"]["transforms"] == json{{"hflip", 0.5}, {"mean", {0.2860}}, {"std", {0.3530}}});
   models::ViTConfig fmnist = models::ViTConfig::preset("fmnist");
   fmnist.depth = 4;
+  fmnist.drop_path = 0.1;
   CHECK(tr::model_config(c).to_json() == fmnist.to_json());
   CHECK(tr::data_path(c) == nn::data::fashion_mnist_dir());
 }
@@ -87,9 +90,9 @@ TEST_CASE("train config: every preset file in configs/ loads complete and valida
 
 TEST_CASE("train config: --set overrides of each type") {
   SUBCASE("integer under a preset: the ViTConfig field is added to the model section") {
-    const json c = with("model.depth=4");
-    CHECK(c["model"] == json{{"preset", "fmnist"}, {"depth", 4}});
-    CHECK(tr::model_config(c).depth == 4);
+    const json c = with("model.depth=5");
+    CHECK(c["model"] == json{{"preset", "fmnist"}, {"depth", 5}, {"drop_path", 0.1}});
+    CHECK(tr::model_config(c).depth == 5);
     CHECK(tr::model_config(c).dim == 128);  // the rest from the preset
     CHECK_NOTHROW(tr::validate_config(c));
   }
@@ -257,6 +260,9 @@ TEST_CASE("train config: validate_config names the key and the expected range") 
       {"train.device=gpu", {"config: train.device: ", "'gpu' is not a device"}},
       {"train.out=\"\"", {"train.out must name the run folder"}},
       {"model.depth=0", {"config: model: ViTConfig: ", "depth 0"}},
+      {"model.patch_kernel=5",
+       {"config: model: ViTConfig: patch_kernel 5 must be 0 (the patch size) or the patch size 4 "
+        "plus an even number"}},
       {"model.heads=3", {"config: model: ViTConfig: dim 128 is not divisible by heads 3"}},
       {"model.preset=vit_huge", {"config: model: ViTConfig: unknown preset 'vit_huge'"}},
       {"model.channels=3", {"model.channels is 3, but fashion-mnist images have 1 channel"}},

@@ -5,7 +5,9 @@
 // with a message naming the file. Single-threaded (OpenMP and loader) for bitwise comparisons.
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -73,6 +75,7 @@ json tiny_config(const std::vector<std::string>& sets = {}) {
   c["schedule"]["warmup_epochs"] = 0.5;
   c["train"]["epochs"] = 3;
   c["train"]["log_every"] = 4;
+  c["train"]["tta_hflip"] = false;  // the default's; it has its own test
   for (const auto& s : sets) tr::apply_override(c, s);
   tr::validate_config(c);
   return c;
@@ -325,4 +328,58 @@ TEST_CASE("trainer: early stopping after `patience` validations without a better
       nn::metadata_json(nn::read_safetensors(dir / "last.safetensors").metadata, nn::kStateKey);
   CHECK(state.at("bad_evals") == 2);
   CHECK(state.at("global_step") == 6);
+}
+
+TEST_CASE("trainer: flip test-time augmentation averages each image's and its mirror's softmax") {
+  SingleThread st;
+  Generator gen(3);
+  models::ViTConfig mc = tr::model_config(tiny_config());
+  models::VisionTransformer model(mc, gen);
+  auto set = std::make_shared<Squares>(60, 3);
+  const json t = tiny_config()["data"]["transforms"];
+  const data::Compose eval_tf = data::from_config(t, 1, false);
+  const tr::Evaluation plain = tr::evaluate(model, set, eval_tf, 16, 0, Device{}, false);
+  const tr::Evaluation tta = tr::evaluate(model, set, eval_tf, 16, 0, Device{}, true);
+
+  // The same by hand, in float64 over the whole set as one batch: the images mirrored by
+  // reversing the width, p = (softmax(f(x)) + softmax(f(flip x))) / 2, loss = -log p[label].
+  data::LoaderOptions lo;
+  lo.batch_size = 60;
+  lo.shuffle = false;
+  lo.workers = 0;
+  data::DataLoader loader(set, eval_tf, lo);
+  loader.start_epoch(0);
+  data::Batch b = *loader.next();
+  model.eval();
+  NoGradGuard ng;
+  Tensor x = b.images;
+  Tensor mirrored = ops::zeros_like(x);
+  const Tensor xc = x.contiguous();
+  for (int64_t w = 0; w < 8; ++w) mirrored.narrow(3, w, 1).copy_(xc.narrow(3, 7 - w, 1));
+  Tensor p = (ops::softmax(model.forward(x), 1).to(kFloat64) +
+              ops::softmax(model.forward(mirrored), 1).to(kFloat64)) *
+             0.5;
+  const Tensor pc = p.contiguous();
+  const Tensor lc = model.forward(x).to(kFloat64).contiguous();
+  const Tensor yc = b.labels.contiguous();
+  const auto* pd = static_cast<const double*>(pc.data_ptr());
+  const auto* ld = static_cast<const double*>(lc.data_ptr());
+  const auto* yd = static_cast<const int64_t*>(yc.data_ptr());
+  int64_t correct = 0, correct_plain = 0;
+  double loss = 0;
+  for (int64_t i = 0; i < 60; ++i) {
+    const double* pi = pd + i * 3;
+    const double* li = ld + i * 3;
+    const int64_t best = std::max_element(pi, pi + 3) - pi;
+    const int64_t best_plain = std::max_element(li, li + 3) - li;
+    correct += best == yd[i];
+    correct_plain += best_plain == yd[i];
+    loss -= std::log(pi[yd[i]]);
+  }
+  CHECK(tta.count == 60);
+  CHECK(tta.accuracy == doctest::Approx(static_cast<double>(correct) / 60));
+  CHECK(tta.loss == doctest::Approx(loss / 60).epsilon(1e-5));
+  CHECK(plain.accuracy == doctest::Approx(static_cast<double>(correct_plain) / 60));
+  // The class scores differ from the single view's (the squares are not mirror-symmetric).
+  CHECK(tta.loss != doctest::Approx(plain.loss).epsilon(1e-6));
 }

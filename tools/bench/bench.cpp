@@ -14,7 +14,7 @@ namespace vitrine::bench {
 double forward_flops(const models::ViTConfig& c) {
   const double P = static_cast<double>(c.num_patches()), N = P + c.prefix_tokens();
   const double D = c.dim, M = c.mlp_dim, K = c.num_classes;
-  const double patch_values = static_cast<double>(c.channels) * c.patch * c.patch;
+  const double patch_values = static_cast<double>(c.channels) * c.kernel() * c.kernel();
   double f = 2 * P * patch_values * D;
   const double block = 2 * N * D * 3 * D + 4 * N * N * D + 2 * N * D * D + 4 * N * D * M;
   f += c.depth * block;

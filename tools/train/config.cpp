@@ -44,7 +44,8 @@ const std::map<std::string, std::vector<std::string>> kSectionKeys = {
     {"schedule", {"name", "warmup_epochs", "min_lr_factor", "step_epochs", "gamma"}},
     {"train",
      {"epochs", "seed", "eval_every", "log_every", "early_stopping_patience", "accum_steps",
-      "ema_decay", "test_each_epoch", "finetune", "freeze_backbone", "device", "precision", "out"}},
+      "ema_decay", "test_each_epoch", "tta_hflip", "finetune", "freeze_backbone", "device",
+      "precision", "out"}},
 };
 
 // What from_config knows (data.transforms) and what a random_crop object holds.
@@ -459,6 +460,7 @@ int64_t validate_train(const json& config, double validation_fraction) {
   train.integer("accum_steps", 1);
   train.number("ema_decay", 0, false, 1, true);
   train.boolean("test_each_epoch");
+  train.boolean("tta_hflip");
   const std::string finetune = train.string("finetune");
   VT_CHECK(!train.boolean("freeze_backbone") || !finetune.empty(),
            "config: train.freeze_backbone needs train.finetune (the checkpoint whose backbone to "

@@ -20,7 +20,9 @@
 //               end), log_every (steps), early_stopping_patience (validations without a better
 //               validation accuracy before stopping, 0 = off), accum_steps (batches per optimizer
 //               step), ema_decay (0 = no weight average), test_each_epoch (also evaluate the
-//               test set at each epoch's end: learning curves, benchmarks), finetune (a
+//               test set at each epoch's end: learning curves, benchmarks), tta_hflip (every
+//               evaluation, validation and test, averages the class probabilities of each image
+//               and of its mirror image: flip test-time augmentation), finetune (a
 //               checkpoint whose weights start the run, with a new head; "" = from scratch),
 //               freeze_backbone (train the head only; needs finetune), device ("cpu", "cuda",
 //               "cuda:N"), out (the run folder)

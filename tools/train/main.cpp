@@ -85,9 +85,12 @@ std::string fresh_run_dir(const std::string& out) {
 }
 
 std::string describe_model(const models::ViTConfig& m) {
-  return fmt::format("ViT {}x{}x{} in {}x{} patches, dim {}, depth {}, {} heads, MLP {}",
-                     m.channels, m.image_h, m.image_w, m.patch, m.patch, m.dim, m.depth, m.heads,
-                     m.mlp_dim);
+  const std::string overlap =
+      m.kernel() != m.patch ? fmt::format(" (seen through {}x{} kernels)", m.kernel(), m.kernel())
+                            : "";
+  return fmt::format("ViT {}x{}x{} in {}x{} patches{}, dim {}, depth {}, {} heads, MLP {}",
+                     m.channels, m.image_h, m.image_w, m.patch, m.patch, overlap, m.dim, m.depth,
+                     m.heads, m.mlp_dim);
 }
 
 int summary(const json& config) {
@@ -116,11 +119,13 @@ int evaluate_checkpoint(json config, const std::string& checkpoint) {
   const Device device = Device::parse(config["train"]["device"].get<std::string>());
   model->to(device);
   const auto& d = config["data"];
-  fmt::print("evaluating {} ({}) on {} ({} images)\n", checkpoint, describe_model(model->config()),
-             test->source(), test->size());
+  const bool tta = config["train"]["tta_hflip"].get<bool>();
+  fmt::print("evaluating {} ({}) on {} ({} images{})\n", checkpoint,
+             describe_model(model->config()), test->source(), test->size(),
+             tta ? ", with flip test-time augmentation" : "");
   tr::Evaluation e = tr::evaluate(
       *model, test, nn::data::from_config(d["transforms"], model->config().channels, false),
-      d["batch_size"].get<int64_t>(), d["workers"].get<int64_t>(), device);
+      d["batch_size"].get<int64_t>(), d["workers"].get<int64_t>(), device, tta);
   fmt::print("\n{}\n", e.table(classes));
   return 0;
 }
@@ -160,6 +165,8 @@ int run_training(json config, const Options& o) {
              op["name"].get<std::string>(), op["lr"].get<double>(),
              op["weight_decay"].get<double>(), config["schedule"]["name"].get<std::string>(),
              t["device"].get<std::string>());
+  if (t["tta_hflip"].get<bool>())
+    fmt::print("  eval:  flip test-time augmentation (each image and its mirror image)\n");
   if (!t["finetune"].get<std::string>().empty())
     fmt::print("  from:  {}{}\n", t["finetune"].get<std::string>(),
                t["freeze_backbone"].get<bool>() ? " (backbone frozen, head trained)" : "");

@@ -119,6 +119,7 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
   epochs_ = t.at("epochs").get<int64_t>();
   ema_decay_ = t.at("ema_decay").get<double>();
   test_each_epoch_ = t.at("test_each_epoch").get<bool>();
+  tta_hflip_ = t.at("tta_hflip").get<bool>();
   label_smoothing_ = o.at("label_smoothing").get<double>();
   grad_clip_ = o.at("grad_clip").get<double>();
   classes_ = train_set_->classes();
@@ -213,7 +214,7 @@ void Trainer::log(const json& line) {
 Evaluation evaluate(models::VisionTransformer& model,
                     const std::shared_ptr<const nn::data::Dataset>& dataset,
                     const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
-                    Device device) {
+                    Device device, bool hflip_tta) {
   const bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
@@ -224,8 +225,17 @@ Evaluation evaluate(models::VisionTransformer& model,
   nn::data::DataLoader loader(dataset, transforms, lo);
   loader.start_epoch(0);
   Evaluator ev(model.config().num_classes);
+  Tensor reversed;  // W-1, ..., 0: index_select along the width mirrors the images
   while (auto b = loader.next()) {
-    Tensor logits = model.forward(b->images.to(device));
+    Tensor images = b->images.to(device);
+    Tensor logits = model.forward(images);
+    if (hflip_tta) {
+      const int64_t W = images.size(3);
+      if (!reversed.defined() || reversed.size(0) != W)
+        reversed = ops::arange(W - 1, -1, -1, kInt64).to(device);
+      Tensor mirrored = model.forward(ops::index_select(images, 3, reversed));
+      logits = ops::log((ops::softmax(logits, 1) + ops::softmax(mirrored, 1)) * 0.5);
+    }
     Tensor labels = b->labels.to(device);
     Tensor loss = ops::cross_entropy(logits, labels, ops::Reduction::Sum);
     ev.add(logits, labels, loss.item());
@@ -247,7 +257,7 @@ json finetune_config(json config, const models::ViTConfig& pretrained,
 Evaluation Trainer::evaluate(const std::shared_ptr<const nn::data::Dataset>& dataset) {
   return train::evaluate(eval_model(), dataset, eval_transforms_,
                          train_loader_->options().batch_size, train_loader_->options().workers,
-                         device_);
+                         device_, tta_hflip_);
 }
 
 void Trainer::train_step(StepInfo& info) {

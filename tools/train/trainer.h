@@ -63,11 +63,14 @@ struct StepInfo {
 };
 
 /// Metrics of `model` (put in eval mode, no gradients, restored after) on a dataset through the
-/// evaluation transforms, in batches on `device`.
+/// evaluation transforms, in batches on `device`. With hflip_tta (flip test-time augmentation,
+/// train.tta_hflip) each image is also classified mirrored left to right, and the prediction is
+///     p = (softmax(f(x)) + softmax(f(flip(x)))) / 2,   loss = -log p[label],
+/// (log p stands in for the logits: its argmax is p's).
 Evaluation evaluate(models::VisionTransformer& model,
                     const std::shared_ptr<const nn::data::Dataset>& dataset,
                     const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
-                    Device device);
+                    Device device, bool hflip_tta = false);
 
 /// The config of a fine-tuning run: `config` with its model section replaced by `pretrained`, the
 /// architecture of the checkpoint (own or foreign weights, as models::load_vit reads them), with
@@ -153,6 +156,7 @@ class Trainer {
   int64_t accum_ = 1, batches_per_epoch_ = 0, steps_per_epoch_ = 0;
   double label_smoothing_ = 0, grad_clip_ = 0, ema_decay_ = 0;
   bool test_each_epoch_ = false;
+  bool tta_hflip_ = false;  // evaluations average each image's and its mirror's probabilities
   int64_t eval_every_ = 0, log_every_ = 0, patience_ = 0, epochs_ = 0;
 
   // Loop state (saved in vitrine.state).
