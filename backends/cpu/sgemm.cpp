@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string_view>
 #include <utility>
@@ -67,17 +66,64 @@ float* pack_buffer(size_t floats) {
   return buf.get();
 }
 
+// The all-lanes masks of the maskz forms below: the unmasked intrinsics start from
+// _mm512_undefined_ps, which GCC 12 reports as maybe uninitialised.
+constexpr __mmask16 kAll16 = 0xFFFF;
+constexpr __mmask8 kAll8 = 0xFF;
+
+/// dst[k * 32 + j] = src[j * lds + k] for j < rows, k < kr (both at most 16), and 0 for
+/// rows <= j < 16: one 16 x 16 block of a transposed weight, transposed in registers. Rows of
+/// src are loaded (masked to kr floats), interleaved in pairs (unpack ps), in fours (unpack pd),
+/// then their 128-bit lanes are gathered (shuffle f32x4) so that vector c holds column c.
+__attribute__((target("avx512f"))) void pack_block16(const float* src, int64_t lds, int rows,
+                                                     int kr, float* dst) {
+  const __mmask16 km = static_cast<__mmask16>(kr >= 16 ? 0xFFFF : (1u << kr) - 1);
+  __m512 r[16], t[16], u[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)
+    r[i] = i < rows ? _mm512_maskz_loadu_ps(km, src + i * lds) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {  // per lane: t[i] = a0 b0 a1 b1, t[i+1] = a2 b2 a3 b3
+    t[i] = _mm512_maskz_unpacklo_ps(kAll16, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_ps(kAll16, r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < 16; g += 4) {  // u[g + c], lane L: column 4 L + c of rows g .. g+3
+    const __m512d t0 = _mm512_castps_pd(t[g]), t1 = _mm512_castps_pd(t[g + 1]),
+                  t2 = _mm512_castps_pd(t[g + 2]), t3 = _mm512_castps_pd(t[g + 3]);
+    u[g] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(kAll8, t0, t2));
+    u[g + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(kAll8, t0, t2));
+    u[g + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(kAll8, t1, t3));
+    u[g + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(kAll8, t1, t3));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    // 0x88 takes lanes 0 and 2 of each operand, 0xDD lanes 1 and 3.
+    const __m512 v0 = _mm512_maskz_shuffle_f32x4(kAll16, u[c], u[4 + c], 0x88);
+    const __m512 v1 = _mm512_maskz_shuffle_f32x4(kAll16, u[8 + c], u[12 + c], 0x88);
+    const __m512 w0 = _mm512_maskz_shuffle_f32x4(kAll16, u[c], u[4 + c], 0xDD);
+    const __m512 w1 = _mm512_maskz_shuffle_f32x4(kAll16, u[8 + c], u[12 + c], 0xDD);
+    const __m512 col[4] = {_mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0x88),
+                           _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0x88),
+                           _mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0xDD),
+                           _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0xDD)};
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; ++l)
+      if (4 * l + c < kr) _mm512_storeu_ps(dst + (4 * l + c) * kNR, col[l]);
+  }
+}
+
 /// Packs panel p of a transposed B (B[k][n] = b[n * ldb + k]; columns 32p .. 32p+31, zero past
-/// N): bp[p][k][j] = B[k][32p + j]. Each weight row is read once and written as a column.
+/// N): bp[p][k][j] = B[k][32p + j], in 16 x 16 blocks transposed in registers.
 void pack_panel(int64_t p, int64_t N, int64_t K, const float* b, int64_t ldb, float* bp) {
   const int64_t n0 = p * kNR, cols = std::min<int64_t>(kNR, N - n0);
   float* dst = bp + p * K * kNR;
-  if (cols < kNR)
-    for (int64_t k = 0; k < K; ++k)
-      std::memset(dst + k * kNR + cols, 0, (kNR - cols) * sizeof(float));
-  for (int64_t j = 0; j < cols; ++j) {
-    const float* src = b + (n0 + j) * ldb;
-    for (int64_t k = 0; k < K; ++k) dst[k * kNR + j] = src[k];
+  for (int64_t j0 = 0; j0 < kNR; j0 += 16) {
+    const int rows = static_cast<int>(std::clamp<int64_t>(cols - j0, 0, 16));
+    const float* src = b + (n0 + std::min<int64_t>(j0, cols)) * ldb;  // (not read when rows = 0)
+    for (int64_t k0 = 0; k0 < K; k0 += 16)
+      pack_block16(src + k0, ldb, rows, static_cast<int>(std::min<int64_t>(16, K - k0)),
+                   dst + k0 * kNR + j0);
   }
 }
 
