@@ -66,6 +66,11 @@ float* pack_buffer(size_t floats) {
   return buf.get();
 }
 
+/// The first n of 16 lanes (all for n >= 16, none for n <= 0).
+__mmask16 column_mask(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+
 // The all-lanes masks of the maskz forms below: the unmasked intrinsics start from
 // _mm512_undefined_ps, which GCC 12 reports as maybe uninitialised.
 constexpr __mmask16 kAll16 = 0xFFFF;
@@ -77,7 +82,7 @@ constexpr __mmask8 kAll8 = 0xFF;
 /// then their 128-bit lanes are gathered (shuffle f32x4) so that vector c holds column c.
 __attribute__((target("avx512f"))) void pack_block16(const float* src, int64_t lds, int rows,
                                                      int kr, float* dst) {
-  const __mmask16 km = static_cast<__mmask16>(kr >= 16 ? 0xFFFF : (1u << kr) - 1);
+  const __mmask16 km = column_mask(kr);
   __m512 r[16], t[16], u[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i)
@@ -120,7 +125,7 @@ void pack_panel(int64_t p, int64_t N, int64_t K, const float* b, int64_t ldb, fl
   float* dst = bp + p * K * kNR;
   for (int64_t j0 = 0; j0 < kNR; j0 += 16) {
     const int rows = static_cast<int>(std::clamp<int64_t>(cols - j0, 0, 16));
-    const float* src = b + (n0 + std::min<int64_t>(j0, cols)) * ldb;  // (not read when rows = 0)
+    const float* src = rows > 0 ? b + (n0 + j0) * ldb : b;  // (not read when rows = 0)
     for (int64_t k0 = 0; k0 < K; k0 += 16)
       pack_block16(src + k0, ldb, rows, static_cast<int>(std::min<int64_t>(16, K - k0)),
                    dst + k0 * kNR + j0);
@@ -192,10 +197,6 @@ constexpr auto kernel_row() {
 constexpr std::array<std::array<std::array<Kernel, kMR>, 2>, 2> kKernels = {
     {{kernel_row<false, false>(), kernel_row<false, true>()},
      {kernel_row<true, false>(), kernel_row<true, true>()}}};
-
-__mmask16 column_mask(int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
-}
 
 /// Rows [m0, m1) of C, every column.
 void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int64_t lda,
