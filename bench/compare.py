@@ -18,8 +18,18 @@ writing its JSON (and its output, .log) into --out:
 With --explain, each round then runs the three again with --what explain on --explain-model
 (default vit_small_patch16_224) at the first thread count. Every child gets this environment less
 the threading variables (OMP_*, GOMP_*, KMP_*, OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS,
-MKL_NUM_THREADS): each program sets its threads itself from --threads, and only the tuned run
-gets OMP_WAIT_POLICY. --warmup, --repeats and --steps, when given, are passed to all three.
+MKL_NUM_THREADS) and OPENBLAS_CORETYPE: each program sets its threads itself from --threads, and
+only the tuned run gets OMP_WAIT_POLICY. --warmup, --repeats and --steps, when given, are passed
+to all three.
+
+OpenBLAS (which both link) picks its kernels by CPU model when it is loaded, and on a model newer
+than its table falls back to old ones: Debian 12's OpenBLAS 0.3.21 runs its SSE3 "Prescott"
+kernels on an Intel Xeon of 2024 (Emerald Rapids), and PyTorch's matmuls run at about a third of
+their speed. PyTorch at its best then needs OPENBLAS_CORETYPE. --openblas-coretype auto (the
+default) asks torch_bench.py which kernels OpenBLAS chose; when they are not ones made for AVX2 or
+AVX-512 but the CPU has those, the tuned run and Vitrine's get OPENBLAS_CORETYPE=SkylakeX (AVX-512)
+or Haswell (AVX2), and the default run keeps what OpenBLAS chose. Every run's JSON records the
+kernels it ran (gemm.openblas_core), and the tables show them.
 
 Per round: Vitrine's images/s (the median over its repeats) divided by each PyTorch variant's, for
 training and inference; Vitrine's train_peak_mb divided by PyTorch's; per explanation method the
@@ -60,6 +70,9 @@ MEMORY_GOAL = 1.0  # Vitrine's training peak over PyTorch's, at most
 EXPLAIN_GOAL = 1.0  # PyTorch ms over Vitrine ms, more than
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS")
 THREAD_PREFIXES = ("OMP_", "GOMP_", "KMP_")
+REMOVED_VARS = THREAD_VARS + ("OPENBLAS_CORETYPE",)
+# OpenBLAS kernel sets made for AVX2 or AVX-512 (openblas_get_corename, lower case)
+OPENBLAS_CURRENT = ("haswell", "skylakex", "cooperlake", "sapphirerapids", "zen")
 
 
 class Failure(Exception):
@@ -68,17 +81,58 @@ class Failure(Exception):
 
 # ---- the plan --------------------------------------------------------------------------------
 
-def child_env(side):
-    """This environment without the threading variables; PASSIVE waiting for the tuned run."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(THREAD_PREFIXES) and k not in THREAD_VARS}
-    if side == "torch-tuned":
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
-    return env
+def base_env():
+    """This environment without the threading variables and OPENBLAS_CORETYPE."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(THREAD_PREFIXES) and k not in REMOVED_VARS}
+
+
+def child_env(run):
+    """base_env() and the run's own variables (PASSIVE waiting for the tuned run, and
+    OPENBLAS_CORETYPE when OpenBLAS would run fallback kernels)."""
+    return {**base_env(), **run["env"]}
 
 
 def removed_env_vars():
-    return sorted(k for k in os.environ if k.startswith(THREAD_PREFIXES) or k in THREAD_VARS)
+    return sorted(k for k in os.environ if k.startswith(THREAD_PREFIXES) or k in REMOVED_VARS)
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def openblas_plan(args):
+    """Which kernels OpenBLAS chooses here as installed, and the OPENBLAS_CORETYPE (or None) that
+    the Vitrine and PyTorch tuned runs get: {"installed": name, "coretype": name or None}."""
+    installed = None
+    if os.access(args.torch_python, os.X_OK):
+        try:
+            probe = subprocess.run([args.torch_python, TORCH_BENCH, "--openblas-core"],
+                                   capture_output=True, text=True, timeout=120, env=base_env(),
+                                   cwd=REPO)
+            if probe.returncode == 0 and probe.stdout.strip():
+                installed = probe.stdout.strip().splitlines()[-1]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    choice = args.openblas_coretype
+    if choice == "none":
+        coretype = None
+    elif choice != "auto":
+        coretype = choice
+    elif installed is None or installed.lower() in OPENBLAS_CURRENT + ("none",):
+        coretype = None
+    else:
+        flags = cpu_flags()
+        coretype = ("SkylakeX" if "avx512f" in flags else
+                    "Haswell" if {"avx2", "fma"} <= flags else None)
+    return {"installed": installed, "coretype": coretype}
 
 
 def command(args, side, model, threads, what, json_path):
@@ -93,7 +147,7 @@ def command(args, side, model, threads, what, json_path):
     return [args.torch_python, TORCH_BENCH] + common + ["--variant", variant]
 
 
-def plan(args):
+def plan(args, openblas=None):
     runs = []
     for r in range(1, args.rounds + 1):
         for model in args.models:
@@ -113,6 +167,8 @@ def plan(args):
         run["command"] = command(args, run["side"], run["model"], run["threads"], run["what"],
                                  os.path.join(args.out, run["json"]))
         run["env"] = {"OMP_WAIT_POLICY": "PASSIVE"} if run["side"] == "torch-tuned" else {}
+        if openblas and openblas.get("coretype") and run["side"] != "torch-default":
+            run["env"]["OPENBLAS_CORETYPE"] = openblas["coretype"]
     return runs
 
 
@@ -137,7 +193,7 @@ def execute(run, out):
     t0 = time.monotonic()
     with open(log, "w") as fo, open(err, "w") as fe:
         try:
-            rc = subprocess.call(run["command"], stdout=fo, stderr=fe, env=child_env(run["side"]),
+            rc = subprocess.call(run["command"], stdout=fo, stderr=fe, env=child_env(run),
                                  cwd=REPO)
         except OSError as e:
             raise Failure(f"could not start {run['name']}: {e}\n  command: {shell_line(run)}")
@@ -250,6 +306,7 @@ def summarize(manifest, results):
                 "version": per_round[0][s].get("version"),
                 "params": per_round[0][s].get("params"),
                 "batch": per_round[0][s].get("batch"),
+                "openblas_core": get(per_round[0][s], "gemm", "openblas_core"),
                 "sgemm_peak_gflops": spread([get(js[s], "sgemm_peak_gflops")
                                              for js in per_round]),
                 "train_peak_mb": spread([get(js[s], "memory", "train_peak_mb")
@@ -343,6 +400,9 @@ def tables(summary):
                                                                for s in SIDES])
         rows.append(["sgemm peak GFLOP/s"] + [fmt_num(sides[s]["sgemm_peak_gflops"])
                                               for s in SIDES])
+        if any(sides[s].get("openblas_core") for s in SIDES):
+            rows.append(["OpenBLAS kernels"] + [sides[s].get("openblas_core") or "n/a"
+                                                for s in SIDES])
         out.append((title, header, rows, [c["warning"]] if "warning" in c else []))
 
         goal = SPEED_GOALS.get(model)
@@ -394,6 +454,14 @@ def render_text(ts):
     return "\n".join(lines)
 
 
+def openblas_line(o):
+    if not o.get("coretype"):
+        return f"**OpenBLAS:** kernels {o.get('installed') or 'unknown'} as installed, for all runs."
+    return (f"**OpenBLAS:** as installed it runs its {o.get('installed')} kernels here, a "
+            f"fallback for this CPU; the Vitrine and PyTorch tuned runs get "
+            f"`OPENBLAS_CORETYPE={o['coretype']}`, PyTorch default runs as installed.")
+
+
 def render_markdown(ts, manifest):
     m = manifest
     lines = [f"**Machine:** {m['machine']['cpu']}, {m['machine']['cores']} cores, "
@@ -408,6 +476,8 @@ def render_markdown(ts, manifest):
     if m.get("removed_env"):
         lines += [f"Threading variables removed from the children's environment: "
                   f"{', '.join(m['removed_env'])}.", ""]
+    if m.get("openblas"):
+        lines += [openblas_line(m["openblas"]), ""]
     return "\n".join(lines + markdown_tables(ts))
 
 
@@ -525,6 +595,10 @@ def main(argv=None):
     p.add_argument("--markdown", metavar="FILE", help="also write the tables as Markdown here")
     p.add_argument("--torch-python", default="/usr/bin/python3",
                    help="the Python with torch (default /usr/bin/python3)")
+    p.add_argument("--openblas-coretype", default="auto", metavar="NAME",
+                   help="OPENBLAS_CORETYPE for the Vitrine and PyTorch tuned runs: auto (the "
+                        "default: SkylakeX or Haswell when OpenBLAS as installed would run "
+                        "fallback kernels on this CPU, else none), none, or a core name")
     p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
     p.add_argument("--summarize", metavar="DIR",
                    help="run nothing: the tables again from a results folder of an earlier run")
@@ -569,7 +643,8 @@ def main(argv=None):
         stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S")
         args.out = os.path.abspath(args.out or os.path.join(REPO, "bench", "results",
                                                             f"compare-{stamp}"))
-        runs = plan(args)
+        openblas = openblas_plan(args)
+        runs = plan(args, openblas)
         if args.dry_run:
             try:
                 for run in runs:
@@ -586,10 +661,12 @@ def main(argv=None):
             "date": datetime.datetime.now().astimezone().isoformat(timespec="minutes"),
             "machine": machine(), "commit": git_commit(), "torch_python": args.torch_python,
             "torch_python_version": python_version(args.torch_python),
-            "removed_env": removed_env_vars(), "versions": {}, "runs": runs}
+            "removed_env": removed_env_vars(), "openblas": openblas, "versions": {},
+            "runs": runs}
         write(os.path.join(args.out, "manifest.json"), json.dumps(manifest, indent=1) + "\n")
         if manifest["removed_env"]:
             print(f"compare: not passed to the runs: {', '.join(manifest['removed_env'])}")
+        print(f"compare: {openblas_line(openblas).replace('**', '').replace('`', '')}")
         print(f"compare: {len(runs)} runs into {args.out}", flush=True)
         total = time.monotonic()
         for i, run in enumerate(runs, 1):

@@ -313,6 +313,27 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
+def openblas_core():
+    """The kernel set the OpenBLAS that torch loaded chose for this CPU (openblas_get_corename,
+    e.g. "SkylakeX", "Haswell", or "Prescott", its SSE3 fallback for a CPU model newer than its
+    table), or None when no OpenBLAS is loaded. Call after importing torch."""
+    import ctypes
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            paths = sorted({line.split()[-1] for line in f
+                            if "openblas" in line.lower() and ".so" in line})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            get = ctypes.CDLL(path).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        get.restype = ctypes.c_char_p
+        return get().decode()
+    return None
+
+
 def sgemm_peak_gflops(n=2048, reps=5, device="cpu", dtype=None):
     """The best of `reps` n^3 torch.mm. On a GPU: in `dtype` (the precision's matmul dtype), one
     untimed call first (cuBLAS's set-up), torch.cuda.synchronize() before each clock read."""
@@ -777,6 +798,8 @@ def run(args):
               f"{peak:.1f} GFLOP/s")
     else:
         print(f"\nsgemm peak (torch.mm 2048x2048, best of 5): {peak:.1f} GFLOP/s")
+        j["gemm"] = {"openblas_core": openblas_core()}
+        print(f"matrix products: OpenBLAS kernels {j['gemm']['openblas_core']}")
     if results:
         print(f"\n{'':<8} {'images/s':>10} {'min':>10} {'max':>10} {'GFLOP/s':>9} {'of peak':>8}")
     for part in ("train", "infer"):
@@ -794,7 +817,7 @@ def run(args):
     # the schema's order (vitrine-bench's, then the GPU fields)
     order = ["framework", "version", "variant", "omp_wait_policy", "model", "batch", "threads",
              "device", "precision", "compile", "compile_mode", "gpu", "cuda_version", "params",
-             "flops_per_image", "sgemm_peak_gflops", "train", "infer", "memory",
+             "flops_per_image", "sgemm_peak_gflops", "gemm", "train", "infer", "memory",
              "first_call_seconds", "explain"]
     j = {k: j[k] for k in order if k in j}
     if args.json:
@@ -842,12 +865,19 @@ def main(argv=None):
     p.add_argument("--compile-mode", default="default",
                    choices=["default", "reduce-overhead", "max-autotune"],
                    help="torch.compile's mode (default default)")
+    p.add_argument("--openblas-core", action="store_true",
+                   help="print the kernel set OpenBLAS chose for this CPU (as torch loads it), "
+                        "then exit")
     p.add_argument("--self-check", action="store_true",
                    help="check the models' sizes and FLOPs and the explanation methods against "
                         "tests/fixtures/explain_parity.json, then exit")
     args = p.parse_args(argv)
     if args.self_check:
         return self_check()
+    if args.openblas_core:
+        import torch  # noqa: F401 (loads OpenBLAS)
+        print(openblas_core() or "none")
+        return 0
     for name in ("batch", "repeats", "steps"):
         if getattr(args, name) < 0:
             p.error(f"--{name} must be positive")

@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/sgemm.h"
+#include "backends/gemm_info.h"
 
 namespace vitrine::cpu {
 
@@ -98,3 +99,26 @@ void CpuBackend::gemm_bias(const Strided& a, const Strided& b, const Strided& bi
 }
 
 }  // namespace vitrine::cpu
+
+namespace vitrine {
+
+CpuGemmInfo cpu_gemm_info() {
+  CpuGemmInfo info;
+  info.openblas_core = openblas_get_corename();
+  info.openblas_current = cpu::openblas_kernels_current();
+  switch (cpu::gemm_policy()) {
+    case cpu::GemmPolicy::Off:
+      info.own_gemm = "none (no AVX-512, or VITRINE_GEMM=openblas)";
+      break;
+    case cpu::GemmPolicy::SmallWeights:
+      info.own_gemm = "weights up to 2^18 floats";
+      break;
+    case cpu::GemmPolicy::All:
+      info.own_gemm = info.openblas_current ? "every shape (VITRINE_GEMM=own)"
+                                            : "every shape (OpenBLAS's kernels are a fallback)";
+      break;
+  }
+  return info;
+}
+
+}  // namespace vitrine

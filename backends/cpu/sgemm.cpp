@@ -16,12 +16,15 @@
 // thread count; only the grouping into depth slices differs.
 #include "backends/cpu/sgemm.h"
 
+#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -32,6 +35,19 @@
 
 namespace vitrine::cpu {
 
+/// OpenBLAS picks its kernels by CPU model when it is loaded, and falls back to old ones on a
+/// model newer than its table: Debian 12's 0.3.21 runs its SSE3 "Prescott" kernels on an Intel
+/// Xeon of 2024 (Emerald Rapids), about a quarter of the machine's speed. Its kernels are taken
+/// as current when they are one of these (AVX2 or AVX-512).
+bool openblas_kernels_current() {
+  std::string name = openblas_get_corename();
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  for (std::string_view known : {"haswell", "skylakex", "cooperlake", "sapphirerapids", "zen"})
+    if (name == known) return true;
+  return false;
+}
+
 #ifdef VT_HAVE_OWN_SGEMM
 namespace {
 
@@ -41,14 +57,13 @@ constexpr int64_t kKC = 256;  // depth of one pass: a 12 x 256 strip of A is 12 
 constexpr int64_t kNC = 512;  // columns of one block: a 256 x 512 block of B is 512 KiB
 constexpr int64_t kMaxWeight = int64_t{1} << 18;  // floats (1 MiB): the largest weight taken
 
-bool enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("VITRINE_GEMM");
-    if (e != nullptr && std::string_view(e) == "openblas") return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return on;
+GemmPolicy read_policy() {
+  __builtin_cpu_init();
+  const char* e = std::getenv("VITRINE_GEMM");
+  const std::string_view v = e != nullptr ? e : "";
+  if (v == "openblas" || __builtin_cpu_supports("avx512f") == 0) return GemmPolicy::Off;
+  if (v == "own") return GemmPolicy::All;
+  return openblas_kernels_current() ? GemmPolicy::SmallWeights : GemmPolicy::All;
 }
 
 /// The calling thread's packing buffer, grown as needed and kept (a training step asks for the
@@ -226,15 +241,22 @@ void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int6
 
 }  // namespace
 
+GemmPolicy gemm_policy() {
+  static const GemmPolicy policy = read_policy();
+  return policy;
+}
+
 bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
                const float* bias) {
   // Made for tall products: below a few strips per thread OpenBLAS does as well.
-  if (M < 4 * kMR || N < 16 || K < 8 || !enabled()) return false;
+  const GemmPolicy policy = gemm_policy();
+  if (M < 4 * kMR || N < 16 || K < 8 || policy == GemmPolicy::Off) return false;
   // Made for a small weight against many tokens: the weight (N x K in the forward and dx, M x N
   // in dW) fits in L2 (1 MiB). Larger ones (ViT-S/16's qkv and MLP) ran about 5% slower here
   // than through OpenBLAS, whose blocking is made for them.
-  if (std::min(N * K, M * N) > kMaxWeight) return false;
+  // (Unless OpenBLAS runs fallback kernels here: then every product is taken.)
+  if (policy == GemmPolicy::SmallWeights && std::min(N * K, M * N) > kMaxWeight) return false;
   const int64_t panels = (N + kNR - 1) / kNR;
   PanelView bv{b, kNR, ldb};  // row-major B, read in place
   float* bp = nullptr;
@@ -262,6 +284,8 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
 }
 
 #else
+
+GemmPolicy gemm_policy() { return GemmPolicy::Off; }
 
 bool own_sgemm(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*, int64_t, bool,
                float*, int64_t, bool, const float*) {

@@ -11,6 +11,17 @@
 
 namespace vitrine::cpu {
 
+/// Which float32 products own_sgemm takes, decided once per process:
+///   Off           none (no AVX-512, or VITRINE_GEMM=openblas)
+///   SmallWeights  weights up to 2^18 floats; OpenBLAS's blocking does the larger ones as well
+///                 (the default, when OpenBLAS runs kernels made for this CPU)
+///   All           every shape it is made for (VITRINE_GEMM=own, or OpenBLAS fell back to old
+///                 kernels on a CPU it does not know: see openblas_get_corename)
+enum class GemmPolicy { Off, SmallWeights, All };
+/// Whether OpenBLAS's kernels are ones made for AVX2 or AVX-512 (openblas_get_corename).
+bool openblas_kernels_current();
+GemmPolicy gemm_policy();
+
 /// C[M, N] = A[M, K] B[K, N] (+ C when accumulate), float32, C row-major with row stride ldc.
 /// With a bias: C[m][n] = bias[n] + (A B)[m][n] (accumulate is then ignored).
 /// A is row-major (A[m][k] = a[m * lda + k]) or, when a_trans, stored transposed (A[m][k] =
@@ -19,8 +30,8 @@ namespace vitrine::cpu {
 /// its transpose), packed first.
 /// Returns false, having done nothing, when it does not take the product (a CPU without AVX-512,
 /// a shape it is not made for: fewer than 48 rows, 16 columns or a depth of 8, or a weight of
-/// over 2^18 floats, or VITRINE_GEMM=openblas in the environment); the caller then
-/// calls OpenBLAS.
+/// over 2^18 floats under GemmPolicy::SmallWeights, or VITRINE_GEMM=openblas in the
+/// environment); the caller then calls OpenBLAS.
 bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
                const float* bias = nullptr);

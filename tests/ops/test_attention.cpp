@@ -51,8 +51,12 @@ TEST_CASE("attention: forward equals the composition (float64 and float32)") {
     const double scale = 1 / std::sqrt(static_cast<double>(c.Dh));
     Tensor qkv = rand64({c.B, c.N, 3 * c.heads * c.Dh}, 3, 2.0).detach();
     check_close(ops::attention(qkv, c.heads, scale), reference(qkv, c.heads, scale), 1e-12, 1e-12);
-    Tensor q32 = qkv.to(kFloat32);
-    check_close(ops::attention(q32, c.heads, scale), reference(q32, c.heads, scale), 2e-6, 2e-6);
+    // Float32: the fused kernel and the composition each against the float64 result. The two
+    // sum in different orders (the composition's through OpenBLAS, whose kernels, chosen by CPU
+    // model, sum in their own order), so each is held to float32's error, not to the other.
+    Tensor q32 = qkv.to(kFloat32), ref = reference(qkv, c.heads, scale);
+    check_close(ops::attention(q32, c.heads, scale), ref, 1e-5, 1e-5);
+    check_close(reference(q32, c.heads, scale), ref, 1e-5, 1e-5);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
+#include "backends/gemm_info.h"
 #include "backends/matmul_precision.h"
 #include "backends/memory_stats.h"
 #include "backends/threads.h"
@@ -172,6 +173,14 @@ int run(const Cli& cli) {
   const double peak = bench::sgemm_peak_gflops(2048, 5, device);
   j["sgemm_peak_gflops"] = peak;
   fmt::print("sgemm peak: {:.1f} GFLOP/s (one {}x{} matmul, best of 5)\n", peak, 2048, 2048);
+  if (device.is_cpu()) {
+    const CpuGemmInfo g = cpu_gemm_info();
+    j["gemm"] = {{"openblas_core", g.openblas_core},
+                 {"openblas_current", g.openblas_current},
+                 {"own_gemm", g.own_gemm}};
+    fmt::print("matrix products: OpenBLAS kernels {}{}; Vitrine's own GEMM takes {}\n",
+               g.openblas_core, g.openblas_current ? "" : " (a fallback for this CPU)", g.own_gemm);
+  }
   if (wants("train") || wants("infer"))
     fmt::print("\n{:<8} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "", "images/s", "min", "max",
                "GFLOP/s", "of peak");
