@@ -457,9 +457,12 @@ def render_text(ts):
 def openblas_line(o):
     if not o.get("coretype"):
         return f"**OpenBLAS:** kernels {o.get('installed') or 'unknown'} as installed, for all runs."
-    return (f"**OpenBLAS:** as installed it runs its {o.get('installed')} kernels here, a "
-            f"fallback for this CPU; the Vitrine and PyTorch tuned runs get "
-            f"`OPENBLAS_CORETYPE={o['coretype']}`, PyTorch default runs as installed.")
+    installed = o.get("installed") or "unknown"
+    why = (", a fallback for this CPU" if installed.lower() not in OPENBLAS_CURRENT + ("unknown",)
+           else "")
+    return (f"**OpenBLAS:** as installed it runs its {installed} kernels here{why}; the Vitrine "
+            f"and PyTorch tuned runs get `OPENBLAS_CORETYPE={o['coretype']}`, PyTorch default "
+            f"runs as installed.")
 
 
 def render_markdown(ts, manifest):
