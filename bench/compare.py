@@ -71,7 +71,8 @@ EXPLAIN_GOAL = 1.0  # PyTorch ms over Vitrine ms, more than
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS")
 THREAD_PREFIXES = ("OMP_", "GOMP_", "KMP_")
 REMOVED_VARS = THREAD_VARS + ("OPENBLAS_CORETYPE",)
-# OpenBLAS kernel sets made for AVX2 or AVX-512 (openblas_get_corename, lower case)
+# OpenBLAS kernel sets made for AVX2 or AVX-512 (openblas_get_corename, lower case): the list
+# of openblas_kernels_current in backends/cpu/sgemm.cpp, which decides the same for Vitrine
 OPENBLAS_CURRENT = ("haswell", "skylakex", "cooperlake", "sapphirerapids", "zen")
 
 

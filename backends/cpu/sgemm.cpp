@@ -24,7 +24,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <memory>
-#include <string>
 #include <string_view>
 #include <utility>
 
@@ -35,17 +34,21 @@
 
 namespace vitrine::cpu {
 
-/// OpenBLAS picks its kernels by CPU model when it is loaded, and falls back to old ones on a
-/// model newer than its table: Debian 12's 0.3.21 runs its SSE3 "Prescott" kernels on an Intel
-/// Xeon of 2024 (Emerald Rapids), about a quarter of the machine's speed. Its kernels are taken
-/// as current when they are one of these (AVX2 or AVX-512).
-bool openblas_kernels_current() {
-  std::string name = openblas_get_corename();
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  for (std::string_view known : {"haswell", "skylakex", "cooperlake", "sapphirerapids", "zen"})
-    if (name == known) return true;
+bool openblas_kernels_current(std::string_view core) {
+  // (bench/compare.py's OPENBLAS_CURRENT is the same list, for PyTorch's side.)
+  for (std::string_view known : {"haswell", "skylakex", "cooperlake", "sapphirerapids", "zen"}) {
+    if (core.size() == known.size() &&
+        std::equal(core.begin(), core.end(), known.begin(),
+                   [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; }))
+      return true;
+  }
   return false;
+}
+
+GemmPolicy gemm_policy_for(std::string_view env, bool avx512, std::string_view openblas_core) {
+  if (env == "openblas" || !avx512) return GemmPolicy::Off;
+  if (env == "own") return GemmPolicy::All;
+  return openblas_kernels_current(openblas_core) ? GemmPolicy::SmallWeights : GemmPolicy::All;
 }
 
 #ifdef VT_HAVE_OWN_SGEMM
@@ -56,15 +59,6 @@ constexpr int kNR = 32;       // columns of a C tile: two 16-float vectors
 constexpr int64_t kKC = 256;  // depth of one pass: a 12 x 256 strip of A is 12 KiB
 constexpr int64_t kNC = 512;  // columns of one block: a 256 x 512 block of B is 512 KiB
 constexpr int64_t kMaxWeight = int64_t{1} << 18;  // floats (1 MiB): the largest weight taken
-
-GemmPolicy read_policy() {
-  __builtin_cpu_init();
-  const char* e = std::getenv("VITRINE_GEMM");
-  const std::string_view v = e != nullptr ? e : "";
-  if (v == "openblas" || __builtin_cpu_supports("avx512f") == 0) return GemmPolicy::Off;
-  if (v == "own") return GemmPolicy::All;
-  return openblas_kernels_current() ? GemmPolicy::SmallWeights : GemmPolicy::All;
-}
 
 /// The calling thread's packing buffer, grown as needed and kept (a training step asks for the
 /// same sizes every time, so after the first step nothing is allocated).
@@ -242,7 +236,12 @@ void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int6
 }  // namespace
 
 GemmPolicy gemm_policy() {
-  static const GemmPolicy policy = read_policy();
+  static const GemmPolicy policy = [] {
+    __builtin_cpu_init();
+    const char* env = std::getenv("VITRINE_GEMM");
+    return gemm_policy_for(env != nullptr ? env : "", __builtin_cpu_supports("avx512f") != 0,
+                           openblas_get_corename());
+  }();
   return policy;
 }
 

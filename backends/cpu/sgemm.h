@@ -8,6 +8,7 @@
 // the tile is stored, instead of in a pass of its own.
 #pragma once
 #include <cstdint>
+#include <string_view>
 
 namespace vitrine::cpu {
 
@@ -18,9 +19,17 @@ namespace vitrine::cpu {
 ///   All           every shape it is made for (VITRINE_GEMM=own, or OpenBLAS fell back to old
 ///                 kernels on a CPU it does not know: see openblas_get_corename)
 enum class GemmPolicy { Off, SmallWeights, All };
-/// Whether OpenBLAS's kernels are ones made for AVX2 or AVX-512 (openblas_get_corename).
-bool openblas_kernels_current();
+/// This process's policy: gemm_policy_for(VITRINE_GEMM, the CPU's AVX-512, OpenBLAS's kernels).
 GemmPolicy gemm_policy();
+/// The rule, for given inputs: env "openblas" or no AVX-512: Off; env "own": All; else
+/// SmallWeights when OpenBLAS's kernels are current, All when they are a fallback.
+GemmPolicy gemm_policy_for(std::string_view env, bool avx512, std::string_view openblas_core);
+/// Whether an OpenBLAS kernel set (openblas_get_corename(), any case) is one made for AVX2 or
+/// AVX-512: Haswell, SkylakeX, Cooperlake, SapphireRapids, Zen. OpenBLAS picks its kernels by
+/// CPU model when it is loaded, and on a model newer than its table falls back to old ones:
+/// Debian 12's 0.3.21 runs its SSE3 "Prescott" kernels on an Intel Xeon of 2024 (Emerald Rapids),
+/// about a fifth of the sgemm speed of its AVX-512 kernels there.
+bool openblas_kernels_current(std::string_view core);
 
 /// C[M, N] = A[M, K] B[K, N] (+ C when accumulate), float32, C row-major with row stride ldc.
 /// With a bias: C[m][n] = bias[n] + (A B)[m][n] (accumulate is then ignored).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/sgemm.h"
+#include "backends/gemm_info.h"
 #include "test_util.h"
 
 using namespace vitrine;
@@ -55,7 +56,7 @@ double run_case(const Case& t, uint32_t seed) {
   return worst;
 }
 
-bool has_avx512() { return cpu::gemm_policy() != cpu::GemmPolicy::Off; }
+bool own_gemm_on() { return cpu::gemm_policy() != cpu::GemmPolicy::Off; }
 }  // namespace
 
 TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumulation and bias") {
@@ -82,7 +83,7 @@ TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumul
     CAPTURE(t.bias);
     CAPTURE(t.a_trans);
     const double err = run_case(t, seed++);
-    if (!has_avx512()) {
+    if (!own_gemm_on()) {
       CHECK(err == -1);  // declined: OpenBLAS takes it
       continue;
     }
@@ -105,6 +106,28 @@ TEST_CASE("own sgemm: declines products it is not made for") {
   } else {
     CHECK(big == -1);
   }
+}
+
+TEST_CASE("own sgemm: which products it takes, by VITRINE_GEMM, AVX-512 and OpenBLAS's kernels") {
+  using cpu::GemmPolicy;
+  CHECK(cpu::openblas_kernels_current("SkylakeX"));
+  CHECK(cpu::openblas_kernels_current("HASWELL"));
+  CHECK(cpu::openblas_kernels_current("Zen"));
+  CHECK_FALSE(cpu::openblas_kernels_current("Prescott"));
+  CHECK_FALSE(cpu::openblas_kernels_current("Zen2"));
+  CHECK_FALSE(cpu::openblas_kernels_current(""));
+  CHECK(cpu::gemm_policy_for("", true, "SkylakeX") == GemmPolicy::SmallWeights);
+  CHECK(cpu::gemm_policy_for("", true, "Prescott") == GemmPolicy::All);  // OpenBLAS fell back
+  CHECK(cpu::gemm_policy_for("own", true, "SkylakeX") == GemmPolicy::All);
+  CHECK(cpu::gemm_policy_for("openblas", true, "Prescott") == GemmPolicy::Off);
+  CHECK(cpu::gemm_policy_for("own", false, "Prescott") == GemmPolicy::Off);  // no AVX-512
+  CHECK(cpu::gemm_policy_for("", false, "Haswell") == GemmPolicy::Off);
+  // This process's policy follows the same rule.
+  __builtin_cpu_init();
+  const char* env = std::getenv("VITRINE_GEMM");
+  CHECK(cpu::gemm_policy() == cpu::gemm_policy_for(env ? env : "",
+                                                   __builtin_cpu_supports("avx512f") != 0,
+                                                   cpu_gemm_info().openblas_core));
 }
 
 TEST_CASE("own sgemm: linear and matmul through it agree with float64") {
