@@ -175,8 +175,10 @@ ViTConfig config_from_hf(const nlohmann::json& hf);
 ViTConfig resolve_config(const std::string& spec);
 
 /// Reads a safetensors checkpoint in any supported naming into a model built from its metadata
-/// ("vitrine.config"), or from the given config when the file has none. The first tensor whose
-/// shape does not fit is named in the error together with the expected shape.
+/// ("vitrine.config"), or from the given config when the file has none; then the number of
+/// classes is the file's head's (its rows; 0 without a head, as DINO's backbones), whatever the
+/// given config says, so a preset loads a head-less or fine-tuned file of its architecture. The
+/// first tensor whose shape does not fit is named in the error together with the expected shape.
 std::shared_ptr<VisionTransformer> load_vit(const std::string& path,
                                             const std::optional<ViTConfig>& config = std::nullopt);
 

@@ -599,6 +599,14 @@ std::shared_ptr<VisionTransformer> load_vit(const std::string& path,
   ViTConfig c = choose_config(file.metadata, config, path);
   if (naming == ViTNaming::Timm && file.metadata.count(nn::kConfigKey)) naming = ViTNaming::Vitrine;
   std::vector<Entry> entries = map_state(file.tensors, naming, path);
+  if (!file.metadata.count(nn::kConfigKey)) {
+    // A preset or config file names the architecture; the head is the weights' own: its rows,
+    // or none (DINO's backbones), whatever the given config's num_classes says.
+    int64_t rows = 0;
+    for (const Entry& e : entries)
+      if (e.target.name == "head.weight" && e.tensor.dim() == 2) rows = e.tensor.size(0);
+    c.num_classes = rows;
+  }
 
   Generator gen(0);  // the initial values are all overwritten
   auto model = std::make_shared<VisionTransformer>(c, gen);

@@ -281,15 +281,13 @@ LoadResult load_into(Module& m, const NamedTensors& state, bool strict, const st
   return plan.result;
 }
 
-}  // namespace
-
-SafetensorsFile read_safetensors(const std::string& path) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  VT_CHECK(f.fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
+/// The file's JSON header (the 8-byte length, then the JSON object), checked; `size` receives the
+/// file's size and `header_bytes` the header's length.
+json read_header(const Fd& f, const std::string& path, uint64_t& size, uint64_t& header_bytes) {
   struct stat st;
   VT_CHECK(::fstat(f.fd, &st) == 0, "{}: cannot stat: {}", path, std::strerror(errno));
   VT_CHECK(S_ISREG(st.st_mode), "{}: not a regular file", path);
-  uint64_t size = st.st_size;
+  size = st.st_size;
   VT_CHECK(size >= 8, "{}: the file is truncated: {} bytes, too short for the 8-byte header length",
            path, size);
   uint64_t n = 0;
@@ -297,7 +295,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   VT_CHECK(n <= size - 8, "{}: header length {} is larger than the file ({} bytes)", path, n, size);
   VT_CHECK(n <= kMaxHeaderBytes, "{}: header length {} is over the limit of {} bytes", path, n,
            kMaxHeaderBytes);
-
+  header_bytes = n;
   std::string text(n, ' ');
   read_exact(f.fd, text.data(), n, 8, path);
   json header;
@@ -308,7 +306,25 @@ SafetensorsFile read_safetensors(const std::string& path) {
   }
   VT_CHECK(header.is_object(), "{}: the header is not a JSON object (got {})", path,
            header.type_name());
+  return header;
+}
 
+}  // namespace
+
+Metadata read_safetensors_metadata(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  VT_CHECK(f.fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
+  uint64_t size = 0, n = 0;
+  const json header = read_header(f, path, size, n);
+  return header.contains("__metadata__") ? parse_metadata(path, header.at("__metadata__"))
+                                         : Metadata{};
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  VT_CHECK(f.fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
+  uint64_t size = 0, n = 0;
+  const json header = read_header(f, path, size, n);
   uint64_t data_start = 8 + n, data_size = size - data_start;
   SafetensorsFile out;
   std::vector<Entry> entries;

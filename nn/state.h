@@ -47,6 +47,9 @@ struct SafetensorsFile {
 
 /// Reads a whole file; throws Error naming the file and the problem for any malformed content.
 SafetensorsFile read_safetensors(const std::string& path);
+/// Reads only the metadata of a file (its header): cheap for a large checkpoint. Errors as
+/// read_safetensors' for the header.
+Metadata read_safetensors_metadata(const std::string& path);
 /// Writes tensors (any device or layout; names unique) atomically: a failed write leaves the file
 /// at path as it was.
 void write_safetensors(const std::string& path, const NamedTensors& tensors,

@@ -37,15 +37,16 @@ const std::vector<std::string> kSections = {"model", "data", "optim", "schedule"
 
 // The keys of every section but "model" (whose keys are "preset" and ViTConfig's fields).
 const std::map<std::string, std::vector<std::string>> kSectionKeys = {
-    {"data", {"dataset", "path", "validation_fraction", "batch_size", "workers", "transforms"}},
+    {"data",
+     {"dataset", "path", "validation_fraction", "subset", "batch_size", "workers", "transforms"}},
     {"optim",
      {"name", "lr", "weight_decay", "betas", "eps", "momentum", "nesterov", "label_smoothing",
       "grad_clip"}},
     {"schedule", {"name", "warmup_epochs", "min_lr_factor", "step_epochs", "gamma"}},
     {"train",
      {"epochs", "seed", "eval_every", "log_every", "early_stopping_patience", "accum_steps",
-      "ema_decay", "test_each_epoch", "tta_hflip", "finetune", "freeze_backbone", "device",
-      "precision", "out"}},
+      "ema_decay", "test_each_epoch", "tta_hflip", "max_steps", "finetune", "freeze_backbone",
+      "device", "precision", "out"}},
 };
 
 // What from_config knows (data.transforms) and what a random_crop object holds.
@@ -461,6 +462,7 @@ int64_t validate_train(const json& config, double validation_fraction) {
   train.number("ema_decay", 0, false, 1, true);
   train.boolean("test_each_epoch");
   train.boolean("tta_hflip");
+  train.integer("max_steps", 0);
   const std::string finetune = train.string("finetune");
   VT_CHECK(!train.boolean("freeze_backbone") || !finetune.empty(),
            "config: train.freeze_backbone needs train.finetune (the checkpoint whose backbone to "
@@ -715,6 +717,7 @@ void validate_config(const json& config) {
            kPastedDataset, dataset.name);
   data.string("path");
   const double validation_fraction = data.number("validation_fraction", 0, false, 1, true);
+  data.integer("subset", 0);
   data.integer("batch_size", 1);
   data.integer("workers", -1);
 
@@ -751,10 +754,8 @@ std::string data_path(const json& config) {
   const DatasetSpec dataset = dataset_spec(data);
   if (dataset.name == "fashion-mnist" || dataset.name == kPastedDataset)
     return nn::data::fashion_mnist_dir();
-  fail(
-      "config: data.path is empty, and {} has no default folder; give --data DIR (or --set "
-      "data.path=DIR) with DIR {}",
-      dataset.name, dataset.holds);
+  fail("config: data.path is empty, and {} has no default folder; give --data DIR with DIR {}",
+       dataset.name, dataset.holds);
 }
 
 nn::data::PastedOptions pasted_options(const json& config) {

@@ -3,7 +3,8 @@
 //   "model":    a ViTConfig JSON (models/vit.h), or {"preset": "fmnist", ...fields overriding it}
 //   "data":     dataset ("fashion-mnist", "fashion-mnist-pasted", "mnist", "cifar10",
 //               "cifar100", "imagefolder"), path ("" = the data set's default folder; only the
-//               two Fashion-MNIST ones have one), validation_fraction in [0, 1), batch_size,
+//               two Fashion-MNIST ones have one), validation_fraction in [0, 1), subset (the
+//               first N images of the training split only, 0 = all), batch_size,
 //               workers (-1 = a default, 0 = none), transforms (one object as
 //               nn::data::from_config takes: the training pipeline, and from the same object the
 //               evaluation one, random crops becoming centre crops); and, optional, read by
@@ -22,7 +23,8 @@
 //               step), ema_decay (0 = no weight average), test_each_epoch (also evaluate the
 //               test set at each epoch's end: learning curves, benchmarks), tta_hflip (every
 //               evaluation, validation and test, averages the class probabilities of each image
-//               and of its mirror image: flip test-time augmentation), finetune (a
+//               and of its mirror image: flip test-time augmentation), max_steps (stop after N
+//               optimizer steps, 0 = when the epochs are done: a smoke run), finetune (a
 //               checkpoint whose weights start the run, with a new head; "" = from scratch),
 //               freeze_backbone (train the head only; needs finetune), device ("cpu", "cuda",
 //               "cuda:N"), out (the run folder)

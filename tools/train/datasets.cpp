@@ -29,7 +29,7 @@ Parts open_parts(const json& config, bool need_train) {
   const std::string name = d.at("dataset").get<std::string>();
   const std::string path = data_path(config);
   VT_CHECK(fs::is_directory(path),
-           "data: {} folder \"{}\" does not exist (give it with --data DIR or --set data.path=DIR)",
+           "data: {} folder \"{}\" does not exist (give the data set's folder with --data DIR)",
            name, path);
   Parts p;
   p.path = path;
@@ -93,6 +93,12 @@ Datasets load_datasets(const json& config) {
     s.validation = validation;
   } else {
     s.train = p.train_file;
+  }
+  const int64_t subset = config.at("data").value("subset", int64_t{0});
+  if (subset > 0 && subset < s.train->size()) {  // the first N training images (a smoke run)
+    std::vector<int64_t> first(static_cast<size_t>(subset));
+    for (int64_t i = 0; i < subset; ++i) first[static_cast<size_t>(i)] = i;
+    s.train = std::make_shared<data::Subset>(s.train, std::move(first));
   }
   return s;
 }

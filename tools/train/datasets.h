@@ -30,7 +30,8 @@ struct Datasets {
 ///                         (or path/val/<class>/...) when path/train exists; else
 ///                         path/<class>/..., whose test set is a seeded 10% of the images
 ///                         (seed train.seed + 1), validation being split from the rest
-/// Images are read with the model's channel count (model.channels).
+/// Images are read with the model's channel count (model.channels). data.subset N > 0 keeps the
+/// first N images of the training split (after validation is split off).
 Datasets load_datasets(const nlohmann::json& config);
 
 /// The test part of load_datasets alone (vitrine-train --eval).

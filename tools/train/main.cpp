@@ -4,8 +4,10 @@
 //   vitrine-train --config configs/cifar10.json --data ~/data/cifar-10-batches-bin
 //   vitrine-train --resume runs/fashion_mnist       continue a stopped or killed run exactly
 //   vitrine-train --eval runs/fashion_mnist/best.safetensors
-//   vitrine-train --finetune vit.safetensors --freeze-backbone --data DIR --config ...
-//   vitrine-train --summary                         the model's layers and sizes, then exit
+//   vitrine-train --finetune vit.safetensors --model-config vit_base_patch16_224 --freeze-backbone
+//                 --config configs/imagefolder.json --data DIR
+//   vitrine-train --summary --model vit_small_patch16_224   every module's output and parameters
+//   vitrine-train --max-steps 20 --subset 512      a smoke run
 // Exit status: 0 done, 1 an error (the message names the file or key), 2 a bad command line,
 // 130 stopped by Ctrl-C (the run can be resumed).
 #include <unistd.h>
@@ -26,6 +28,7 @@
 #include "nn/state.h"
 #include "tools/train/config.h"
 #include "tools/train/datasets.h"
+#include "tools/train/fit.h"
 #include "tools/train/progress.h"
 #include "tools/train/report.h"
 #include "tools/train/trainer.h"
@@ -47,23 +50,24 @@ extern "C" void on_signal(int) {
 }
 
 struct Options {
-  std::string config_path, data, out, device, resume, eval, finetune;
+  std::string config_path, data, out, device, resume, eval, finetune, model, model_config;
   std::vector<std::string> sets;
-  int64_t epochs = 0;
+  int64_t epochs = 0, batch_size = 0, max_steps = 0, subset = 0;
+  double lr = 0, weight_decay = -1;
   bool freeze_backbone = false, summary = false, print_config = false;
 };
 
-/// The config the command line describes: a file (or the default), then --set in order, then
-/// the flags that name one key each.
-json build_config(const Options& o) {
-  json c;
-  if (!o.resume.empty()) {
-    const std::string saved = o.resume + "/config.json";
-    VT_CHECK(fs::exists(saved), "--resume {}: {} does not exist (not a vitrine-train run folder)",
-             o.resume, saved);
-    c = tr::load_config(saved);
-  } else {
-    c = o.config_path.empty() ? tr::default_config() : tr::load_config(o.config_path);
+/// The config the command line describes: `base` (a file, the default, a run's or a
+/// checkpoint's), then --model / --model-config, then --set in order, then the flags that name
+/// one key each. notes: what was fitted (a schedule longer than the run).
+json build_config(const Options& o, json c, std::vector<std::string>& notes) {
+  const int64_t file_epochs =
+      c["train"]["epochs"].is_number_integer() ? c["train"]["epochs"].get<int64_t>() : 0;
+  if (!o.model.empty()) c["model"] = {{"preset", o.model}};
+  if (!o.model_config.empty() && o.finetune.empty() && o.eval.empty()) {
+    json m = models::resolve_config(o.model_config).to_json();
+    m.erase("num_classes");  // the architecture; the classes are the data set's
+    c["model"] = m;
   }
   for (const std::string& s : o.sets) tr::apply_override(c, s);
   if (!o.data.empty()) c["data"]["path"] = o.data;
@@ -71,7 +75,76 @@ json build_config(const Options& o) {
   if (!o.resume.empty()) c["train"]["out"] = o.resume;
   if (!o.device.empty()) c["train"]["device"] = o.device;
   if (o.epochs > 0) c["train"]["epochs"] = o.epochs;
+  if (o.batch_size > 0) c["data"]["batch_size"] = o.batch_size;
+  if (o.lr > 0) c["optim"]["lr"] = o.lr;
+  if (o.weight_decay >= 0) c["optim"]["weight_decay"] = o.weight_decay;
+  if (o.max_steps > 0) c["train"]["max_steps"] = o.max_steps;
+  if (o.subset > 0) c["data"]["subset"] = o.subset;
+  if (o.resume.empty())
+    for (std::string& n : tr::fit_schedule_to_run(c, file_epochs)) notes.push_back(n);
   return c;
+}
+
+/// The config file (or the default) the command line starts from.
+json base_config(const Options& o) {
+  if (!o.resume.empty()) {
+    const std::string saved = o.resume + "/config.json";
+    VT_CHECK(fs::exists(saved), "--resume {}: {} does not exist (not a vitrine-train run folder)",
+             o.resume, saved);
+    return tr::load_config(saved);
+  }
+  return o.config_path.empty() ? tr::default_config() : tr::load_config(o.config_path);
+}
+
+/// Whether the user's config or --set names model.num_classes (else the data set decides it).
+bool num_classes_given(const Options& o, const json& base) {
+  if (!o.model.empty() || !o.model_config.empty()) return false;
+  for (const std::string& s : o.sets)
+    if (s.rfind("model.num_classes", 0) == 0) return true;
+  return base.contains("model") && base["model"].is_object() &&
+         base["model"].contains("num_classes");
+}
+
+/// Whether --set names an image-size transform (then the transforms are the user's, not fitted
+/// to the model).
+bool sizes_set(const Options& o) {
+  for (const std::string& s : o.sets)
+    for (const char* key : {"data.transforms=", "data.transforms.resize",
+                            "data.transforms.center_crop", "data.transforms.random_crop"})
+      if (s.rfind(key, 0) == 0) return true;
+  return false;
+}
+
+void print_notes(const std::vector<std::string>& notes) {
+  for (const std::string& n : notes) fmt::print("note: {}\n", n);
+  std::fflush(stdout);
+}
+
+/// The checkpoint's file size in MB, and a line first when reading it takes a while.
+void say_loading(const std::string& path) {
+  const double mb = static_cast<double>(fs::file_size(path)) / 1e6;
+  if (mb >= 100) {
+    fmt::print("reading {} ({:.0f} MB) ...\n", path, mb);
+    std::fflush(stdout);
+  }
+}
+
+/// The architecture of a checkpoint: --model-config when given, else its vitrine.config metadata
+/// (read from the header only); an Error that names --model-config otherwise.
+models::ViTConfig checkpoint_architecture(const std::string& flag, const std::string& path,
+                                          const std::string& model_config) {
+  if (!model_config.empty()) return models::resolve_config(model_config);
+  const json stored = nn::metadata_json(nn::read_safetensors_metadata(path), nn::kConfigKey);
+  VT_CHECK(!stored.is_null(),
+           "{} {}: the checkpoint holds no Vitrine config (a timm, torchvision, DINO or Hugging "
+           "Face file); name its architecture with --model-config PRESET|FILE (a preset: {}; or "
+           "a JSON file, Vitrine's or a Hugging Face config.json)",
+           flag, path, fmt::join(models::ViTConfig::preset_names(), ", "));
+  try {
+    return models::ViTConfig::from_json(stored);
+  } catch (const Error& e) {
+    fail("{} {}: metadata {}: {}", flag, path, nn::kConfigKey, e.what());
+  }
 }
 
 /// A run folder that holds no earlier run: `out` itself, or out-2, out-3, ...
@@ -94,35 +167,57 @@ std::string describe_model(const models::ViTConfig& m) {
 }
 
 int summary(const json& config) {
+  // The model section alone: a summary needs no data set, so a preset is shown as it is.
   const models::ViTConfig mc = tr::model_config(config);
+  try {
+    mc.validate();
+  } catch (const Error& e) {
+    fail("config: model: {}", e.what());
+  }
   Generator gen(0);
   models::VisionTransformer model(mc, gen);
   fmt::print("{}\n\n{}\n", describe_model(mc), model.summary_table());
   return 0;
 }
 
-int evaluate_checkpoint(json config, const std::string& checkpoint) {
-  auto model = models::load_vit(checkpoint);
+int evaluate_checkpoint(const Options& o) {
+  const models::ViTConfig arch = checkpoint_architecture("--eval", o.eval, o.model_config);
+  const nn::Metadata meta = nn::read_safetensors_metadata(o.eval);
+  // The config: the file given, else the run's (config.json beside the checkpoint) or the
+  // checkpoint's own data section; the model is always the checkpoint's.
+  std::string source = o.config_path;
+  json base = o.config_path.empty() ? tr::config_for_checkpoint(o.eval, arch, meta, &source)
+                                    : tr::load_config(o.config_path);
+  std::vector<std::string> notes;
+  json config = build_config(o, base, notes);
+  say_loading(o.eval);
+  auto model = models::load_vit(
+      o.eval, o.model_config.empty() ? std::nullopt : std::optional<models::ViTConfig>(arch));
   model->eval();
-  const nn::Metadata meta = nn::read_safetensors(checkpoint).metadata;
+  VT_CHECK(model->config().num_classes > 0,
+           "--eval {}: the model has no classification head (a feature extractor); fine-tune a "
+           "head first: vitrine-train --finetune {} --model-config ...",
+           o.eval, o.eval);
   config["model"] = model->config().to_json();
   json& transforms = config["data"]["transforms"];
-  // The checkpoint's own normalisation wins: it is what its weights were trained with.
   for (const auto& [key, name] : {std::pair{nn::kMeanKey, "mean"}, std::pair{nn::kStdKey, "std"}})
     if (json v = nn::metadata_json(meta, key); !v.is_null()) transforms[name] = v;
+  if (!sizes_set(o))
+    for (std::string& n : tr::fit_transforms_to_model(config)) notes.push_back(n);
+  print_notes(notes);
   tr::validate_config(config);
   auto test = tr::load_test_set(config);
   std::vector<std::string> classes = test->classes();
   VT_CHECK(static_cast<int64_t>(classes.size()) == model->config().num_classes,
-           "--eval {}: the model has {} classes, the test set {} has {}", checkpoint,
+           "--eval {}: the model has {} classes, the test set {} has {}", o.eval,
            model->config().num_classes, test->source(), classes.size());
   const Device device = Device::parse(config["train"]["device"].get<std::string>());
   model->to(device);
   const auto& d = config["data"];
   const bool tta = config["train"]["tta_hflip"].get<bool>();
-  fmt::print("evaluating {} ({}) on {} ({} images{})\n", checkpoint,
+  fmt::print("evaluating {} ({}) on {} ({} images{}; config from {})\n", o.eval,
              describe_model(model->config()), test->source(), test->size(),
-             tta ? ", with flip test-time augmentation" : "");
+             tta ? ", with flip test-time augmentation" : "", source);
   tr::Evaluation e = tr::evaluate(
       *model, test, nn::data::from_config(d["transforms"], model->config().channels, false),
       d["batch_size"].get<int64_t>(), d["workers"].get<int64_t>(), device, tta);
@@ -130,17 +225,61 @@ int evaluate_checkpoint(json config, const std::string& checkpoint) {
   return 0;
 }
 
-int run_training(json config, const Options& o) {
-  std::shared_ptr<models::VisionTransformer> pretrained;  // read once, for config and weights
-  if (!o.finetune.empty()) {
-    // The data set decides the new head's size: open it with the config as given first.
+/// The run's config, fitted to the data set and (fine-tuning) to the checkpoint's model, and
+/// validated before the first step. pretrained: the checkpoint read for fine-tuning.
+json training_config(const Options& o, std::shared_ptr<models::VisionTransformer>& pretrained) {
+  const json base = base_config(o);
+  std::vector<std::string> notes;
+  json config = build_config(o, base, notes);
+  if (!o.resume.empty()) {
     tr::validate_config(config);
-    const int64_t classes = static_cast<int64_t>(tr::load_test_set(config)->classes().size());
-    pretrained = models::load_vit(o.finetune);
-    config =
-        tr::finetune_config(config, pretrained->config(), o.finetune, classes, o.freeze_backbone);
+    return config;
   }
+  const bool given = num_classes_given(o, base);
+  if (!o.finetune.empty()) {
+    // The checkpoint's architecture decides the model and its input size; the data set its
+    // classes; the transforms follow the model's size unless --set names them.
+    const models::ViTConfig arch =
+        checkpoint_architecture("--finetune", o.finetune, o.model_config);
+    json probe = config;
+    probe["model"] = arch.to_json();
+    const auto test = tr::load_test_set(probe);
+    const auto classes = static_cast<int64_t>(test->classes().size());
+    if (given) {
+      const int64_t want = tr::model_config(config).num_classes;
+      VT_CHECK(want == classes,
+               "config: model.num_classes is {}, but the data set {} has {} classes; leave "
+               "model.num_classes out when fine-tuning (the head is made for the data set)",
+               want, test->source(), classes);
+    }
+    config = tr::finetune_config(config, arch, o.finetune, classes, o.freeze_backbone);
+    if (!sizes_set(o))
+      for (std::string& n : tr::fit_transforms_to_model(config)) notes.push_back(n);
+  } else {
+    for (std::string& n : tr::fit_classes_to_data(config, given)) notes.push_back(n);
+  }
+  print_notes(notes);
   tr::validate_config(config);
+  if (!o.finetune.empty()) {
+    say_loading(o.finetune);
+    pretrained = models::load_vit(
+        o.finetune, o.model_config.empty()
+                        ? std::nullopt
+                        : std::optional<models::ViTConfig>(models::resolve_config(o.model_config)));
+    if (nn::metadata_json(nn::read_safetensors_metadata(o.finetune), nn::kMeanKey).is_null())
+      fmt::print(
+          "note: {} names no normalisation; the images are normalised with the config's mean {} "
+          "std {} (torchvision's and timm's ImageNet ViTs expect ImageNet's mean [0.485, 0.456, "
+          "0.406] std [0.229, 0.224, 0.225]; DINO's too; many timm ViTs 0.5)\n",
+          o.finetune, config["data"]["transforms"].value("mean", json::array()).dump(),
+          config["data"]["transforms"].value("std", json::array()).dump());
+  }
+  return config;
+}
+
+int run_training(const Options& o) {
+  std::shared_ptr<models::VisionTransformer> pretrained;  // read once, for config and weights
+  json config = training_config(o, pretrained);
   const bool resuming = !o.resume.empty();
   const std::string run_dir =
       resuming ? o.resume : fresh_run_dir(config["train"]["out"].get<std::string>());
@@ -151,26 +290,31 @@ int run_training(json config, const Options& o) {
   const models::ViTConfig& mc = trainer.model().config();
   const json& t = config["train"];
   const json& op = config["optim"];
+  const int64_t trainable = trainer.model().num_parameters(true);
   fmt::print("vitrine-train: {} ({:.2f}M parameters{})\n", describe_model(mc),
              static_cast<double>(trainer.model().num_parameters()) / 1e6,
-             t["freeze_backbone"].get<bool>()
-                 ? fmt::format(", {} trainable", trainer.model().num_parameters(true))
-                 : "");
-  fmt::print("  data:  {} from {}: {} train, {} validation, {} test images\n",
+             t["freeze_backbone"].get<bool>() ? fmt::format(", {} trainable", trainable) : "");
+  fmt::print("  data:  {} from {}: {} train, {} validation, {} test images, {} classes\n",
              config["data"]["dataset"].get<std::string>(), data.path, data.train->size(),
-             data.validation ? data.validation->size() : 0, data.test->size());
-  fmt::print("  train: {} epochs of {} steps (batch {}), {} lr {:g} weight decay {:g}, {} on {}\n",
-             t["epochs"].get<int64_t>(), trainer.steps_per_epoch(),
-             config["data"]["batch_size"].get<int64_t>() * t["accum_steps"].get<int64_t>(),
-             op["name"].get<std::string>(), op["lr"].get<double>(),
-             op["weight_decay"].get<double>(), config["schedule"]["name"].get<std::string>(),
-             t["device"].get<std::string>());
+             data.validation ? data.validation->size() : 0, data.test->size(), mc.num_classes);
+  fmt::print(
+      "  train: {} epochs of {} steps (batch {}), {} lr {:g} weight decay {:g}, {} on {}{}\n",
+      t["epochs"].get<int64_t>(), trainer.steps_per_epoch(),
+      config["data"]["batch_size"].get<int64_t>() * t["accum_steps"].get<int64_t>(),
+      op["name"].get<std::string>(), op["lr"].get<double>(), op["weight_decay"].get<double>(),
+      config["schedule"]["name"].get<std::string>(), t["device"].get<std::string>(),
+      t["max_steps"].get<int64_t>() > 0
+          ? fmt::format(", at most {} steps", t["max_steps"].get<int64_t>())
+          : "");
   if (t["tta_hflip"].get<bool>())
     fmt::print("  eval:  flip test-time augmentation (each image and its mirror image)\n");
   if (!t["finetune"].get<std::string>().empty())
     fmt::print("  from:  {}{}\n", t["finetune"].get<std::string>(),
-               t["freeze_backbone"].get<bool>() ? " (backbone frozen, head trained)" : "");
+               t["freeze_backbone"].get<bool>()
+                   ? fmt::format(" (backbone frozen: {} parameters of the head train)", trainable)
+                   : "");
   fmt::print("  run folder: {}{}\n", run_dir, resuming ? " (resuming)" : "");
+  print_notes(trainer.notes());
   std::fflush(stdout);
 
   tr::Progress progress(stdout, isatty(STDOUT_FILENO) != 0, t["epochs"].get<int64_t>(),
@@ -196,6 +340,9 @@ int run_training(json config, const Options& o) {
     fmt::print("report so far: {}\n", report);
     return 130;
   }
+  if (r.train_sample)
+    fmt::print("training split in eval mode ({} images): loss {:.4f} accuracy {:.2f}%\n",
+               r.train_sample_size, r.train_sample->loss, 100 * r.train_sample->accuracy);
   fmt::print("\ntest set ({} images):\n{}\n", r.test->count, r.test->table(data.test->classes()));
   fmt::print("run folder: {}\n", run_dir);
   if (r.best_accuracy >= 0)
@@ -243,26 +390,52 @@ int main(int argc, char** argv) {
                  ->check(CLI::ExistingFile);
   app.add_flag("--freeze-backbone", o.freeze_backbone, "with --finetune: train the head only")
       ->needs(ft);
+  app.add_option("--model-config", o.model_config,
+                 "the model's architecture: a preset (vit_base_patch16_224, fmnist, ...) or a "
+                 "JSON file (Vitrine's, or a Hugging Face config.json); needed by --finetune and "
+                 "--eval for a checkpoint without Vitrine's metadata (timm, torchvision, DINO)")
+      ->type_name("PRESET|FILE");
+  app.add_option("--model", o.model, "model.preset: train this preset's architecture")
+      ->type_name("PRESET");
+  app.add_option("--batch-size", o.batch_size, "data.batch_size")->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "optim.lr")->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", o.weight_decay, "optim.weight_decay")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-steps", o.max_steps,
+                 "train.max_steps: stop after N optimizer steps (a smoke run)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--subset", o.subset, "data.subset: train on the first N training images only")
+      ->check(CLI::PositiveNumber);
+  app.footer(
+      "Every config key can be set with --set KEY=VALUE (vitrine-train --print-config shows "
+      "them all); the flags above are shortcuts for the keys they name.");
   app.get_option("--resume")->excludes("--config")->excludes("--finetune")->excludes("--eval");
   app.get_option("--eval")->excludes("--finetune");
+  app.get_option("--model")->excludes("--model-config");
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    fmt::print(stderr,
+               "vitrine-train: {}\nEvery config key can be set with --set KEY=VALUE (as --set "
+               "optim.lr=5e-4; --print-config lists the keys); the options are in --help.\n",
+               e.what());
+    return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help is a ParseError too, with code 0
   }
 
   try {
-    json config = build_config(o);
-    if (o.print_config) {
-      fmt::print("{}\n", config.dump(2));
-      return 0;
-    }
-    if (o.summary) {
-      tr::validate_config(config);
+    if (o.print_config || o.summary) {
+      std::vector<std::string> notes;
+      json config = build_config(o, base_config(o), notes);
+      if (o.print_config) {
+        fmt::print("{}\n", config.dump(2));
+        return 0;
+      }
       return summary(config);
     }
-    if (!o.eval.empty()) return evaluate_checkpoint(config, o.eval);
-    return run_training(config, o);
+    if (!o.eval.empty()) return evaluate_checkpoint(o);
+    return run_training(o);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "vitrine-train: error: {}\n", e.what());

@@ -19,6 +19,7 @@
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "tools/train/config.h"
+#include "tools/train/fit.h"
 
 namespace vitrine::train {
 
@@ -123,6 +124,7 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
   label_smoothing_ = o.at("label_smoothing").get<double>();
   grad_clip_ = o.at("grad_clip").get<double>();
   classes_ = train_set_->classes();
+  max_steps_ = t.value("max_steps", int64_t{0});
   // train.precision: the GPU's float32 products in float32, TF32 or bfloat16 (with float32
   // accumulation and master weights); the CPU computes in float32 whatever it says.
   const std::string precision = t.value("precision", std::string("fp32"));
@@ -131,6 +133,9 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
                                                      : "highest");
 
   model_config_ = model_config(config_);
+  VT_CHECK(classes_.empty() || static_cast<int64_t>(classes_.size()) == model_config_.num_classes,
+           "trainer: the training set {} has {} classes, but model.num_classes is {}",
+           train_set_->source(), classes_.size(), model_config_.num_classes);
   init_gen_ = Generator(seed);
   dropout_gen_ = Generator(seed + 1);
   model_ = std::make_shared<models::VisionTransformer>(model_config_, init_gen_);
@@ -165,6 +170,14 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
   batches_per_epoch_ = train_loader_->batches_per_epoch();
   steps_per_epoch_ = (batches_per_epoch_ + accum_ - 1) / accum_;
   schedule_ = make_schedule(config_, steps_per_epoch_);
+
+  const int64_t run_steps = max_steps_ > 0 ? std::min(max_steps_, epochs_ * steps_per_epoch_)
+                                           : epochs_ * steps_per_epoch_;
+  if (validation_set_ && validation_set_->size() > 0 && eval_every_ > run_steps)
+    notes_.push_back(fmt::format(
+        "train.eval_every {} is longer than the run ({} steps): the run validates once, at its "
+        "end (best.safetensors and early stopping see that one validation only)",
+        eval_every_, run_steps));
 }
 
 Trainer::~Trainer() = default;
@@ -173,6 +186,7 @@ nn::Metadata Trainer::metadata() const {
   nn::Metadata m;
   nn::set_metadata_json(m, nn::kConfigKey, model_config_.to_json());
   nn::set_metadata_json(m, nn::kClassesKey, classes_);
+  nn::set_metadata_json(m, kDataKey, without_comments(config_.at("data")));
   const json& tr = config_.at("data").at("transforms");
   if (tr.contains("mean")) nn::set_metadata_json(m, nn::kMeanKey, tr.at("mean"));
   if (tr.contains("std")) nn::set_metadata_json(m, nn::kStdKey, tr.at("std"));
@@ -343,6 +357,7 @@ bool Trainer::validate(StepInfo& info) {
          {"train_seconds", train_seconds_}});
     info.validation = std::move(e);
   }
+  last_eval_step_ = global_step_;
   if (step_ == steps_per_epoch_) end_epoch(info);
   save_last();
   return out_of_patience;
@@ -402,6 +417,11 @@ TrainResult Trainer::loop() {
                                 patience_);
         return finish(std::move(r));
       }
+      if (max_steps_ > 0 && global_step_ >= max_steps_) {
+        r.message = fmt::format("stopped after train.max_steps = {} steps (epoch {}, step {})",
+                                max_steps_, epoch_ + (step_ == 0 ? 0 : 1), step_);
+        return finish(std::move(r));
+      }
       if (step_ == 0) break;  // the epoch ended
     }
   }
@@ -410,7 +430,31 @@ TrainResult Trainer::loop() {
 }
 
 TrainResult Trainer::finish(TrainResult r) {
-  save_last();
+  if (validation_set_ && validation_set_->size() > 0 && last_eval_step_ != global_step_) {
+    StepInfo info;  // the run's end was not validated (eval_every, max_steps): validate it
+    validate(info);
+  } else {
+    save_last();
+  }
+  // The training split in eval mode (no dropout, no augmentation), on a seeded sample of at most
+  // kTrainSample images: set beside the test accuracy, it shows over- or under-fitting.
+  {
+    const int64_t n = train_set_->size(), k = std::min<int64_t>(n, kTrainSample);
+    std::vector<int64_t> order = nn::data::permutation(n, config_["train"]["seed"].get<uint64_t>(),
+                                                       /*stream=*/1u << 20);
+    order.resize(static_cast<size_t>(k));
+    std::sort(order.begin(), order.end());
+    Evaluation e = evaluate(std::make_shared<nn::data::Subset>(train_set_, std::move(order)));
+    log({{"type", "train_eval"},
+         {"global_step", global_step_},
+         {"images", k},
+         {"loss", e.loss},
+         {"accuracy", e.accuracy},
+         {"macro_f1", e.macro_f1},
+         {"train_seconds", train_seconds_}});
+    r.train_sample_size = k;
+    r.train_sample = std::move(e);
+  }
   Evaluation test = evaluate(test_set_);
   log({{"type", "test"},
        {"global_step", global_step_},

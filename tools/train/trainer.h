@@ -1,7 +1,9 @@
 // Trainer: vitrine-train's training loop as a library (the program adds the CLI, the progress
 // display and the report). A step is one optimizer update: train.accum_steps batches whose mean
 // losses are averaged (the last update of an epoch may take fewer batches). eval_every and
-// log_every count steps; epochs end when the train loader's batches run out.
+// log_every count steps; epochs end when the train loader's batches run out, or the run when
+// train.max_steps steps are done. The end of a run is always validated (when there is a validation
+// split), even when eval_every did not fall on it.
 //
 // Randomness, all from train.seed:
 //   model init      Generator(seed)
@@ -10,6 +12,8 @@
 // so one seed gives the same run bit for bit (single-threaded; OpenMP reductions may reorder).
 //
 // The run folder holds:
+// Every checkpoint's metadata holds the model config, the class names, mean/std and the data
+// section (vitrine.data: what vitrine-train --eval and vitrine-explain --dataset read back).
 //   last.safetensors      model + optimizer + resume state, written at each evaluation, on stop
 //                         and at the end
 //   best.safetensors      the evaluated weights (the EMA ones with train.ema_decay > 0) of the
@@ -20,7 +24,9 @@
 //                         steps, {"type": "eval", ...} per validation, {"type": "test", ...} at
 //                         the end (and at each epoch's end with train.test_each_epoch); every
 //                         line has "train_seconds", the time spent in training steps so far
-//                         (evaluations and checkpoints not counted)
+//                         (evaluations and checkpoints not counted); at the end also
+//                         {"type": "train_eval", "images": k, ...}: the training split in eval
+//                         mode on a seeded sample of k <= kTrainSample images
 //   confusion_matrix.json the test set's Evaluation::to_json with the class names
 // Resume state (vitrine.state): {"epoch", "step" (steps done in that epoch), "global_step",
 // "best_accuracy", "bad_evals" (validations since the best), "dropout_generator": {"seed",
@@ -87,7 +93,14 @@ struct TrainResult {
   double best_accuracy = -1;       // -1 before any validation
   std::string message;             // what happened, and how to resume when stopped
   std::optional<Evaluation> test;  // the test set's metrics (not when stopped)
+  /// The training split's metrics in eval mode on a seeded sample of train_sample_size images
+  /// (not when stopped).
+  std::optional<Evaluation> train_sample;
+  int64_t train_sample_size = 0;
 };
+
+/// The most training images finish() evaluates in eval mode (a seeded sample).
+inline constexpr int64_t kTrainSample = 2000;
 
 class Trainer {
  public:
@@ -125,6 +138,8 @@ class Trainer {
   models::VisionTransformer& eval_model() { return ema_ ? *ema_ : *model_; }
   nn::optim::Optimizer& optimizer() { return *optimizer_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  /// What the user should know before the first step (an eval_every longer than the run, ...).
+  const std::vector<std::string>& notes() const { return notes_; }
   const std::string& run_dir() const { return run_dir_; }
 
  private:
@@ -158,6 +173,9 @@ class Trainer {
   bool test_each_epoch_ = false;
   bool tta_hflip_ = false;  // evaluations average each image's and its mirror's probabilities
   int64_t eval_every_ = 0, log_every_ = 0, patience_ = 0, epochs_ = 0;
+  int64_t max_steps_ = 0;        // train.max_steps: stop after this many steps (0: off)
+  int64_t last_eval_step_ = -1;  // global step of the last validation
+  std::vector<std::string> notes_;
 
   // Loop state (saved in vitrine.state).
   int64_t epoch_ = 0, step_ = 0, global_step_ = 0;
