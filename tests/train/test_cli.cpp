@@ -233,7 +233,8 @@ TEST_CASE("train-cli: --eval reproduces the run's test metrics, --summary prints
   CHECK(ev.output.find("accuracy") != std::string::npos);
   CHECK(ev.output.find(acc) != std::string::npos);
   // the default config evaluates with flip TTA, as the run did
-  CHECK(ev.output.find("(300 images, with flip test-time augmentation)") != std::string::npos);
+  CHECK(ev.output.find("(300 images, with flip test-time augmentation; config from " + r.out +
+                       "/config.json)") != std::string::npos);
 
   const Ran sum = run({"--summary"}, dir, "summary");
   REQUIRE(sum.code == 0);
@@ -253,7 +254,7 @@ TEST_CASE("train-cli: --finetune --freeze-backbone trains the new head only") {
                      dir, "finetune");
   INFO(ft.output);
   REQUIRE(ft.code == 0);
-  CHECK(ft.output.find("(backbone frozen, head trained)") != std::string::npos);
+  CHECK(ft.output.find("(backbone frozen: 170 parameters of the head train)") != std::string::npos);
   CHECK(ft.output.find("170 trainable") != std::string::npos);  // head: 16 x 10 + 10
   const auto before = tensor_bytes(r.out + "/last.safetensors");
   const auto after = tensor_bytes(out + "/last.safetensors");
