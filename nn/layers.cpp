@@ -67,18 +67,20 @@ std::string DropPath::extra_repr() const { return fmt::format("p={}", p); }
 
 Tensor GELU::forward(const Tensor& x) { return ops::gelu(x, tanh_approx); }
 
-Conv2d::Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> k,
-               std::pair<int64_t, int64_t> s, std::pair<int64_t, int64_t> pad, bool with_bias,
-               Generator& gen)
-    : in_channels(in), out_channels(out), kernel(k), stride(s), padding(pad) {
-  VT_CHECK(in > 0 && out > 0 && k.first > 0 && k.second > 0,
-           "Conv2d: channels and kernel sizes must be positive (got {}, {}, {}x{})", in, out,
-           k.first, k.second);
-  weight = register_parameter("weight", ops::empty({out, in, k.first, k.second}));
+Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, Size2 s, Size2 pad, bool with_bias, Generator& gen)
+    : in_channels(in), out_channels(out), kernel(k.pair()), stride(s.pair()), padding(pad.pair()) {
+  VT_CHECK(in > 0 && out > 0 && k.h > 0 && k.w > 0,
+           "Conv2d: channels and kernel sizes must be positive (got {}, {}, {}x{})", in, out, k.h,
+           k.w);
+  VT_CHECK(s.h > 0 && s.w > 0 && pad.h >= 0 && pad.w >= 0,
+           "Conv2d: stride must be positive and padding non-negative (got stride {}x{}, padding "
+           "{}x{})",
+           s.h, s.w, pad.h, pad.w);
+  weight = register_parameter("weight", ops::empty({out, in, k.h, k.w}));
   init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
   if (with_bias) {
     bias = register_parameter("bias", ops::empty({out}));
-    double bound = 1.0 / std::sqrt(static_cast<double>(in * k.first * k.second));
+    double bound = 1.0 / std::sqrt(static_cast<double>(in * k.h * k.w));
     init::uniform_(bias, -bound, bound, gen);
   }
 }

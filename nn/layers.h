@@ -1,6 +1,9 @@
 // The basic layers, as torch.nn: Linear, LayerNorm, Dropout, DropPath, GELU, Conv2d, Identity.
 // Parameter names follow PyTorch/timm ("weight", "bias") so foreign checkpoints map directly.
 #pragma once
+#include <concepts>
+#include <utility>
+
 #include "nn/module.h"
 
 namespace vitrine::nn {
@@ -74,18 +77,30 @@ class Identity : public Module {
   std::string type_name() const override { return "Identity"; }
 };
 
-/// 2-D convolution, x [B, Cin, H, W] -> [B, Cout, OH, OW]; init as PyTorch
+/// A 2-D size (kernel, stride, padding) given as one integer for both dimensions or as a
+/// (height, width) pair, as PyTorch's int-or-tuple arguments: 3, {3, 5}, std::pair{k, k}.
+struct Size2 {
+  Size2(int64_t both) : h(both), w(both) {}  // implicit: Conv2d(3, 64, 3, 1, 1)
+  Size2(int64_t height, int64_t width) : h(height), w(width) {}
+  template <std::integral A, std::integral B>
+  Size2(std::pair<A, B> p) : h(p.first), w(p.second) {}
+  std::pair<int64_t, int64_t> pair() const { return {h, w}; }
+  int64_t h, w;
+};
+
+/// 2-D convolution, x [B, Cin, H, W] -> [B, Cout, OH, OW]; init as PyTorch. Arguments in
+/// torch.nn.Conv2d's order and with its defaults (stride 1, padding 0, bias), each size an integer
+/// or a pair: Conv2d(3, 64, 3, 1, 1) is Conv2d(3, 64, {3, 3}, {1, 1}, {1, 1}).
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel,
-         std::pair<int64_t, int64_t> stride = {1, 1}, std::pair<int64_t, int64_t> padding = {0, 0},
-         bool bias = true, Generator& gen = default_generator());
+  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1,
+         Size2 padding = 0, bool bias = true, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
   Tensor weight, bias;
   int64_t in_channels, out_channels;
-  std::pair<int64_t, int64_t> kernel, stride, padding;
+  std::pair<int64_t, int64_t> kernel, stride, padding;  // (height, width)
 };
 
 }  // namespace vitrine::nn

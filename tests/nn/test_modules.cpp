@@ -182,6 +182,37 @@ TEST_CASE("conv2d module: PyTorch parity") {
   nn::Conv2d m(3, 4, {2, 2}, {2, 2});
   check_parity(m, "conv2d");
 }
+TEST_CASE("conv2d module: integer sizes as PyTorch's, the same layer as the pair form") {
+  Generator g1(3), g2(3), g3(4);
+  nn::Conv2d ints(3, 5, 3, 2, 1, true, g1);  // torch.nn.Conv2d(3, 5, 3, 2, 1)
+  nn::Conv2d pairs(3, 5, {3, 3}, {2, 2}, {1, 1}, true, g2);
+  CHECK(ints.kernel == std::pair<int64_t, int64_t>{3, 3});
+  CHECK(ints.stride == pairs.stride);
+  CHECK(ints.padding == pairs.padding);
+  CHECK(ints.weight.shape() == Dims{5, 3, 3, 3});
+  check_close(ints.weight, pairs.weight, 0, 0);  // the same seed draws the same init
+  check_close(ints.bias, pairs.bias, 0, 0);
+  Tensor x = ops::randn({2, 3, 7, 9}, g3);
+  Tensor yi = ints(x), yp = pairs(x);
+  CHECK(yi.shape() == Dims{2, 5, 4, 5});  // (7 + 2 - 3) / 2 + 1, (9 + 2 - 3) / 2 + 1
+  CHECK(yp.shape() == yi.shape());
+  check_close(yi, yp, 0, 0);
+  check_close(yi, ops::conv2d(x, ints.weight, ints.bias, {2, 2}, {1, 1}), 0, 0);
+
+  nn::Conv2d defaults(3, 5, 3);  // stride 1, padding 0, with bias, as PyTorch
+  CHECK(defaults.stride == std::pair<int64_t, int64_t>{1, 1});
+  CHECK(defaults.padding == std::pair<int64_t, int64_t>{0, 0});
+  CHECK(defaults.bias.defined());
+  CHECK(defaults(x).shape() == Dims{2, 5, 5, 7});
+  nn::Conv2d mixed(3, 5, {3, 5}, 1, {1, 2}, false);  // integers and pairs mixed
+  CHECK(mixed.weight.shape() == Dims{5, 3, 3, 5});
+  CHECK(!mixed.bias.defined());
+  CHECK(mixed(x).shape() == Dims{2, 5, 7, 9});
+  const int64_t k = 4;
+  CHECK(nn::Conv2d(3, 5, std::pair{k, k}, std::pair{2, 2}).weight.shape() == Dims{5, 3, 4, 4});
+  CHECK_ERROR_CONTAINS(nn::Conv2d(3, 5, 3, 0), "Conv2d", "stride must be positive", "0x0");
+  CHECK_ERROR_CONTAINS(nn::Conv2d(3, 5, 0), "Conv2d", "kernel sizes must be positive", "0x0");
+}
 TEST_CASE("mlp: PyTorch parity (timm's Mlp)") {
   nn::MLP m(8, 16);
   check_parity(m, "mlp");
