@@ -2,7 +2,9 @@
 // introspection for the explain tools. See vit.h for the computation and the names.
 #include "models/vit.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "autograd/grad_mode.h"
@@ -423,64 +425,158 @@ Tensor VisionTransformer::get_attention_output(const Tensor& images, int64_t lay
   return b->attn->attend((*b->norm1)(x)).select(1, head_index);  // [B, N, Dh]
 }
 
-std::string VisionTransformer::summary_table(int64_t batch) {
-  NoGradGuard no_grad;
-  // The table runs a forward on zeros: keep what the last real forward captured.
-  const auto saved_grid = last_grid_;
-  const auto saved_outputs = block_outputs_;
-  std::vector<std::pair<bool, bool>> saved_capture;
-  for (size_t i = 0; i < blocks->size(); ++i) {
-    auto attn = blocks->at<ViTBlock>(i)->attn;
-    saved_capture.emplace_back(attn->capturing_probs(), attn->capturing_grads());
-    attn->capture(false);
+// ---- summary table ---------------------------------------------------------------------------
+
+namespace {
+/// 86567656 -> "86,567,656" (torchinfo's numbers)
+std::string with_commas(int64_t n) {
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
   }
-  const ViTConfig& c = config_;
-  struct Row {
-    std::string name, shape;
-    int64_t params;
-  };
-  std::vector<Row> rows;
-  auto count = [](const nn::Module& m) { return m.num_parameters(); };
-  Tensor images = ops::zeros({batch, c.channels, c.image_h, c.image_w}, patch_embed->weight.dtype(),
-                             patch_embed->weight.device());
-  Tensor p = (*patch_embed)(images);
-  rows.push_back({"patch_embed.proj (Conv2d)", p.shape().str(), count(*patch_embed)});
-  Tensor x = embed(images, {});
-  int64_t token_params = cls_token.numel() + pos_embed.numel() +
-                         (register_tokens.defined() ? register_tokens.numel() : 0);
-  rows.push_back({"tokens (cls, registers, pos_embed)", x.shape().str(), token_params});
-  for (size_t i = 0; i < blocks->size(); ++i) {
-    x = (*(*blocks)[i])(x);
-    rows.push_back({fmt::format("blocks.{} (Block)", i), x.shape().str(), count(*(*blocks)[i])});
-  }
-  if (norm) {
-    x = (*norm)(x);
-    rows.push_back({"norm (LayerNorm)", x.shape().str(), count(*norm)});
-  }
-  Tensor t = c.pool == "cls" ? x.select(1, 0) : ops::mean(x.slice(1, c.prefix_tokens(), kEnd), {1});
-  rows.push_back({fmt::format("pool ({})", c.pool), t.shape().str(), 0});
-  if (fc_norm) {
-    t = (*fc_norm)(t);
-    rows.push_back({"fc_norm (LayerNorm)", t.shape().str(), count(*fc_norm)});
-  }
-  if (pre_logits) {
-    t = ops::tanh((*pre_logits)(t));
-    rows.push_back({"pre_logits.fc (Linear + tanh)", t.shape().str(), count(*pre_logits)});
-  }
-  if (head) {
-    t = (*head)(t);
-    rows.push_back({"head (Linear)", t.shape().str(), count(*head)});
-  }
-  std::string out = fmt::format("{:<36} {:<18} {:>12}\n", "layer", "output shape", "params");
-  out += std::string(68, '-') + "\n";
-  for (const Row& r : rows) out += fmt::format("{:<36} {:<18} {:>12}\n", r.name, r.shape, r.params);
-  out += std::string(68, '-') + "\n";
-  out += fmt::format("total params: {} (trainable {})\n", num_parameters(), num_parameters(true));
-  last_grid_ = saved_grid;
-  block_outputs_ = saved_outputs;
-  for (size_t i = 0; i < blocks->size(); ++i)
-    blocks->at<ViTBlock>(i)->attn->capture(saved_capture[i].first, saved_capture[i].second);
   return out;
+}
+
+/// What a forward hook saw of a module's output.
+struct ModuleOutput {
+  Dims shape;
+  int64_t bytes = 0;
+};
+
+struct SummaryRow {
+  std::string label, shape;
+  int64_t params = 0;  // printed "--" when 0
+  int depth = 0;
+};
+
+struct SummaryTotals {
+  int64_t leaf_output_bytes = 0, param_bytes = 0;
+};
+
+/// One row per module, pre-order; a leaf module's row counts its parameters, a module with
+/// children gets a Parameter row for each tensor it owns itself (the ViT's tokens). A tensor
+/// shared by two modules counts on its first row only, as in num_parameters().
+std::vector<SummaryRow> summary_rows(
+    const std::vector<std::pair<std::string, nn::Module*>>& modules,
+    const std::map<const nn::Module*, ModuleOutput>& outputs, SummaryTotals& totals) {
+  std::vector<SummaryRow> rows;
+  std::set<const TensorImpl*> counted;
+  for (const auto& [name, mod] : modules) {
+    const int depth =
+        name.empty() ? 0 : static_cast<int>(std::count(name.begin(), name.end(), '.')) + 1;
+    const bool leaf = mod->named_children().empty();
+    const auto out = outputs.find(mod);
+    if (leaf && out != outputs.end()) totals.leaf_output_bytes += out->second.bytes;
+    SummaryRow row{name.empty() ? mod->type_name() : fmt::format("{} ({})", name, mod->type_name()),
+                   out != outputs.end() ? out->second.shape.str() : "--", 0, depth};
+    std::vector<SummaryRow> tensors;
+    for (const auto& [pname, p] : mod->named_parameters(false)) {
+      const int64_t n = counted.insert(p.impl_ptr().get()).second ? p.numel() : 0;
+      totals.param_bytes += n * static_cast<int64_t>(dtype_size(p.dtype()));
+      if (leaf)
+        row.params += n;
+      else
+        tensors.push_back({fmt::format("{}{} (Parameter)", name.empty() ? "" : name + ".", pname),
+                           p.shape().str(), n, depth + 1});
+    }
+    rows.push_back(row);
+    rows.insert(rows.end(), tensors.begin(), tensors.end());
+  }
+  return rows;
+}
+
+std::string format_summary(const std::vector<SummaryRow>& rows, const SummaryTotals& totals,
+                           int64_t total, int64_t trainable, int64_t input_bytes) {
+  size_t label_w = std::string("Layer (type)").size(), shape_w = std::string("Output Shape").size();
+  for (const SummaryRow& r : rows) {
+    label_w = std::max(label_w, 2 * static_cast<size_t>(r.depth) + r.label.size());
+    shape_w = std::max(shape_w, r.shape.size());
+  }
+  const size_t params_w = 12, width = label_w + 2 + shape_w + 2 + params_w;
+  const std::string rule = std::string(width, '=') + "\n", thin = std::string(width, '-') + "\n";
+  auto line = [&](const std::string& label, const std::string& shape, const std::string& params) {
+    return fmt::format("{:<{}}  {:<{}}  {:>{}}\n", label, label_w, shape, shape_w, params,
+                       params_w);
+  };
+  std::string out = rule + line("Layer (type)", "Output Shape", "Param #") + rule;
+  for (const SummaryRow& r : rows)
+    out += line(std::string(2 * static_cast<size_t>(r.depth), ' ') + r.label, r.shape,
+                r.params ? with_commas(r.params) : "--");
+  out += rule;
+  out +=
+      "Param #: parameters the row's module owns itself; its children's are on\n"
+      "their rows, a container's own tensors (cls_token, pos_embed) on Parameter\n"
+      "rows, so the rows add up to Total params. Output Shape --: the module is\n"
+      "not called itself in an eval-mode forward (its owner calls its children,\n"
+      "reads its tensors or skips it).\n";
+  out += thin;
+  out += fmt::format("Total params: {}\nTrainable params: {}\nNon-trainable params: {}\n",
+                     with_commas(total), with_commas(trainable), with_commas(total - trainable));
+  out += thin;
+  auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e6; };
+  out += fmt::format(
+      "Input size (MB): {:.2f}\nForward pass size (MB): {:.2f} (the leaf modules' outputs)\n"
+      "Params size (MB): {:.2f}\nEstimated total size (MB): {:.2f}\n",
+      mb(input_bytes), mb(totals.leaf_output_bytes), mb(totals.param_bytes),
+      mb(input_bytes + totals.leaf_output_bytes + totals.param_bytes));
+  return out + rule;
+}
+}  // namespace
+
+std::string VisionTransformer::summary_table(int64_t batch) {
+  VT_CHECK(batch > 0, "summary_table: batch must be positive, got {}", batch);
+  // One forward on zeros, in eval mode and without gradients, with a forward hook on every module
+  // recording its output. Whatever happens, the hooks go, and the training flags, the attention
+  // captures, the patch grid and the block outputs of the last real forward come back.
+  struct Restore {
+    VisionTransformer& m;
+    std::pair<int64_t, int64_t> grid;
+    std::vector<Tensor> outputs;
+    std::vector<std::pair<bool, bool>> capture = {};
+    std::vector<std::pair<nn::Module*, bool>> training = {};
+    std::vector<std::pair<nn::Module*, int64_t>> hooks = {};
+    ~Restore() {
+      for (auto& [mod, handle] : hooks) mod->remove_forward_hook(handle);
+      for (auto& [mod, on] : training) mod->train(on);  // parents first: children keep their own
+      for (size_t i = 0; i < capture.size(); ++i)
+        m.blocks->at<ViTBlock>(i)->attn->capture(capture[i].first, capture[i].second);
+      m.last_grid_ = grid;
+      m.block_outputs_ = outputs;
+    }
+  };
+  const auto modules = named_modules();  // pre-order, children in registration order
+  std::map<const nn::Module*, ModuleOutput> outputs;
+  Tensor images = ops::zeros({batch, config_.channels, config_.image_h, config_.image_w},
+                             patch_embed->weight.dtype(), patch_embed->weight.device());
+  {
+    Restore restore{*this, last_grid_, block_outputs_};
+    for (const auto& b : *blocks) {
+      auto attn = std::static_pointer_cast<ViTBlock>(b)->attn;
+      restore.capture.emplace_back(attn->capturing_probs(), attn->capturing_grads());
+      attn->capture(false);
+    }
+    for (const auto& [name, mod] : modules) {
+      restore.training.emplace_back(mod, mod->is_training());
+      restore.hooks.emplace_back(
+          mod,
+          mod->register_forward_hook([&outputs](nn::Module& m, const Tensor&, const Tensor& y) {
+            outputs[&m] = {y.shape(), y.numel() * static_cast<int64_t>(dtype_size(y.dtype()))};
+            return Tensor();
+          }));
+    }
+    eval();
+    NoGradGuard no_grad;
+    (*this)(images);
+  }
+  SummaryTotals totals;
+  const std::vector<SummaryRow> rows = summary_rows(modules, outputs, totals);
+  int64_t listed = 0;
+  for (const SummaryRow& r : rows) listed += r.params;
+  VT_ASSERT(listed == num_parameters());
+  return format_summary(rows, totals, num_parameters(), num_parameters(true),
+                        images.numel() * static_cast<int64_t>(dtype_size(images.dtype())));
 }
 
 }  // namespace vitrine::models

@@ -2,8 +2,11 @@
 // with registers, position-embedding interpolation, cropping, introspection, and a float64
 // gradcheck of a tiny model. PyTorch parity is in test_vit_parity.cpp, loading in
 // test_vit_import.cpp.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <tuple>
 
 #include "models/vit.h"
 #include "test_util.h"
@@ -20,6 +23,56 @@ ViTConfig tiny(int64_t h = 8, int64_t w = 8) {
   c.image_h = h, c.image_w = w, c.patch = 4, c.channels = 2, c.num_classes = 3;
   c.dim = 8, c.depth = 2, c.heads = 2, c.mlp_dim = 16;
   return c;
+}
+
+/// A row of summary_table: indentation depth, "name (Type)", output shape, Param # (0 for "--").
+struct TableRow {
+  int depth;
+  std::string label, shape;
+  int64_t params;
+};
+
+/// The rows between the table's header and its footer; columns are separated by two or more
+/// spaces (labels and shapes hold single ones).
+std::vector<TableRow> table_rows(const std::string& table) {
+  std::vector<TableRow> rows;
+  std::istringstream in(table);
+  int rules = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("=")) {
+      ++rules;
+      continue;
+    }
+    if (rules != 2) continue;  // the header sits between the first two rules
+    const size_t indent = line.find_first_not_of(' ');
+    std::vector<std::string> cols;
+    for (size_t i = indent; i < line.size();) {
+      size_t gap = line.find("  ", i);
+      cols.push_back(line.substr(i, gap - i));
+      if (gap == std::string::npos) break;
+      i = line.find_first_not_of(' ', gap);
+    }
+    REQUIRE_MESSAGE(cols.size() == 3, line);
+    std::string digits;
+    for (char ch : cols[2])
+      if (ch != ',') digits += ch;
+    rows.push_back(
+        {static_cast<int>(indent / 2), cols[0], cols[1], cols[2] == "--" ? 0 : std::stoll(digits)});
+  }
+  return rows;
+}
+
+const TableRow& row_of(const std::vector<TableRow>& rows, const std::string& label) {
+  auto it =
+      std::find_if(rows.begin(), rows.end(), [&](const TableRow& r) { return r.label == label; });
+  REQUIRE_MESSAGE(it != rows.end(), "no row " << label);
+  return *it;
+}
+
+int64_t sum_params(const std::vector<TableRow>& rows) {
+  int64_t n = 0;
+  for (const TableRow& r : rows) n += r.params;
+  return n;
 }
 }  // namespace
 
@@ -179,15 +232,105 @@ TEST_CASE("vit: gradcheck of a tiny model in float64 (input and a parameter)") {
   check_grad([&](const std::vector<Tensor>&) { return m.forward(x.detach()); }, {pos});
 }
 
-TEST_CASE("vit: summary table and a new head for transfer learning") {
+TEST_CASE("vit: summary table lists every module with its output shape and own parameters") {
+  Generator g(6);
+  ViTConfig c = tiny();
+  c.depth = 1;
+  VisionTransformer m(c, g);
+  const std::string s = m.summary_table(2);
+  const auto rows = table_rows(s);
+  // pre-order, children in registration order; the top module's tokens are Parameter rows
+  const std::vector<std::tuple<int, std::string, std::string, int64_t>> expected{
+      {0, "VisionTransformer", "[2, 3]", 0},
+      {1, "cls_token (Parameter)", "[1, 1, 8]", 8},
+      {1, "pos_embed (Parameter)", "[1, 5, 8]", 40},
+      {1, "patch_embed (PatchEmbed)", "--", 0},  // VisionTransformer calls proj itself
+      {2, "patch_embed.proj (Conv2d)", "[2, 8, 2, 2]", 8 * 2 * 4 * 4 + 8},
+      {1, "pos_drop (Dropout)", "[2, 5, 8]", 0},
+      {1, "blocks (ModuleList)", "--", 0},
+      {2, "blocks.0 (Block)", "[2, 5, 8]", 0},
+      {3, "blocks.0.norm1 (LayerNorm)", "[2, 5, 8]", 16},
+      {3, "blocks.0.attn (MultiheadSelfAttention)", "[2, 5, 8]", 0},
+      {4, "blocks.0.attn.qkv (Linear)", "[2, 5, 24]", 8 * 24 + 24},
+      {4, "blocks.0.attn.attn_drop (Dropout)", "--", 0},  // the fused attention skips it
+      {4, "blocks.0.attn.proj (Linear)", "[2, 5, 8]", 8 * 8 + 8},
+      {4, "blocks.0.attn.proj_drop (Dropout)", "[2, 5, 8]", 0},
+      {3, "blocks.0.drop_path1 (DropPath)", "[2, 5, 8]", 0},
+      {3, "blocks.0.norm2 (LayerNorm)", "[2, 5, 8]", 16},
+      {3, "blocks.0.mlp (MLP)", "[2, 5, 8]", 0},
+      {4, "blocks.0.mlp.fc1 (Linear)", "[2, 5, 16]", 8 * 16 + 16},
+      {4, "blocks.0.mlp.act (GELU)", "[2, 5, 16]", 0},
+      {4, "blocks.0.mlp.drop1 (Dropout)", "[2, 5, 16]", 0},
+      {4, "blocks.0.mlp.fc2 (Linear)", "[2, 5, 8]", 16 * 8 + 8},
+      {4, "blocks.0.mlp.drop2 (Dropout)", "[2, 5, 8]", 0},
+      {3, "blocks.0.drop_path2 (DropPath)", "[2, 5, 8]", 0},
+      {1, "norm (LayerNorm)", "[2, 5, 8]", 16},
+      {1, "head (Linear)", "[2, 3]", 8 * 3 + 3}};
+  REQUIRE(rows.size() == expected.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& [depth, label, shape, params] = expected[i];
+    INFO("row " << i << ": " << rows[i].label);
+    CHECK(rows[i].depth == depth);
+    CHECK(rows[i].label == label);
+    CHECK(rows[i].shape == shape);
+    CHECK(rows[i].params == params);
+  }
+  CHECK(sum_params(rows) == m.num_parameters());
+  CHECK(s.find(fmt::format("Total params: {}\nTrainable params: {}\nNon-trainable params: 0\n",
+                           m.num_parameters(), m.num_parameters())) != std::string::npos);
+  CHECK(s.find("so the rows add up to Total params") != std::string::npos);  // the convention
+  // float32 input 2*2*8*8 = 256 values = 1024 bytes
+  CHECK(s.find("Input size (MB): 0.00\n") != std::string::npos);
+  CHECK(s.find("Forward pass size (MB): ") != std::string::npos);
+  CHECK_ERROR_CONTAINS(m.summary_table(0), "summary_table", "batch must be positive");
+}
+
+TEST_CASE("vit: summary table of ViT-Ti/16 at batch 1 (timm's parameter count)") {
+  Generator g(0);
+  VisionTransformer m(ViTConfig::preset("vit_tiny_patch16_224"), g);
+  const auto rows = table_rows(m.summary_table());
+  CHECK(row_of(rows, "patch_embed.proj (Conv2d)").shape == "[1, 192, 14, 14]");
+  CHECK(row_of(rows, "pos_embed (Parameter)").shape == "[1, 197, 192]");
+  CHECK(row_of(rows, "pos_embed (Parameter)").params == 197 * 192);
+  CHECK(row_of(rows, "blocks.11 (Block)").shape == "[1, 197, 192]");
+  CHECK(row_of(rows, "blocks.11.attn.qkv (Linear)").shape == "[1, 197, 576]");
+  CHECK(row_of(rows, "blocks.11.mlp.fc1 (Linear)").shape == "[1, 197, 768]");
+  CHECK(row_of(rows, "blocks.11.mlp.fc1 (Linear)").params == 192 * 768 + 768);
+  CHECK(row_of(rows, "head (Linear)").shape == "[1, 1000]");
+  CHECK(row_of(rows, "VisionTransformer").shape == "[1, 1000]");
+  CHECK(rows.size() == 1 + 2 + 2 + 1 + 1 + 12 * 16 + 2);
+  CHECK(sum_params(rows) == 5717416);  // timm's vit_tiny_patch16_224
+  CHECK(m.num_parameters() == 5717416);
+}
+
+TEST_CASE("vit: summary table without a head, with registers, layer scale and frozen parts") {
+  Generator g(6);
+  ViTConfig c = tiny();
+  c.depth = 1, c.num_classes = 0, c.registers = 2, c.layer_scale = true;
+  VisionTransformer m(c, g);
+  m.patch_embed->requires_grad_(false);
+  const std::string s = m.summary_table();
+  const auto rows = table_rows(s);
+  CHECK(row_of(rows, "VisionTransformer").shape == "[1, 8]");  // the class token's features
+  CHECK(row_of(rows, "register_tokens (Parameter)").shape == "[1, 2, 8]");
+  CHECK(row_of(rows, "register_tokens (Parameter)").params == 16);
+  CHECK(rows[2].label == "register_tokens (Parameter)");  // after cls_token, before pos_embed
+  CHECK(row_of(rows, "pos_embed (Parameter)").shape == "[1, 5, 8]");  // no rows for registers
+  CHECK(row_of(rows, "blocks.0 (Block)").shape == "[1, 7, 8]");       // cls, 2 registers, 4 patches
+  CHECK(row_of(rows, "blocks.0.ls1 (LayerScale)").params == 8);    // its gamma, read as a tensor:
+  CHECK(row_of(rows, "blocks.0.ls1 (LayerScale)").shape == "--");  // the module is not called
+  CHECK(rows.back().label == "norm (LayerNorm)");
+  for (const TableRow& r : rows) CHECK(r.label != "head (Linear)");
+  CHECK(sum_params(rows) == m.num_parameters());
+  const int64_t frozen = 8 * 2 * 4 * 4 + 8;
+  CHECK(s.find(fmt::format("Total params: {}\nTrainable params: {}\nNon-trainable params: {}\n",
+                           m.num_parameters(), m.num_parameters() - frozen, frozen)) !=
+        std::string::npos);
+}
+
+TEST_CASE("vit: a new head for transfer learning") {
   Generator g(6);
   VisionTransformer m(ViTConfig::preset("fmnist"), g);
-  std::string s = m.summary_table();
-  CHECK(s.find("patch_embed.proj (Conv2d)") != std::string::npos);
-  CHECK(s.find("[1, 128, 7, 7]") != std::string::npos);
-  CHECK(s.find("blocks.5 (Block)") != std::string::npos);
-  CHECK(s.find("[1, 10]") != std::string::npos);
-  CHECK(s.find(fmt::format("total params: {}", m.num_parameters())) != std::string::npos);
   m.requires_grad_(false);
   m.reset_head(4, g);
   CHECK(m.config().num_classes == 4);
@@ -220,14 +363,34 @@ TEST_CASE("vit config: resolve_config takes a preset, our JSON or a Hugging Face
                        "odd.json", "not divisible");
 }
 
-TEST_CASE("vit: summary_table leaves the last forward's captures alone") {
+TEST_CASE("vit: summary_table leaves captures, training flags and hooks as they were") {
   Generator g(7);
   VisionTransformer m(tiny(), g);
-  m.capture(true);
+  m.capture(true, true);
   m.forward(ops::randn({2, 2, 12, 8}, g));
   Tensor a = m.attentions()[0];
+  Tensor b = m.block_outputs()[1];
+  auto mlp = m.blocks->at<models::ViTBlock>(1)->mlp;
+  mlp->eval();  // a mixed state: the model trains, one MLP does not
+  int calls = 0;
+  m.head->register_forward_hook([&calls](nn::Module&, const Tensor&, const Tensor&) {
+    ++calls;
+    return Tensor();
+  });
   m.summary_table();
+  CHECK(calls == 1);  // the user's hook sees the table's forward
   CHECK(m.attentions()[0].same(a));
+  CHECK(m.block_outputs()[1].same(b));
   CHECK(m.last_grid() == std::pair<int64_t, int64_t>{3, 2});
   CHECK(m.block_outputs().size() == 2);
+  auto attn = m.blocks->at<models::ViTBlock>(0)->attn;
+  CHECK(attn->capturing_probs());
+  CHECK(attn->capturing_grads());
+  CHECK(m.is_training());
+  CHECK(m.blocks->at<models::ViTBlock>(0)->mlp->is_training());
+  CHECK(!mlp->is_training());
+  CHECK(!mlp->fc1->is_training());
+  CHECK(m.blocks->at<models::ViTBlock>(1)->attn->is_training());
+  m.forward(ops::randn({1, 2, 8, 8}, g));
+  CHECK(calls == 2);
 }
