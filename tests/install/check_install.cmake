@@ -1,6 +1,8 @@
-# ctest script: install the built tree into a temporary prefix, configure and build the consumer
-# project against it with find_package(vitrine), run it, and check its output.
-foreach(v BUILD_DIR SOURCE_DIR WORK_DIR)
+# ctest script: install the built tree into a temporary prefix, check that it holds the headers,
+# the CMake package and every configs/*.json (identical, in DATA_DIR/vitrine/configs), configure
+# and build the consumer project against it with find_package(vitrine), run it, and check its
+# output.
+foreach(v BUILD_DIR SOURCE_DIR WORK_DIR DATA_DIR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "check_install.cmake: ${v} not set")
   endif()
@@ -16,6 +18,21 @@ foreach(f include/vitrine/vitrine.h include/vitrine/autograd/tensor.h include/vi
           lib/cmake/vitrine/vitrineConfig.cmake)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "installed tree lacks ${f}")
+  endif()
+endforeach()
+file(GLOB configs RELATIVE ${SOURCE_DIR}/configs ${SOURCE_DIR}/configs/*.json)
+if(NOT configs)
+  message(FATAL_ERROR "no configs/*.json in ${SOURCE_DIR}")
+endif()
+foreach(f ${configs})
+  set(installed ${prefix}/${DATA_DIR}/vitrine/configs/${f})
+  if(NOT EXISTS ${installed})
+    message(FATAL_ERROR "installed tree lacks ${DATA_DIR}/vitrine/configs/${f}")
+  endif()
+  file(SHA256 ${installed} got)
+  file(SHA256 ${SOURCE_DIR}/configs/${f} want)
+  if(NOT got STREQUAL want)
+    message(FATAL_ERROR "installed ${DATA_DIR}/vitrine/configs/${f} differs from configs/${f}")
   endif()
 endforeach()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build
