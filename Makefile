@@ -17,7 +17,11 @@ GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null
 
 .PHONY: all deps test demo autograd-demo format clean
 
-all: test
+# `make` alone runs nothing: it names the two commands.
+all:
+	@echo "Vitrine's two commands (each installs the dependencies and builds first):"
+	@echo "  make demo   train a ViT on Fashion-MNIST for a few minutes, evaluate it, explain a dozen test images"
+	@echo "  make test   build everything and run the whole test suite (ctest)"
 
 deps:
 	@scripts/install-deps.sh
