@@ -459,20 +459,33 @@ TEST_CASE("vit import: a checkpoint without a head loads as a feature extractor"
   auto src = random_model(c, 11);
   TempDir dir;
   std::string path = write(dir, "dino.safetensors", src->state_dict());
+  // A given config (a preset, a file) names the architecture; the head is the file's: none here,
+  // whatever num_classes the config says (DINO's backbones with vit_small_patch8_224).
   ViTConfig with_head = c;
   with_head.num_classes = 1000;
-  CHECK_ERROR_CONTAINS(models::load_vit(path, with_head), path.c_str(), "no head", "'head.weight'",
-                       "num_classes = 0", "feature extractor");
-  auto m = models::load_vit(path, c);
-  m->eval();
   Tensor x = images(c, 12, 3);
-  Tensor f = m->forward(x);
-  CHECK(f.shape() == Dims{3, 8});
-  CHECK(same_bits(f, src->forward(x)));
-  // The other way round: a head the config does not have.
+  for (const ViTConfig& given : {c, with_head}) {
+    auto m = models::load_vit(path, given);
+    m->eval();
+    CHECK(m->config().num_classes == 0);
+    CHECK(!m->head);
+    Tensor f = m->forward(x);
+    CHECK(f.shape() == Dims{3, 8});
+    CHECK(same_bits(f, src->forward(x)));
+  }
+  // The other way round: the file's head (3 classes) wins over a config without one.
   ViTConfig cls = tiny();
   std::string with = write(dir, "cls.safetensors", random_model(cls, 13)->state_dict());
-  CHECK_ERROR_CONTAINS(models::load_vit(with, c), "'head.bias'", "num_classes 0", "3 classes");
+  CHECK(models::load_vit(with, c)->config().num_classes == 3);
+  // With Vitrine's own metadata the stored config decides, and a head it lacks is an error.
+  ViTConfig stored = c;
+  auto headless = random_model(stored, 16);
+  const std::string own = (dir.dir / "own.safetensors").string();
+  nn::Metadata md;
+  nn::set_metadata_json(md, nn::kConfigKey, cls.to_json());
+  nn::write_safetensors(own, headless->state_dict(), md);
+  CHECK_ERROR_CONTAINS(models::load_vit(own), own.c_str(), "no head", "'head.weight'",
+                       "num_classes = 0", "feature extractor");
 }
 
 TEST_CASE("vit import: Hugging Face's pooler loads as pre_logits only when the config has one") {

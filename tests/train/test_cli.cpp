@@ -238,7 +238,7 @@ TEST_CASE("train-cli: --eval reproduces the run's test metrics, --summary prints
 
   const Ran sum = run({"--summary"}, dir, "summary");
   REQUIRE(sum.code == 0);
-  CHECK(sum.output.find("total params: 540170") != std::string::npos);
+  CHECK(sum.output.find("Total params: 540,170") != std::string::npos);
   const Ran small = run({"--summary", "--set", "model.depth=1"}, dir, "summary_small");
   REQUIRE(small.code == 0);
   CHECK(small.output.find("blocks.0 (Block)") != std::string::npos);

@@ -210,7 +210,8 @@ int main(int argc, char** argv) {
   Cli cli;
   CLI::App app{
       "vitrine-bench: training and inference speed of a ViT config, and of the "
-      "explanation methods"};
+      "explanation methods",
+      "vitrine-bench"};
   app.add_option("--model", cli.model,
                  "a model config: fmnist, cifar10, vit_small_patch16_224 (any preset or JSON)");
   app.add_option("--batch", cli.batch,

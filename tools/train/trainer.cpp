@@ -67,6 +67,9 @@ json resumable_part(json c) {
   c["train"].erase("device");
   c["data"].erase("path");
   c["data"].erase("workers");
+  // Keys added since a run may have been saved, at their defaults (0: off), compare as absent.
+  if (c["data"].value("subset", json(0)) == json(0)) c["data"].erase("subset");
+  if (c["train"].value("max_steps", json(0)) == json(0)) c["train"].erase("max_steps");
   return without_comments(c);
 }
 
