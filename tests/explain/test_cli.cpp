@@ -127,7 +127,9 @@ TEST_CASE("vitrine-explain: every method on image files writes maps, pictures an
     MESSAGE("SKIPPED: the browser check of index.html: chromium is not on PATH");
   } else {
     const BrowserCheck b = check_in_browser(out + "/index.html");
-    CHECK(b.images == 3 * (1 + 8 + 1));  // per image: the original, 8 methods, the head grid
+    // per image: the original, 8 methods, the head grid and its threshold masks; then a grid
+    // (montage) per method
+    CHECK(b.images == 3 * (1 + 8 + 1 + 1) + 8);
     CHECK(b.decoded == b.images);
     CHECK(b.console_errors.empty());
     CHECK(b.fetched.empty());

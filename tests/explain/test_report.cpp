@@ -83,6 +83,9 @@ TEST_CASE("explain report: the attention-distance plot has one circle per layer 
   const std::string html = read_text(write_report(dir / "index.html", data));
   CHECK(count(html, "<svg") == 1);
   CHECK(count(html, "<circle") == 12);
+  // the legend names the heads (0-based, as --head counts) in their colours
+  CHECK(captures(html, "<text class=\"legend\"[^>]*>([^<]*)</text>") ==
+        std::vector<std::string>{"head 0", "head 1", "head 2", "head 3"});
   CHECK(html.find("<title>layer 2, head 3: 18.3 px</title>") != std::string::npos);
   // y: 0..27 -> step 5.4 -> 10, ticks 0..30; x: the layers 1..3.
   CHECK(captures(html, "<text class=\"tick\"[^>]*>([^<]*)</text>") ==

@@ -149,7 +149,8 @@ std::vector<int64_t> resolve_targets(const Tensor& logits, const std::vector<int
 std::pair<Tensor, std::vector<double>> input_gradients(models::VisionTransformer& model,
                                                        const Tensor& X,
                                                        const std::vector<int64_t>& targets,
-                                                       int64_t chunk) {
+                                                       int64_t chunk,
+                                                       models::PosInterp pos_interp) {
   const int64_t M = X.size(0);
   std::vector<Tensor> grads;
   std::vector<double> scores;
@@ -157,7 +158,7 @@ std::pair<Tensor, std::vector<double>> input_gradients(models::VisionTransformer
     const int64_t n = std::min(chunk, M - s);
     Tensor x = X.narrow(0, s, n).detach().contiguous();
     x.requires_grad_(true);
-    Tensor logits = model.forward(x);
+    Tensor logits = model.forward(x, {pos_interp, false});
     std::vector<int64_t> t(targets.begin() + s, targets.begin() + s + n);
     Tensor sel = target_selector(logits, t);
     const auto y = values(ops::sum(logits.detach() * sel, {1}));
@@ -363,12 +364,20 @@ bool needs_gradients(Method m) {
          m == Method::Saliency;
 }
 
+bool needs_class_score(Method m) { return m != Method::Attention && m != Method::Rollout; }
+
 // ---- the pass --------------------------------------------------------------------------------
 
 Pass run_pass(models::VisionTransformer& model, const Tensor& images,
-              const std::vector<int64_t>& targets, int64_t gradcam_layer, bool gradients) {
+              const std::vector<int64_t>& targets, int64_t gradcam_layer, bool gradients,
+              models::PosInterp pos_interp) {
   check_images(model, images);
   const auto& c = model.config();
+  const bool headless = !model.head;
+  VT_CHECK(!headless || !gradients,
+           "explain: the model has no classification head (a feature extractor), so there is no "
+           "class score to take gradients of: only attention and rollout apply");
+  const models::ViTForwardOptions fwd{pos_interp, false};
   const int64_t gl = resolve_layer(gradcam_layer, c.depth, "gradcam");
   EvalMode eval(model);
   FrozenParameters frozen(model);
@@ -387,15 +396,15 @@ Pass run_pass(models::VisionTransformer& model, const Tensor& images,
   pass.prefix = c.prefix_tokens();
   if (!gradients) {
     NoGradGuard no_grad;
-    Tensor logits = model.forward(x);
-    pass.targets = resolve_targets(logits, targets);
+    Tensor logits = model.forward(x, fwd);
+    if (!headless) pass.targets = resolve_targets(logits, targets);
     pass.logits = logits.to(kCPU);
     for (const Tensor& a : model.attentions()) pass.attentions.push_back(a.to(kCPU));
     std::tie(pass.grid_h, pass.grid_w) = model.last_grid();
     return pass;
   }
   x.requires_grad_(true);
-  Tensor logits = model.forward(x);
+  Tensor logits = model.forward(x, fwd);
   pass.targets = resolve_targets(logits, targets);
   std::vector<Tensor> inputs{x, tokens};
   const auto attn = model.attentions();
@@ -559,11 +568,11 @@ Attribution smoothgrad(models::VisionTransformer& model, const Tensor& images,
   std::vector<int64_t> t = targets;
   {
     NoGradGuard ng;
-    t = resolve_targets(model.forward(x.to(dev)), targets);
+    t = resolve_targets(model.forward(x.to(dev), {options.pos_interp, false}), targets);
   }
   std::vector<int64_t> ts;
   for (int64_t b = 0; b < B; ++b) ts.insert(ts.end(), static_cast<size_t>(n), t[b]);
-  auto [g, scores] = input_gradients(model, X.to(dev), ts, options.chunk);
+  auto [g, scores] = input_gradients(model, X.to(dev), ts, options.chunk, options.pos_interp);
   Dims gs = sample_shape;
   return {ops::mean(g.reshape(gs), {1}), {}};
 }
@@ -669,7 +678,7 @@ Attribution integrated_gradients(models::VisionTransformer& model, const Tensor&
   std::vector<double> y_x, y_base;
   {
     NoGradGuard ng;
-    Tensor logits = model.forward(ops::cat({x, base}, 0).to(dev));
+    Tensor logits = model.forward(ops::cat({x, base}, 0).to(dev), {options.pos_interp, false});
     t = resolve_targets(logits.narrow(0, 0, B), targets);
     std::vector<int64_t> both = t;
     both.insert(both.end(), t.begin(), t.end());
@@ -686,7 +695,8 @@ Attribution integrated_gradients(models::VisionTransformer& model, const Tensor&
       points.push_back((base.select(0, b) + delta.select(0, b) * alphas[k]).unsqueeze(0));
       ts.push_back(t[b]);
     }
-  auto [g, scores] = input_gradients(model, ops::cat(points, 0).to(dev), ts, options.chunk);
+  auto [g, scores] =
+      input_gradients(model, ops::cat(points, 0).to(dev), ts, options.chunk, options.pos_interp);
   Dims gs = x.shape();
   gs.insert(1, n);
   std::vector<double> w(weights.begin(), weights.end());
@@ -815,7 +825,7 @@ std::vector<Explanation> explain(models::VisionTransformer& model, const Tensor&
                                  Pass* pass_out) {
   const bool gradients =
       std::any_of(methods.begin(), methods.end(), [](Method m) { return needs_gradients(m); });
-  Pass pass = run_pass(model, images, targets, options.layer, gradients);
+  Pass pass = run_pass(model, images, targets, options.layer, gradients, options.pos_interp);
   std::vector<Explanation> out;
   for (Method m : methods) out.push_back(explain_method(model, images, pass, m, options));
   if (pass_out) *pass_out = std::move(pass);

@@ -80,11 +80,17 @@ struct Options {
   uint64_t seed = 0;
   /// Images per forward in smoothgrad and integrated gradients (their passes are batched).
   int64_t chunk = 64;
+  /// How the position embedding is resized for inputs of another size than the model's (timm's
+  /// bicubic to the grid, or DINO's scale factor): every forward of the methods uses it.
+  models::PosInterp pos_interp = models::PosInterp::Size;
 };
+
+/// Methods that need a class score (a head): all but attention and rollout.
+bool needs_class_score(Method m);
 
 /// What one forward and one backward leave behind (CPU, float32, detached).
 struct Pass {
-  Tensor logits;                        // [B, K]
+  Tensor logits;                        // [B, K] (without a head: the features [B, dim])
   std::vector<int64_t> targets;         // c per image
   std::vector<Tensor> attentions;       // A_l [B, H, N, N] per layer
   std::vector<Tensor> attention_grads;  // G_l [B, H, N, N] per layer
@@ -101,9 +107,12 @@ struct Pass {
 /// output to keep (negative from the end). The model is left as it was found (mode, capture).
 /// gradients = false: the forward alone (grad mode off, the fused attention kernel), enough for
 /// the methods that do not need_gradients(); the pass then holds no gradients and no tokens.
+/// A model without a head (a feature extractor, as DINO's backbones) has no class score: only
+/// gradients = false is allowed (an Error otherwise), the targets are ignored and left empty,
+/// and logits holds the pooled features [B, dim].
 Pass run_pass(models::VisionTransformer& model, const Tensor& images,
               const std::vector<int64_t>& targets, int64_t gradcam_layer = -1,
-              bool gradients = true);
+              bool gradients = true, models::PosInterp pos_interp = models::PosInterp::Size);
 
 // ---- the methods on the patch grid, as pure functions of what a Pass holds -------------------
 // Each returns [B, gh, gw] (float32). They are the library's building blocks and what the

@@ -4,6 +4,9 @@
 //
 //   vitrine-explain --checkpoint runs/demo/best.safetensors --dataset fashion-mnist --count 12
 //   vitrine-explain --checkpoint vit.safetensors --model-config vit_small_patch16_224 cat.jpg
+//   vitrine-explain --checkpoint runs/cifar/best.safetensors --dataset cifar10 --sample 16
+//   vitrine-explain --checkpoint dino.safetensors --model-config vit_small_patch8_224
+//       --method attention --pos-interp dino --resize none --crop topleft --threshold 0.6 photo.jpg
 //
 // Exit codes: 0 done, 1 error (the message names the file or option), 2 bad command line.
 #include <fmt/format.h>
@@ -27,8 +30,10 @@
 #include "tools/explain/npy.h"
 #include "tools/explain/render.h"
 #include "tools/explain/report.h"
+#include "tools/explain/text.h"
 #include "tools/train/config.h"
 #include "tools/train/datasets.h"
+#include "tools/train/fit.h"
 
 namespace {
 
@@ -40,8 +45,9 @@ using json = nlohmann::json;
 struct Cli {
   std::string checkpoint, model_config, out = "explain", dataset, data, input, device = "cpu";
   std::vector<std::string> images;
-  int64_t first = 0, count = 12;
-  std::string methods = "all", target = "predicted", resize = "model";
+  int64_t first = 0, count = 12, sample = 0;
+  std::string methods = "all", target = "predicted", resize = "model", crop = "center";
+  std::string pos_interp = "size";
   std::string head_fusion = "mean", ig_method = "gausslegendre", baseline = "black";
   std::string colormap = "inferno";
   double alpha = 0.5;
@@ -65,30 +71,46 @@ struct Sample {
 /// The model, its class names and the input normalisation it was trained with.
 struct Loaded {
   std::shared_ptr<models::VisionTransformer> model;
-  std::vector<std::string> classes;
+  nn::Metadata meta;                 // the checkpoint's metadata
+  bool headless = false;             // no classification head: attention methods only
+  std::vector<std::string> classes;  // empty without a head
   std::vector<float> mean, std;
   std::string normalisation;  // where mean/std came from, for the report
 };
+
+/// The methods of --method a model without a head cannot run, as one Error; none: fine.
+void check_headless(const Cli& cli, const std::vector<ex::Method>& methods) {
+  std::vector<std::string> need;
+  for (ex::Method m : methods)
+    if (ex::needs_class_score(m)) need.push_back(ex::method_name(m));
+  VT_CHECK(need.empty(),
+           "--checkpoint {}: the model has no classification head (a feature extractor, as DINO's "
+           "backbones), so there is no class score for {} to explain; attention and rollout (and "
+           "the attention distance) need no head: --method attention,rollout",
+           cli.checkpoint, fmt::join(need, ", "));
+}
 
 Loaded load(const Cli& cli) {
   std::optional<models::ViTConfig> config;
   if (!cli.model_config.empty()) config = models::resolve_config(cli.model_config);
   Loaded l;
+  l.meta = nn::read_safetensors_metadata(cli.checkpoint);
+  const double mb = static_cast<double>(fs::file_size(cli.checkpoint)) / 1e6;
+  if (mb >= 100) {
+    fmt::print("reading {} ({:.0f} MB) ...\n", cli.checkpoint, mb);
+    std::fflush(stdout);
+  }
   l.model = models::load_vit(cli.checkpoint, config);
   const auto& c = l.model->config();
-  VT_CHECK(c.num_classes > 0,
-           "--checkpoint {}: the model has no classification head (a feature extractor), so there "
-           "is no class score to explain",
-           cli.checkpoint);
-  const nn::Metadata meta = nn::read_safetensors(cli.checkpoint).metadata;
-  if (json v = nn::metadata_json(meta, nn::kClassesKey); v.is_array())
+  l.headless = c.num_classes == 0;
+  if (json v = nn::metadata_json(l.meta, nn::kClassesKey); v.is_array())
     l.classes = v.get<std::vector<std::string>>();
   if (static_cast<int64_t>(l.classes.size()) != c.num_classes) {
     l.classes.clear();
     for (int64_t k = 0; k < c.num_classes; ++k) l.classes.push_back(fmt::format("class {}", k));
   }
-  const json mean = nn::metadata_json(meta, nn::kMeanKey),
-             std = nn::metadata_json(meta, nn::kStdKey);
+  const json mean = nn::metadata_json(l.meta, nn::kMeanKey),
+             std = nn::metadata_json(l.meta, nn::kStdKey);
   if (!cli.mean.empty() || !cli.std.empty()) {
     l.mean = cli.mean;
     l.std = cli.std;
@@ -97,10 +119,18 @@ Loaded load(const Cli& cli) {
     l.mean = mean.get<std::vector<float>>();
     l.std = std.get<std::vector<float>>();
     l.normalisation = "the checkpoint";
+  } else if (l.headless && c.channels == 3) {
+    // A backbone without a head is most often DINO's, trained on ImageNet's statistics.
+    l.mean = {0.485f, 0.456f, 0.406f};
+    l.std = {0.229f, 0.224f, 0.225f};
+    l.normalisation =
+        "ImageNet's, as DINO's backbones (the checkpoint names none; set --mean/--std)";
   } else {
     l.mean.assign(static_cast<size_t>(c.channels), 0.5f);
     l.std.assign(static_cast<size_t>(c.channels), 0.5f);
-    l.normalisation = "timm's ViT default (the checkpoint names none; set --mean/--std)";
+    l.normalisation =
+        "timm's ViT default (the checkpoint names none; torchvision's and DINO's ViTs expect "
+        "ImageNet's: --mean 0.485 0.456 0.406 --std 0.229 0.224 0.225)";
   }
   if (l.mean.size() == 1) l.mean.resize(static_cast<size_t>(c.channels), l.mean[0]);
   if (l.std.size() == 1) l.std.resize(static_cast<size_t>(c.channels), l.std[0]);
@@ -108,6 +138,8 @@ Loaded load(const Cli& cli) {
                static_cast<int64_t>(l.std.size()) == c.channels,
            "normalisation from {}: {} mean and {} std values for a {}-channel model",
            l.normalisation, l.mean.size(), l.std.size(), c.channels);
+  if (l.normalisation != "the checkpoint")
+    fmt::print("normalisation: mean {} std {} from {}\n", l.mean, l.std, l.normalisation);
   return l;
 }
 
@@ -115,9 +147,28 @@ Tensor to_tensor(const nn::data::Image& im) {
   return ops::from_vector(im.pixels, {im.channels, im.height, im.width});
 }
 
+/// --resize factor:F's F, or 0 for model / none.
+double resize_factor(const std::string& resize) {
+  if (resize.rfind("factor:", 0) != 0) return 0;
+  const std::string f = resize.substr(7);
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(f, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  VT_CHECK(used == f.size() && used > 0 && std::isfinite(x) && x > 0 && x <= 16,
+           "--resize {}: expected model, none or factor:F with F a number in (0, 16] (as "
+           "factor:0.5), got factor \"{}\"",
+           resize, f);
+  return x;
+}
+
 /// A decoded image as the model takes it: checked against the patch size, resized to the
-/// model's size (--resize model) or centre-cropped to a multiple of the patch (--resize none),
-/// then normalised.
+/// model's size (--resize model), or kept at its size (none) or scaled (factor:F) and cropped to
+/// a multiple of the patch (--crop center or topleft, as DINO's visualize_attention), then
+/// normalised.
 Sample prepare(const std::string& name, const nn::data::Image& raw, int64_t label, const Cli& cli,
                const Loaded& l) {
   const auto& c = l.model->config();
@@ -129,9 +180,60 @@ Sample prepare(const std::string& name, const nn::data::Image& raw, int64_t labe
     if (im.height != c.image_h || im.width != c.image_w)
       im = nn::data::resize(im, c.image_h, c.image_w);
   } else {
-    im = nn::data::center_crop(im, im.height / c.patch * c.patch, im.width / c.patch * c.patch);
+    if (const double f = resize_factor(cli.resize); f > 0)
+      im = nn::data::resize(im, std::max<int64_t>(1, std::llround(f * im.height)),
+                            std::max<int64_t>(1, std::llround(f * im.width)));
+    VT_CHECK(im.height >= c.patch && im.width >= c.patch,
+             "{}: the image is {}x{}{}, smaller than one {}x{} patch", name, im.height, im.width,
+             cli.resize == "none" ? "" : fmt::format(" after --resize {}", cli.resize), c.patch,
+             c.patch);
+    const int64_t h = im.height / c.patch * c.patch, w = im.width / c.patch * c.patch;
+    if (cli.crop == "topleft") {
+      nn::data::Image out{im.channels, h, w, {}};
+      out.pixels.resize(static_cast<size_t>(im.channels * h * w));
+      for (int64_t ch = 0; ch < im.channels; ++ch)
+        for (int64_t y = 0; y < h; ++y)
+          for (int64_t x = 0; x < w; ++x) out.at(ch, y, x) = im.at(ch, y, x);
+      im = std::move(out);
+    } else {
+      im = nn::data::center_crop(im, h, w);
+    }
   }
   return {name, to_tensor(nn::data::normalize(im, l.mean, l.std)), to_tensor(im), label, {}};
+}
+
+/// The test set of --dataset, read as the checkpoint was trained: its run's config.json or its
+/// own data section (channels, size, transforms, class names), --data for the folder; another
+/// data set than the checkpoint's takes its transforms fitted to the model's size.
+struct TestSet {
+  std::shared_ptr<const nn::data::Dataset> data;
+  nn::data::Compose display;  // the evaluation transforms without the normalisation
+  std::string config_source;
+};
+
+TestSet open_test_set(const Cli& cli, const Loaded& l) {
+  const auto& c = l.model->config();
+  TestSet t;
+  json config = train::config_for_checkpoint(cli.checkpoint, c, l.meta, &t.config_source);
+  json& d = config["data"];
+  if (d["dataset"] != cli.dataset) {
+    d["dataset"] = cli.dataset;
+    d["path"] = "";
+    d.erase("pasted");
+    json kept = json::object();
+    for (const char* k : {"mean", "std"})
+      if (d["transforms"].contains(k)) kept[k] = d["transforms"][k];
+    d["transforms"] = kept;
+    t.config_source = fmt::format("--dataset {} (transforms fitted to the model)", cli.dataset);
+  }
+  if (!cli.data.empty()) d["path"] = cli.data;
+  train::fit_transforms_to_model(config);
+  json transforms = d["transforms"];
+  transforms.erase("mean");
+  transforms.erase("std");
+  t.display = nn::data::from_config(train::without_comments(transforms), c.channels, false);
+  t.data = train::load_test_set(config);
+  return t;
 }
 
 std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
@@ -158,23 +260,44 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
     return out;
   }
   if (!cli.dataset.empty()) {
-    json config = train::default_config();
-    config["model"] = c.to_json();
-    config["data"]["dataset"] = cli.dataset;
-    config["data"]["path"] = cli.data;
-    train::validate_config(config);
-    auto test = train::load_test_set(config);
+    const TestSet set = open_test_set(cli, l);
+    const auto& test = set.data;
     label_names = test->classes();
-    VT_CHECK(cli.first >= 0 && cli.count >= 1 && cli.first + cli.count <= test->size(),
-             "--first {} --count {}: the test set {} has {} images", cli.first, cli.count,
-             test->source(), test->size());
+    std::vector<int64_t> indices;
+    if (cli.sample > 0) {  // a seeded random sample, in the test set's order
+      VT_CHECK(cli.sample <= test->size(), "--sample {}: the test set {} has {} images", cli.sample,
+               test->source(), test->size());
+      indices = nn::data::permutation(test->size(), cli.opt.seed, 0);
+      indices.resize(static_cast<size_t>(cli.sample));
+      std::sort(indices.begin(), indices.end());
+    } else {
+      VT_CHECK(cli.first >= 0 && cli.count >= 1 && cli.first + cli.count <= test->size(),
+               "--first {} --count {}: the test set {} has {} images", cli.first, cli.count,
+               test->source(), test->size());
+      for (int64_t i = cli.first; i < cli.first + cli.count; ++i) indices.push_back(i);
+    }
     // Where each object is, for the pointing game: the localisation benchmark knows its boxes;
     // on MNIST-style data (one item on a black background) the item is its non-zero pixels.
     auto pasted = std::dynamic_pointer_cast<const nn::data::PastedObjects>(test);
     const bool on_black = cli.dataset == "fashion-mnist" || cli.dataset == "mnist";
-    for (int64_t i = cli.first; i < cli.first + cli.count; ++i) {
+    for (int64_t i : indices) {
       nn::data::Example e = test->get(i);
-      out.push_back(prepare(fmt::format("{} #{}", cli.dataset, i), e.image, e.label, cli, l));
+      const std::string name = fmt::format("{} #{}", cli.dataset, i);
+      if (cli.resize == "model") {
+        const nn::data::Image shown = set.display(e.image);
+        VT_CHECK(shown.height == c.image_h && shown.width == c.image_w,
+                 "--dataset {}: the evaluation transforms ({}) turn {}'s {}x{} images into {}x{}, "
+                 "but the model takes {}x{}",
+                 cli.dataset, set.display.describe(), name, e.image.height, e.image.width,
+                 shown.height, shown.width, c.image_h, c.image_w);
+        out.push_back({name,
+                       to_tensor(nn::data::normalize(shown, l.mean, l.std)),
+                       to_tensor(shown),
+                       e.label,
+                       {}});
+      } else {
+        out.push_back(prepare(name, e.image, e.label, cli, l));
+      }
       if (!pasted && !on_black) continue;
       VT_CHECK(
           out.back().input.size(1) == e.image.height && out.back().input.size(2) == e.image.width,
@@ -219,6 +342,7 @@ ex::Options options_of(const Cli& cli, const Loaded& l) {
   opt.baseline = cli.baseline == "blur" ? ex::IgBaseline::Blur : ex::IgBaseline::Black;
   if (cli.input.empty())  // a black pixel, normalised; with --input the baseline is exactly 0
     for (size_t ch = 0; ch < l.mean.size(); ++ch) opt.black.push_back(-l.mean[ch] / l.std[ch]);
+  opt.pos_interp = cli.pos_interp == "dino" ? models::PosInterp::Dino : models::PosInterp::Size;
   return opt;
 }
 
@@ -226,6 +350,7 @@ ex::Options options_of(const Cli& cli, const Loaded& l) {
 std::vector<int64_t> targets_for(const Cli& cli, const std::vector<Sample>& samples,
                                  const std::vector<std::string>& classes) {
   std::vector<int64_t> t;
+  if (classes.empty()) return std::vector<int64_t>(samples.size(), -1);  // no head: no class
   for (const Sample& s : samples) {
     if (cli.target == "predicted") {
       t.push_back(-1);
@@ -292,6 +417,7 @@ int run(const Cli& cli) {
   const auto methods = ex::parse_methods(cli.methods);
   ex::parse_colormap(cli.colormap);  // checked before any work
   Loaded l = load(cli);
+  if (l.headless) check_headless(cli, methods);
   const auto& c = l.model->config();
   const Device device = Device::parse(cli.device);
   l.model->to(device);
@@ -316,8 +442,11 @@ int run(const Cli& cli) {
     // method on its own, timed.
     std::vector<std::pair<std::string, double>> seconds;
     auto t0 = clock::now();
-    const ex::Pass pass = ex::run_pass(*l.model, batch, targets, opt.layer);
-    seconds.emplace_back("forward + backward",
+    const bool gradients = std::any_of(methods.begin(), methods.end(),
+                                       [](ex::Method m) { return ex::needs_gradients(m); });
+    const ex::Pass pass =
+        ex::run_pass(*l.model, batch, targets, opt.layer, gradients, opt.pos_interp);
+    seconds.emplace_back(gradients ? "forward + backward" : "forward",
                          std::chrono::duration<double>(clock::now() - t0).count());
     std::vector<ex::Explanation> results;
     for (ex::Method m : methods) {
@@ -326,7 +455,8 @@ int run(const Cli& cli) {
       seconds.emplace_back(ex::method_name(m),
                            std::chrono::duration<double>(clock::now() - t0).count());
     }
-    const Tensor probs = ops::softmax(pass.logits.to(kFloat32), -1);
+    // Class probabilities; a model without a head has none (its "logits" are its features).
+    const Tensor probs = l.headless ? Tensor() : ops::softmax(pass.logits.to(kFloat32), -1);
 
     // The arrays.
     for (const auto& e : results) {
@@ -338,7 +468,7 @@ int run(const Cli& cli) {
     }
     const Tensor distance = ex::attention_distance(pass, c.patch);
     ex::write_npy(tmp + "/attention-distance.npy", distance);
-    ex::write_npy(tmp + "/logits.npy", pass.logits);
+    ex::write_npy(tmp + (l.headless ? "/features.npy" : "/logits.npy"), pass.logits);
     std::vector<Tensor> first;
     for (const Tensor& a : pass.attentions) first.push_back(a.select(0, 0));
     ex::write_npy(tmp + "/attention_probs.npy", ops::stack(first, 0));
@@ -360,6 +490,8 @@ int run(const Cli& cli) {
         {"steps, rule, baseline (integrated-gradients)",
          fmt::format("{}, {}, {}", opt.steps, cli.ig_method, cli.baseline)},
         {"normalisation", fmt::format("mean {} std {} from {}", l.mean, l.std, l.normalisation)},
+        {"input size, position embedding", fmt::format("--resize {}, --crop {}, --pos-interp {}",
+                                                       cli.resize, cli.crop, cli.pos_interp)},
         {"colormap, alpha", fmt::format("{}, {}", cli.colormap, cli.alpha)},
     };
     const auto dist = distance.to_vector<double>();
@@ -368,42 +500,65 @@ int run(const Cli& cli) {
                                              dist.begin() + (layer + 1) * distance.size(1));
     const int64_t enlarge = std::max<int64_t>(1, (112 + std::max(H, W) - 1) / std::max(H, W));
     json predictions = json::array();
-    const auto p = probs.to_vector<double>();
-    const int64_t K = probs.size(1);
+    const auto p = l.headless ? std::vector<double>() : probs.to_vector<double>();
+    const int64_t K = l.headless ? 0 : probs.size(1);
+    // <method>.grid.png: every image's overlay for one method, labelled, in a near-square grid.
+    std::vector<std::vector<ex::Rgb8>> montage(results.size());
+    std::vector<std::string> montage_labels;
+    const int64_t montage_columns =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(N)))));
+    const std::vector<int64_t> shown_heads = [&] {
+      std::vector<int64_t> v;
+      for (int64_t h = 0; h < c.heads; ++h) v.push_back(h);
+      return v;
+    }();
+    std::vector<std::string> head_labels;
+    for (int64_t h : shown_heads) head_labels.push_back(fmt::format("head {}", h));
+    Tensor head_masks;  // [N, heads, gh, gw] with --threshold: each head's own DINO mask
     for (int64_t i = 0; i < N; ++i) {
       const Sample& s = samples[i];
       const std::string dir = fmt::format("{}/{:03d}", tmp, i);
       fs::create_directories(dir);
-      const int64_t pred =
-          std::max_element(p.begin() + i * K, p.begin() + (i + 1) * K) - (p.begin() + i * K);
-      const int64_t target = pass.targets[i];
       ex::ReportImage ri;
       ri.name = s.name;
       const ex::Rgb8 original = ex::enlarge(ex::to_rgb8(s.display), enlarge);
       ri.original_png = ex::encode_png(original);
       ex::write_png(dir + "/original.png", original);
       std::vector<ex::Rgb8> row{original};  // all.png: the original, then every method
+      std::vector<std::string> row_labels{"image"};
       if (s.label >= 0)
         ri.label = s.label < static_cast<int64_t>(label_names.size()) ? label_names[s.label]
                                                                       : std::to_string(s.label);
-      ri.predicted = l.classes[pred];
-      ri.probability = p[i * K + pred];
-      ri.target = l.classes[target];
-      json entry = {{"index", i},
-                    {"name", s.name},
-                    {"predicted", pred},
-                    {"predicted_name", l.classes[pred]},
-                    {"probability", p[i * K + pred]},
-                    {"target", target},
-                    {"target_name", l.classes[target]},
-                    {"target_probability", p[i * K + target]}};
+      json entry = {{"index", i}, {"name", s.name}};
+      std::string short_label = ri.label.empty() ? s.name : ri.label;
+      if (!l.headless) {
+        const int64_t pred =
+            std::max_element(p.begin() + i * K, p.begin() + (i + 1) * K) - (p.begin() + i * K);
+        const int64_t target = pass.targets[i];
+        ri.predicted = l.classes[pred];
+        ri.probability = p[i * K + pred];
+        ri.target = l.classes[target];
+        entry.update({{"predicted", pred},
+                      {"predicted_name", l.classes[pred]},
+                      {"probability", p[i * K + pred]},
+                      {"target", target},
+                      {"target_name", l.classes[target]},
+                      {"target_probability", p[i * K + target]}});
+        short_label = ri.label.empty() || ri.label == ri.predicted
+                          ? fmt::format("{} {}", ri.predicted, percent(ri.probability))
+                          : fmt::format("{} as {}", ri.label, ri.predicted);
+      }
+      montage_labels.push_back(short_label);
       if (s.label >= 0) entry["label"] = s.label;
-      for (const auto& e : results) {
+      for (size_t r = 0; r < results.size(); ++r) {
+        const auto& e = results[r];
         const std::string name = ex::method_name(e.method);
         const ex::Rgb8 png = overlay_png(s.display, e.map.select(0, i), cli, enlarge);
         ex::write_png(dir + "/" + name + ".png", png);
         ri.maps.emplace_back(name, ex::encode_png(png));
         row.push_back(png);
+        row_labels.push_back(name);
+        montage[r].push_back(png);
         if (!e.completeness_gap.empty()) {
           entry["completeness_gap"] = e.completeness_gap[i];
           ri.notes.push_back(
@@ -415,15 +570,43 @@ int run(const Cli& cli) {
           const Tensor up = ex::minmax(ex::upsample(heads, H, W));
           for (int64_t h = 0; h < heads.size(0); ++h)
             tiles.push_back(overlay_png(s.display, up.select(0, h), cli, enlarge));
-          const ex::Rgb8 grid = ex::tile(tiles, std::min<int64_t>(heads.size(0), 6));
+          const int64_t columns = std::min<int64_t>(heads.size(0), 6);
+          const ex::Rgb8 grid = ex::labelled_grid(tiles, head_labels, columns);
           ex::write_png(dir + "/heads.png", grid);
           ri.head_grid_png = ex::encode_png(grid);
+          if (opt.threshold > 0) {
+            // DINO's visualize_attention: per head, the smallest set of patches holding
+            // `threshold` of its attention, drawn over the image.
+            const Tensor masks = ex::threshold_mask(heads, opt.threshold);  // [heads, gh, gw]
+            if (i == 0) head_masks = ops::zeros({N, heads.size(0), heads.size(1), heads.size(2)});
+            head_masks.select(0, i).copy_(masks);
+            const Tensor mask_up = ex::upsample(masks, H, W);
+            std::vector<ex::Rgb8> mask_tiles;
+            for (int64_t h = 0; h < heads.size(0); ++h)
+              mask_tiles.push_back(overlay_png(s.display, mask_up.select(0, h), cli, enlarge));
+            const ex::Rgb8 mgrid = ex::labelled_grid(mask_tiles, head_labels, columns);
+            ex::write_png(dir + "/heads_mask.png", mgrid);
+            ri.head_masks_png = ex::encode_png(mgrid);
+          }
         }
       }
-      ex::write_png(dir + "/all.png", ex::tile(row, static_cast<int64_t>(row.size())));
+      ex::write_png(dir + "/all.png",
+                    ex::labelled_grid(row, row_labels, static_cast<int64_t>(row.size())));
       predictions.push_back(entry);
       report.images.push_back(std::move(ri));
     }
+    if (head_masks.defined()) ex::write_npy(tmp + "/attention.heads_mask.npy", head_masks);
+    for (size_t r = 0; r < results.size(); ++r) {
+      bool same = true;  // a montage needs tiles of one size (--resize none may differ)
+      for (const auto& t : montage[r])
+        same = same && t.height == montage[r][0].height && t.width == montage[r][0].width;
+      if (!same) continue;
+      const std::string name = ex::method_name(results[r].method);
+      const ex::Rgb8 g = ex::labelled_grid(montage[r], montage_labels, montage_columns);
+      ex::write_png(tmp + "/" + name + ".grid.png", g);
+      report.grids.emplace_back(name, ex::encode_png(g));
+    }
+    report.threshold = opt.threshold;
     tools::write_file_atomically(tmp + "/predictions.json", predictions.dump(2) + "\n");
     ex::write_report(tmp + "/index.html", report);
     publish(tmp, cli.out);
@@ -432,11 +615,15 @@ int run(const Cli& cli) {
     fmt::print("\n");
     for (int64_t i = 0; i < N; ++i) {
       const auto& e = predictions[i];
-      fmt::print("  {:<28} predicted {} ({}){}\n", samples[i].name,
-                 e["predicted_name"].get<std::string>(), percent(e["probability"].get<double>()),
-                 samples[i].label >= 0 && !label_names.empty()
-                     ? fmt::format(", label {}", label_names[samples[i].label])
-                     : std::string());
+      const std::string label = samples[i].label >= 0 && !label_names.empty()
+                                    ? fmt::format("label {}", label_names[samples[i].label])
+                                    : std::string();
+      if (l.headless)
+        fmt::print("  {:<28} {}\n", samples[i].name, label.empty() ? "(no head)" : label);
+      else
+        fmt::print("  {:<28} predicted {} ({}){}\n", samples[i].name,
+                   e["predicted_name"].get<std::string>(), percent(e["probability"].get<double>()),
+                   label.empty() ? "" : ", " + label);
     }
     fmt::print("\nmaps: {}/<method>.npy   report: {}/index.html\n", cli.out, cli.out);
   } catch (...) {
@@ -451,6 +638,10 @@ int run(const Cli& cli) {
 int run_evaluation(const Cli& cli) {
   const auto methods = ex::parse_methods(cli.methods);
   Loaded l = load(cli);
+  VT_CHECK(!l.headless,
+           "--evaluate: the model {} has no classification head (a feature extractor): the "
+           "faithfulness and sanity measures follow a class score",
+           cli.checkpoint);
   l.model->to(Device::parse(cli.device));
   l.model->eval();
   std::vector<std::string> label_names;
@@ -513,7 +704,8 @@ int main(int argc, char** argv) {
   Cli cli;
   CLI::App app{
       "vitrine-explain: attention maps, rollout, gradient rollout, Chefer relevance, "
-      "Grad-CAM and input gradients for a Vision Transformer"};
+      "Grad-CAM and input gradients for a Vision Transformer",
+      "vitrine-explain"};
   app.add_option("--checkpoint", cli.checkpoint,
                  "the model: a safetensors checkpoint (Vitrine's, timm's, torchvision's, Hugging "
                  "Face's, DINO's)")
@@ -527,6 +719,10 @@ int main(int argc, char** argv) {
   app.add_option("--data", cli.data, "the data set's folder (default: its usual place)");
   app.add_option("--first", cli.first, "the first test image (--dataset)")->capture_default_str();
   app.add_option("--count", cli.count, "how many test images (--dataset)")->capture_default_str();
+  app.add_option("--sample", cli.sample,
+                 "--dataset: this many test images drawn at random (with --seed) instead of "
+                 "--first/--count; each method also gets a labelled montage, <method>.grid.png")
+      ->check(CLI::PositiveNumber);
   app.add_option("--input", cli.input,
                  "a .npy of the model's input [N, C, H, W] (normalised already), used exactly");
   app.add_option("--method", cli.methods,
@@ -540,9 +736,30 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--device", cli.device, "cpu or cuda")->capture_default_str();
   app.add_option("--resize", cli.resize,
-                 "model: resize images to the model's size; none: keep their size, centre-cropped "
-                 "to a multiple of the patch")
-      ->check(CLI::IsMember({"model", "none"}))
+                 "model: resize images to the model's size; none: keep their size, cropped to a "
+                 "multiple of the patch (--crop); factor:F: scale them by F first (factor:0.5, "
+                 "as DINO's notebooks)")
+      ->check([](const std::string& v) {
+        if (v == "model" || v == "none") return std::string();
+        try {
+          (void)resize_factor(v);
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+        return v.rfind("factor:", 0) == 0 ? std::string()
+                                          : "expected model, none or factor:F, got " + v;
+      })
+      ->type_name("model|none|factor:F")
+      ->capture_default_str();
+  app.add_option("--crop", cli.crop,
+                 "--resize none/factor: crop to a multiple of the patch at the centre or, as "
+                 "DINO's visualize_attention, at the top left")
+      ->check(CLI::IsMember({"center", "topleft"}))
+      ->capture_default_str();
+  app.add_option("--pos-interp", cli.pos_interp,
+                 "position embedding for inputs of another size: size (timm: bicubic to the "
+                 "grid) or dino (DINO's interpolate_pos_encoding)")
+      ->check(CLI::IsMember({"size", "dino"}))
       ->capture_default_str();
   app.add_option("--mean", cli.mean,
                  "input normalisation mean per channel (default: the "
@@ -581,7 +798,8 @@ int main(int argc, char** argv) {
                  "smoothgrad: noise level, a fraction of the input's value range")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--seed", cli.opt.seed, "smoothgrad: the noise seed")->capture_default_str();
+  app.add_option("--seed", cli.opt.seed, "smoothgrad's noise and --sample's draw: the seed")
+      ->capture_default_str();
   app.add_option("--colormap", cli.colormap, "inferno, jet or viridis")
       ->check(CLI::IsMember({"inferno", "jet", "viridis"}))
       ->capture_default_str();

@@ -57,19 +57,25 @@ std::string figure(const std::string& image_html, const std::string& caption) {
                      escape_html(caption));
 }
 
-std::string image_row(const ReportImage& im) {
+std::string image_row(const ReportImage& im, double threshold) {
   const auto original = png_size(im.original_png, im.name, "original");
   // The original and the overlays are shown kDisplayHeight high, the head grid at the original's
   // scale (so that tiles of the image's size match it).
   const double scale = kDisplayHeight / static_cast<double>(std::max<int64_t>(original.second, 1));
-  std::string out =
-      fmt::format("<section class=\"image\">\n<h3>{}</h3>\n<p>predicted <b>{}</b> ({:.1f}%)",
-                  escape_html(im.name), escape_html(im.predicted), 100 * im.probability);
-  if (!im.label.empty())
-    out += fmt::format(", true label <b class=\"{}\">{}</b>",
-                       im.label == im.predicted ? "right" : "wrong", escape_html(im.label));
-  out +=
-      fmt::format("; explained class <b>{}</b></p>\n<div class=\"row\">\n", escape_html(im.target));
+  std::string out = fmt::format("<section class=\"image\">\n<h3>{}</h3>\n", escape_html(im.name));
+  if (!im.predicted.empty()) {
+    out += fmt::format("<p>predicted <b>{}</b> ({:.1f}%)", escape_html(im.predicted),
+                       100 * im.probability);
+    if (!im.label.empty())
+      out += fmt::format(", true label <b class=\"{}\">{}</b>",
+                         im.label == im.predicted ? "right" : "wrong", escape_html(im.label));
+    out += fmt::format("; explained class <b>{}</b></p>\n", escape_html(im.target));
+  } else {
+    out += "<p>a model without a head: no class, attention only";
+    if (!im.label.empty()) out += fmt::format("; label <b>{}</b>", escape_html(im.label));
+    out += "</p>\n";
+  }
+  out += "<div class=\"row\">\n";
   out += figure(img(im.original_png, original, scale, im.name), "original");
   for (const auto& [method, png] : im.maps) {
     const auto size = png_size(png, im.name, method + " overlay");
@@ -80,6 +86,12 @@ std::string image_row(const ReportImage& im) {
     out += figure(img(im.head_grid_png, png_size(im.head_grid_png, im.name, "head grid"), scale,
                       im.name + ": attention heads"),
                   "attention heads");
+  if (!im.head_masks_png.empty())
+    out += figure(img(im.head_masks_png, png_size(im.head_masks_png, im.name, "head masks"), scale,
+                      im.name + ": threshold masks"),
+                  fmt::format("threshold masks (each head's smallest set of patches holding {:g}% "
+                              "of its attention)",
+                              100 * threshold));
   out += "</div>\n";
   if (!im.notes.empty()) {
     out += "<ul class=\"notes\">\n";
@@ -127,6 +139,18 @@ std::string distance_svg(const std::vector<std::vector<double>>& distance) {
           "<title>layer {}, head {}: {:.1f} px</title></circle>\n",
           px(static_cast<double>(l + 1)), py(distance[l][h]), kTab10[h % 10], l + 1, h + 1,
           distance[l][h]);
+  // The legend: a colour square and a name per head (0-based, as --head), along the top.
+  size_t heads = 0;
+  for (const auto& row : distance) heads = std::max(heads, row.size());
+  const size_t per_row = 8;
+  for (size_t h = 0; h < heads && h < 10; ++h) {
+    const double x = left + 12 + static_cast<double>(h % per_row) * 64;
+    const double y = top + 10 + static_cast<double>(h / per_row) * 16;
+    out += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"7\" height=\"7\" fill=\"{}\"/><text "
+        "class=\"legend\" font-size=\"11\" x=\"{:.1f}\" y=\"{:.1f}\">head {}{}</text>\n",
+        x - 3.5, y - 3.5, kTab10[h % 10], x + 7, y + 4, h, heads > 10 && h == 9 ? "+" : "");
+  }
   out += fmt::format(
       "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">layer</text>\n"
       "<text transform=\"translate(14,{:.1f}) rotate(-90)\" text-anchor=\"middle\">mean "
@@ -296,7 +320,16 @@ std::string write_report(const std::string& path, const ReportData& data) {
     out += "</table>\n";
   }
   out += "<h2>Images</h2>\n";
-  for (const ReportImage& im : data.images) out += image_row(im);
+  for (const ReportImage& im : data.images) out += image_row(im, data.threshold);
+  if (!data.grids.empty()) {
+    out +=
+        "<h2>Grids</h2>\n<p>Every image under one method, captioned with its label and the "
+        "prediction (the same overlays as above, side by side).</p>\n";
+    for (const auto& [method, png] : data.grids) {
+      const auto size = png_size(png, "grid", method);
+      out += figure(img(png, size, 1.0, method + " grid"), method);
+    }
+  }
   if (!data.attention_distance.empty()) {
     out += fmt::format(
         "<h2>Mean attention distance</h2>\n<p>Per layer and head, the distance in pixels "

@@ -17,12 +17,13 @@ struct ReportImage {
   std::string name;
   std::string original_png;  // PNG bytes of the input image
   std::string label;         // the true class name, may be empty
-  std::string predicted;     // the predicted class name
+  std::string predicted;     // the predicted class name; empty for a model without a head
   double probability = 0;    // of the predicted class
   std::string target;        // the class explained
   /// (method name, overlay PNG bytes), in method order.
   std::vector<std::pair<std::string, std::string>> maps;
-  std::string head_grid_png;  // every head's attention map tiled; may be empty
+  std::string head_grid_png;   // every head's attention map tiled; may be empty
+  std::string head_masks_png;  // every head's threshold mask tiled (--threshold); may be empty
   /// Lines shown under the image, e.g. "integrated-gradients completeness gap 0.0012".
   std::vector<std::string> notes;
 };
@@ -37,13 +38,20 @@ struct ReportData {
   /// Mean attention distance in pixels, [layers][heads]; may be empty.
   std::vector<std::vector<double>> attention_distance;
   int64_t patch = 0;  // the model's patch size in pixels, named in the chart's caption
+  /// The attention threshold of the masks (the fraction of each head's attention they keep).
+  double threshold = 0;
+  /// (method name, PNG bytes): every image's overlay of one method in a labelled montage.
+  std::vector<std::pair<std::string, std::string>> grids;
 };
 
 /// Writes path (atomically): per image a row with the original, the prediction with its
 /// probability (and the true label when known), every method's overlay side by side with the
-/// method names as captions (<figcaption>), and the head grid; then the attention-distance
-/// scatter plot as the ViT paper's figure (layer on x, 1-based; one <circle> per head, mean
-/// distance in pixels on y) as inline SVG with the shared nice axes (tools/common/html.h). Images
+/// method names as captions (<figcaption>), the head grid and the heads' threshold masks (the
+/// prediction line is left out for a model without a head); then the grids (one montage per
+/// method, when given); then the attention-distance scatter plot as the ViT paper's figure (layer
+/// on x, 1-based; one <circle> per head, mean distance in pixels on y, a legend naming each head
+/// by its colour, 0-based as --head counts) as inline SVG with the shared nice axes
+/// (tools/common/html.h). Images
 /// are shown with CSS image-rendering: pixelated at a fixed height of 112 px (the head grid at
 /// the original's scale), so that small maps are visible. Returns path.
 ///

@@ -335,6 +335,10 @@ int run_training(const Options& o) {
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   const std::string report = tr::write_report(run_dir);
+  if (r.end_validation)
+    fmt::print("  validation: loss {:.4f} accuracy {:.2f}% macro F1 {:.4f} (the end of the run)\n",
+               r.end_validation->loss, 100 * r.end_validation->accuracy,
+               r.end_validation->macro_f1);
   fmt::print("{}\n", r.message);
   if (r.stopped) {
     fmt::print("report so far: {}\n", report);

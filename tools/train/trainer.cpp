@@ -436,6 +436,7 @@ TrainResult Trainer::finish(TrainResult r) {
   if (validation_set_ && validation_set_->size() > 0 && last_eval_step_ != global_step_) {
     StepInfo info;  // the run's end was not validated (eval_every, max_steps): validate it
     validate(info);
+    r.end_validation = std::move(info.validation);
   } else {
     save_last();
   }

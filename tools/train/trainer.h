@@ -93,6 +93,9 @@ struct TrainResult {
   double best_accuracy = -1;       // -1 before any validation
   std::string message;             // what happened, and how to resume when stopped
   std::optional<Evaluation> test;  // the test set's metrics (not when stopped)
+  /// The validation of the run's last step, when no step's own validation fell on it (an
+  /// eval_every longer than the run, train.max_steps).
+  std::optional<Evaluation> end_validation;
   /// The training split's metrics in eval mode on a seeded sample of train_sample_size images
   /// (not when stopped).
   std::optional<Evaluation> train_sample;
