@@ -436,11 +436,11 @@ Tensor attention_map(const Pass& pass, int64_t layer, int64_t head, Tensor* per_
            "explain: head {} is out of range for {} heads (0..{}, or -1 "
            "for their mean)",
            head, H, H - 1);
-  const auto a = values(A);
+  const auto a = values(A.select(2, 0).contiguous());  // query 0 (CLS): [B, H, N]
   std::vector<double> heads(static_cast<size_t>(B * H * n)), out(static_cast<size_t>(B * n), 0.0);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
-      const double* row = a.data() + ((b * H + h) * N) * N;  // query 0 (CLS)
+      const double* row = a.data() + (b * H + h) * N;
       for (int64_t j = 0; j < n; ++j) {
         heads[(b * H + h) * n + j] = row[P + j];
         if (head == -1)
@@ -760,13 +760,16 @@ Tensor attention_distance(const Pass& pass, int64_t patch) {
           std::hypot(static_cast<double>(i / gw - j / gw), static_cast<double>(i % gw - j % gw));
   std::vector<double> out(static_cast<size_t>(L * H), 0.0);
   for (int64_t l = 0; l < L; ++l) {
-    const auto a = values(pass.attentions[l]);
+    // Read in place (float32; a photo's N x N maps are too large to copy to doubles per layer).
+    const Tensor A = pass.attentions[l].to(kCPU).to(kFloat32).contiguous();
+    const float* a = static_cast<const float*>(A.data_ptr());
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) {
         double s = 0;
         for (int64_t i = 0; i < n; ++i) {
-          const double* row = a.data() + ((b * H + h) * N + P + i) * N + P;
-          for (int64_t j = 0; j < n; ++j) s += row[j] * dist[i * n + j];
+          const float* row = a + ((b * H + h) * N + P + i) * N + P;
+          const double* d = dist.data() + i * n;
+          for (int64_t j = 0; j < n; ++j) s += static_cast<double>(row[j]) * d[j];
         }
         out[l * H + h] += s / static_cast<double>(n * B);
       }

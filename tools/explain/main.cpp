@@ -449,6 +449,7 @@ int run(const Cli& cli) {
     seconds.emplace_back(gradients ? "forward + backward" : "forward",
                          std::chrono::duration<double>(clock::now() - t0).count());
     std::vector<ex::Explanation> results;
+    std::vector<std::string> skipped;  // outputs left out, said at the end
     for (ex::Method m : methods) {
       t0 = clock::now();
       results.push_back(ex::explain_method(*l.model, batch, pass, m, opt));
@@ -469,9 +470,19 @@ int run(const Cli& cli) {
     const Tensor distance = ex::attention_distance(pass, c.patch);
     ex::write_npy(tmp + "/attention-distance.npy", distance);
     ex::write_npy(tmp + (l.headless ? "/features.npy" : "/logits.npy"), pass.logits);
-    std::vector<Tensor> first;
-    for (const Tensor& a : pass.attentions) first.push_back(a.select(0, 0));
-    ex::write_npy(tmp + "/attention_probs.npy", ops::stack(first, 0));
+    // The first image's attention probabilities of every layer [L, heads, N, N], unless that is
+    // over 512 MB (a photo at its own size: 4801 tokens make 6.6 GB for ViT-S/8).
+    const int64_t probs_bytes = static_cast<int64_t>(pass.attentions.size()) *
+                                pass.attentions[0].numel() / pass.attentions[0].size(0) * 4;
+    if (probs_bytes <= (int64_t{512} << 20)) {
+      std::vector<Tensor> first;
+      for (const Tensor& a : pass.attentions) first.push_back(a.select(0, 0));
+      ex::write_npy(tmp + "/attention_probs.npy", ops::stack(first, 0));
+    } else {
+      skipped.push_back(fmt::format(
+          "attention_probs.npy (the first image's attention of every layer would take {:.1f} GB)",
+          static_cast<double>(probs_bytes) / 1e9));
+    }
 
     // The pictures and the report.
     ex::ReportData report;
@@ -625,6 +636,7 @@ int run(const Cli& cli) {
                    e["predicted_name"].get<std::string>(), percent(e["probability"].get<double>()),
                    label.empty() ? "" : ", " + label);
     }
+    for (const std::string& what : skipped) fmt::print("\nnot written: {}", what);
     fmt::print("\nmaps: {}/<method>.npy   report: {}/index.html\n", cli.out, cli.out);
   } catch (...) {
     fs::remove_all(tmp);

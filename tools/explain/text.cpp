@@ -70,13 +70,15 @@ std::string fit_text(const std::string& text, int64_t width, int64_t scale) {
   return "";
 }
 
+int64_t caption_scale(int64_t width) { return std::clamp<int64_t>(width / 160, 1, 4); }
+
 Rgb8 caption_above(const Rgb8& image, const std::string& text, int64_t scale) {
   VT_CHECK(image.height > 0 && image.width > 0 &&
                static_cast<int64_t>(image.pixels.size()) == image.height * image.width * 3,
            "caption_above: expected a non-empty image of height x width x 3 bytes, got {} x {} "
            "with {} bytes",
            image.height, image.width, image.pixels.size());
-  if (scale < 1) scale = image.width < 160 ? 1 : 2;
+  if (scale < 1) scale = caption_scale(image.width);
   const int64_t strip = 12 * scale + 4;
   Rgb8 out{image.height + strip, image.width, {}};
   out.pixels.assign(static_cast<size_t>(out.height * out.width * 3), 255);
@@ -94,7 +96,7 @@ Rgb8 labelled_grid(const std::vector<Rgb8>& tiles, const std::vector<std::string
            tiles.size());
   VT_CHECK(!tiles.empty(), "labelled_grid: no tiles");
   // One scale for every caption, so that the strips (and the tiles) keep one size.
-  const int64_t scale = tiles.front().width < 160 ? 1 : 2;
+  const int64_t scale = caption_scale(tiles.front().width);
   std::vector<Rgb8> captioned;
   captioned.reserve(tiles.size());
   for (size_t i = 0; i < tiles.size(); ++i)

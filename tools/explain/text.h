@@ -24,9 +24,11 @@ void draw_text(Rgb8& image, int64_t x, int64_t y, const std::string& text,
 std::string fit_text(const std::string& text, int64_t width, int64_t scale = 1);
 
 /// The image with a white strip of 12 * scale + 4 rows above it holding the text, dark and
-/// centred, shortened to fit the width (fit_text). scale >= 1: 1 for images narrower than 160
-/// pixels, else 2, when scale = 0.
+/// centred, shortened to fit the width (fit_text). scale >= 1, or 0 for caption_scale(width).
 Rgb8 caption_above(const Rgb8& image, const std::string& text, int64_t scale = 0);
+
+/// The caption scale for an image `width` pixels wide: width / 160, clamped to [1, 4].
+int64_t caption_scale(int64_t width);
 
 /// Each tile captioned with its label (caption_above), then laid out as tile() does. The labels
 /// must be as many as the tiles (an Error otherwise).
