@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Converts a PyTorch checkpoint (.pth / .bin) into a safetensors file that Vitrine reads.
 
-    python3 tools/convert/convert.py input.pth output.safetensors [--config config.json]
+    python3 tools/convert/convert.py input.pth output.safetensors
+    python3 tools/convert/convert.py dino_vits8.pth dino.safetensors --heads 6 --image-size 224
+    python3 tools/convert/convert.py vit.pth vit.safetensors --config config.json   # no inference
 
 Needs torch (on Debian: apt install python3-torch, then run it with /usr/bin/python3). It is
 optional: nothing in Vitrine's build or tests imports it, and checkpoints already in safetensors
@@ -19,9 +21,21 @@ kept, without the prefix: the rest is DINO's projection head, not a classifier.
 
 What it writes: the tensors under their own names (Vitrine detects the naming: timm / DINO,
 DINOv2, torchvision or Hugging Face), sorted, in their own dtypes, and the metadata
-{"format": "pt"} plus, with --config, {"vitrine.config": <the JSON>}, so that the file alone
-rebuilds its model. The config is Vitrine's JSON (see docs/vit.md); a Hugging Face config.json is
-not copied in: give it to Vitrine's models::resolve_config (the tools' --model-config) instead.
+{"format": "pt", "vitrine.config": <the model's config>}, so that the file alone rebuilds its
+model: vitrine-explain and vitrine-train --finetune then need no --model-config.
+
+The config is inferred from the tensors' names and shapes (infer_config): the width, the patch
+size and channels (the patch embedding's kernel), the depth (the blocks), the MLP width, the
+classes (the head's rows; 0 without a head, as DINO's backbones), qkv biases, register tokens,
+layer scale, mean pooling (timm's fc_norm), torchvision's representation layer, whether the
+position embedding covers the class token, and the image size (the position embedding's rows:
+a square grid of patches). Two things the tensors cannot say are guessed and printed as guesses:
+the number of heads (width / 64, as timm and DINO name their ViTs: ViT-Ti 192 -> 3, ViT-S 384 ->
+6, ViT-B 768 -> 12, ViT-L 1024 -> 16) and, for a non-square grid, the image size. Every field can
+be set: --heads, --image-size H [W], --eps, or --set key=value (any field of Vitrine's config,
+the value as JSON). --config FILE takes Vitrine's JSON as it is instead. A Hugging Face
+config.json is not copied in: give it to Vitrine's models::resolve_config (the tools'
+--model-config) instead, or let the converter infer one (it then uses Hugging Face's eps 1e-12).
 
 The file is written by hand (no safetensors package is needed): an 8-byte little-endian header
 length, the JSON header padded with spaces to a multiple of 8 bytes, then the raw little-endian
@@ -147,6 +161,100 @@ def read_config(path):
     return config
 
 
+def _rows(t):
+    return int(t.shape[0])
+
+
+def _blocks(tensors, pattern):
+    """The number of blocks: 1 + the largest index i of names matching pattern.format(i)."""
+    import re
+    rx = re.compile(pattern)
+    found = [int(m.group(1)) for n in tensors for m in [rx.match(n)] if m]
+    return max(found) + 1 if found else 0
+
+
+def naming_of(tensors):
+    names = set(tensors)
+    if "conv_proj.weight" in names or any(n.startswith("encoder.layers.") for n in names):
+        return "torchvision"
+    if any(n.startswith(("vit.embeddings.", "embeddings.patch_embeddings.")) for n in names):
+        return "huggingface"
+    if "patch_embed.proj.weight" in names:
+        return "timm"
+    raise ConvertError(
+        "the tensors are not a Vision Transformer's in any naming Vitrine reads (timm / DINO, "
+        "torchvision, Hugging Face): no patch embedding (patch_embed.proj.weight, conv_proj.weight "
+        f"or embeddings.patch_embeddings.projection.weight); the first names are {sorted(names)[:8]}")
+
+
+def infer_config(tensors):
+    """Vitrine's config for the state dict, and the fields that were guessed (see the top)."""
+    naming = naming_of(tensors)
+    t = tensors
+    c = {"qkv_bias": True, "pool": "cls", "representation": 0, "registers": 0,
+         "layer_scale": False, "no_embed_class": False, "fc_norm": False, "eps": 1e-6,
+         "num_classes": 0}
+    if naming == "timm":
+        w = t["patch_embed.proj.weight"]
+        pos = t.get("pos_embed")
+        c["depth"] = _blocks(t, r"blocks\.(\d+)\.")
+        c["mlp_dim"] = _rows(t["blocks.0.mlp.fc1.weight"])
+        c["qkv_bias"] = "blocks.0.attn.qkv.bias" in t
+        c["layer_scale"] = any(n.startswith("blocks.0.ls1.") for n in t)
+        c["registers"] = int(t["reg_token"].shape[1]) if "reg_token" in t else (
+            int(t["register_tokens"].shape[1]) if "register_tokens" in t else 0)
+        if "fc_norm.weight" in t:
+            c["fc_norm"], c["pool"] = True, "mean"
+        if "head.weight" in t:
+            c["num_classes"] = _rows(t["head.weight"])
+        if "pre_logits.fc.weight" in t:
+            c["representation"] = _rows(t["pre_logits.fc.weight"])
+    elif naming == "torchvision":
+        w = t["conv_proj.weight"]
+        pos = t.get("encoder.pos_embedding")
+        c["depth"] = _blocks(t, r"encoder\.layers\.encoder_layer_(\d+)\.")
+        mlp = "encoder.layers.encoder_layer_0.mlp."
+        fc1 = t.get(mlp + "0.weight", t.get(mlp + "linear_1.weight"))  # or the legacy name
+        if fc1 is None:
+            raise ConvertError(f"no {mlp}0.weight (the MLP's first layer)")
+        c["mlp_dim"] = _rows(fc1)
+        if "heads.head.weight" in t:
+            c["num_classes"] = _rows(t["heads.head.weight"])
+        if "heads.pre_logits.weight" in t:
+            c["representation"] = _rows(t["heads.pre_logits.weight"])
+    else:  # Hugging Face ViTModel / ViTForImageClassification, with or without "vit."
+        p = "vit." if any(n.startswith("vit.") for n in t) else ""
+        w = t[p + "embeddings.patch_embeddings.projection.weight"]
+        pos = t.get(p + "embeddings.position_embeddings")
+        c["depth"] = _blocks(t, r"(?:vit\.)?encoder\.layer\.(\d+)\.")
+        c["mlp_dim"] = _rows(t[p + "encoder.layer.0.intermediate.dense.weight"])
+        c["qkv_bias"] = (p + "encoder.layer.0.attention.attention.query.bias") in t
+        c["eps"] = 1e-12
+        if "classifier.weight" in t:
+            c["num_classes"] = _rows(t["classifier.weight"])
+    dim, channels, kh, kw = (int(x) for x in w.shape)
+    if kh != kw:
+        raise ConvertError(f"the patch embedding's kernel is {kh}x{kw}; Vitrine's patches are square")
+    c.update(dim=dim, channels=channels, patch=kh, heads=max(1, dim // 64))
+    guessed = [f"heads {c['heads']} (width {dim} / 64)"]
+    if c["depth"] == 0:
+        raise ConvertError("no encoder blocks found")
+    if pos is None:
+        raise ConvertError("no position embedding found")
+    rows = int(pos.shape[1])
+    patches = rows - 1  # the class token's row first
+    if naming == "timm" and int(round(rows ** 0.5)) ** 2 == rows:
+        patches, c["no_embed_class"] = rows, True  # timm's no_embed_class: the patches only
+    side = int(round(patches ** 0.5))
+    if side * side != patches:
+        raise ConvertError(f"the position embedding has {rows} rows: {patches} patches do not make "
+                           f"a square grid; give the image size with --image-size H W")
+    c["image_size"] = [side * kh, side * kh]
+    guessed.append(f"image size {side * kh} (a square grid of {side}x{side} patches)")
+    c["embed_dropout"] = c["dropout"] = c["attn_dropout"] = c["drop_path"] = 0.0
+    return c, naming, guessed
+
+
 def raw_bytes(t):
     t = t.detach().to("cpu").contiguous()
     if t.dtype == torch.bfloat16:  # numpy has no bfloat16: the same 16 bits as int16
@@ -194,7 +302,18 @@ def main(argv=None):
         description="Converts a PyTorch .pth/.bin checkpoint into safetensors for Vitrine.")
     parser.add_argument("input", help="the PyTorch checkpoint (.pth, .pt, .bin)")
     parser.add_argument("output", help="the safetensors file to write")
-    parser.add_argument("--config", help="Vitrine's model config JSON, stored as vitrine.config")
+    parser.add_argument("--config", help="Vitrine's model config JSON, stored as vitrine.config "
+                        "as it is (no inference)")
+    parser.add_argument("--heads", type=int, help="attention heads (inferred: width / 64)")
+    parser.add_argument("--image-size", type=int, nargs="+", metavar="H [W]",
+                        help="the input size the position embedding was trained at (inferred "
+                        "from its rows, square)")
+    parser.add_argument("--eps", type=float, help="LayerNorm eps (inferred: 1e-6; Hugging Face "
+                        "1e-12)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="any field of Vitrine's config, the value as JSON (repeatable)")
+    parser.add_argument("--no-config", action="store_true",
+                        help="write no vitrine.config (the tools then need --model-config)")
     parser.add_argument("--key", help="the checkpoint entry that holds the state dict "
                         f"(default: the first of {', '.join(CONTAINER_KEYS)})")
     parser.add_argument("--unsafe-pickle", action="store_true",
@@ -203,20 +322,61 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         metadata = {"format": "pt"}
+        config_line = None
         if args.config:
             metadata["vitrine.config"] = json.dumps(read_config(args.config))
         obj = load(args.input, args.unsafe_pickle)
         tensors, notes = clean_names(find_state_dict(obj, args.key, args.input))
         if not tensors:
             raise ConvertError(f"{args.input}: no tensors to write")
+        if not args.config and not args.no_config:
+            try:
+                config, naming, guessed = infer_config(tensors)
+            except ConvertError as e:
+                raise ConvertError(f"{args.input}: {e}")
+            except KeyError as e:
+                raise ConvertError(f"{args.input}: cannot infer the config: tensor {e} is missing")
+            if args.heads is not None:
+                config["heads"] = args.heads
+                guessed = [g for g in guessed if not g.startswith("heads")]
+            if args.image_size:
+                hw = args.image_size * 2 if len(args.image_size) == 1 else args.image_size[:2]
+                config["image_size"] = hw
+                guessed = [g for g in guessed if not g.startswith("image size")]
+            if args.eps is not None:
+                config["eps"] = args.eps
+            for assignment in args.set:
+                key, eq, value = assignment.partition("=")
+                if not eq:
+                    raise ConvertError(f"--set {assignment!r}: expected KEY=VALUE")
+                try:
+                    config[key.strip()] = json.loads(value)
+                except ValueError:
+                    config[key.strip()] = value
+            if config["dim"] % config["heads"]:
+                raise ConvertError(f"the width {config['dim']} is not a multiple of --heads "
+                                   f"{config['heads']}")
+            metadata["vitrine.config"] = json.dumps(config)
+            config_line = (f"config ({naming} naming): image {config['image_size'][0]}x"
+                           f"{config['image_size'][1]}, patch {config['patch']}, channels "
+                           f"{config['channels']}, dim {config['dim']}, depth {config['depth']}, "
+                           f"heads {config['heads']}, MLP {config['mlp_dim']}, classes "
+                           f"{config['num_classes']}"
+                           + (f", registers {config['registers']}" if config["registers"] else "")
+                           + (", mean pooling" if config["pool"] == "mean" else ""))
+            if guessed:
+                notes.append("guessed (check them, set them with --heads / --image-size): "
+                             + "; ".join(guessed))
         size = write_safetensors(args.output, tensors, metadata)
     except ConvertError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
+    if config_line:
+        print(config_line)
     print(f"wrote {args.output}: {len(tensors)} tensors, {size} bytes of data"
-          + (", with vitrine.config" if args.config else ""))
+          + (", with vitrine.config" if "vitrine.config" in metadata else ""))
     return 0
 
 
