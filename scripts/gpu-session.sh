@@ -36,7 +36,8 @@ case $stage in
       "$BUILD/tests/$t" -tc='*cuda*' -s > "$OUT/$t-cuda.log" 2>&1 || true
     done
     tail -5 "$OUT/ctest.log"
-    grep -h "test cases\|FAILED\|ERROR\|skipped" "$OUT"/test_*-cuda.log | head -40
+    echo "ctest cases skipped: $(grep -c "(Skipped)" "$OUT/ctest.log" || true)"
+    grep -hi "test cases\|FAILED\|ERROR\|skipped" "$OUT"/test_*-cuda.log | head -40
     ;;
   train)
     run=$OUT/fmnist-cuda

@@ -27,6 +27,17 @@ extern char** environ;
 
 namespace vt_test {
 
+namespace {
+bool g_skipped = false;
+}
+
+void skip(const std::string& why) {
+  g_skipped = true;
+  MESSAGE("SKIPPED: " << why);
+}
+
+bool skipped() { return g_skipped; }
+
 void check_close(const Tensor& t, const std::vector<double>& expected, double atol, double rtol) {
   REQUIRE(t.defined());
   std::vector<double> v = t.to_vector<double>();

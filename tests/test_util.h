@@ -11,6 +11,14 @@
 #include "vitrine.h"
 
 namespace vt_test {
+
+/// Marks the running test case skipped, saying why in its output: run by ctest (which sets
+/// VITRINE_TEST_SKIP_CODE), a case that passes after skip() exits with that code, and ctest
+/// lists it as skipped instead of passed. Return from the case right after it.
+void skip(const std::string& why);
+/// Whether skip() was called in this process.
+bool skipped();
+
 using namespace vitrine;
 
 /// Checks every element of t against expected (row-major): |t - e| <= atol + rtol * |e|.

@@ -27,7 +27,7 @@ bool gpu_or_skip() {
       return std::string(e.what());
     }
   }();
-  if (!why.empty()) MESSAGE("skipped (no GPU): " << why);
+  if (!why.empty()) skip("no GPU: " + why);
   return why.empty();
 }
 

@@ -317,7 +317,7 @@ TEST_CASE("pasted: option errors name the option, the value and what is allowed"
 TEST_CASE("pasted: the real Fashion-MNIST test set, when installed") {
   const std::string dir = data::fashion_mnist_dir();
   if (!std::filesystem::exists(std::filesystem::path(dir) / "t10k-images-idx3-ubyte.gz")) {
-    MESSAGE("skipped: Fashion-MNIST is not installed in " << dir);
+    skip("Fashion-MNIST is not installed in " + dir);
     return;
   }
   auto test = data::fashion_mnist(dir, false);

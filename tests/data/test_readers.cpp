@@ -706,10 +706,9 @@ TEST_CASE("fashion-mnist: the installed files, when present") {
   for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
     if (!fs::exists(fs::path(dir) / f)) {
-      MESSAGE("skipped: Fashion-MNIST is not installed in " << dir << " (" << std::string(f)
-                                                            << " is missing; install Debian's "
-                                                               "dataset-fashion-mnist or set "
-                                                               "VITRINE_FASHION_MNIST)");
+      vt_test::skip(
+          "Fashion-MNIST is not installed in " + dir + " (" + std::string(f) +
+          " is missing; install Debian's dataset-fashion-mnist or set VITRINE_FASHION_MNIST)");
       return;
     }
   auto train = fashion_mnist(dir, true);

@@ -18,9 +18,9 @@ namespace {
 /// Whether Chromium is there; when not, says so in the test's output.
 bool have_chromium() {
   if (!find_chromium().empty()) return true;
-  MESSAGE(
-      "SKIPPED: chromium is not on PATH (install it with scripts/install-deps.sh to run the "
-      "browser tests of the HTML reports)");
+  skip(
+      "chromium is not on PATH (install it with scripts/install-deps.sh to run the browser tests "
+      "of the HTML reports)");
   return false;
 }
 

@@ -213,9 +213,9 @@ TEST_CASE("evaluation report: without localisation and sanity steps, and with no
 
 TEST_CASE("evaluation report: in a browser, quiet and fetching nothing") {
   if (find_chromium().empty()) {
-    MESSAGE(
-        "SKIPPED: chromium is not on PATH (install it with scripts/install-deps.sh to run the "
-        "browser tests of the HTML reports)");
+    skip(
+        "chromium is not on PATH (install it with scripts/install-deps.sh to run the browser "
+        "tests of the HTML reports)");
     return;
   }
   TempDir dir;

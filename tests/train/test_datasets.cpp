@@ -92,7 +92,7 @@ TEST_CASE("datasets: a missing folder is an error naming it and how to give anot
 
 TEST_CASE("datasets: the real Fashion-MNIST, when installed, splits 54000 / 6000 / 10000") {
   if (!fs::exists(nn::data::fashion_mnist_dir())) {
-    MESSAGE("Fashion-MNIST is not installed: skipped");
+    skip("Fashion-MNIST is not installed");
     return;
   }
   tr::Datasets s = tr::load_datasets(tr::default_config());
@@ -104,7 +104,7 @@ TEST_CASE("datasets: the real Fashion-MNIST, when installed, splits 54000 / 6000
 
 TEST_CASE("datasets: fashion-mnist-pasted, when installed: canvases, split, the test set's seed") {
   if (!fs::exists(nn::data::fashion_mnist_dir())) {
-    MESSAGE("Fashion-MNIST is not installed: skipped");
+    skip("Fashion-MNIST is not installed");
     return;
   }
   json c = tr::load_config(VITRINE_CONFIGS "/fashion_mnist_pasted.json");
