@@ -66,6 +66,10 @@ Tensor DropPath::forward(const Tensor& x) {
 std::string DropPath::extra_repr() const { return fmt::format("p={}", p); }
 
 Tensor GELU::forward(const Tensor& x) { return ops::gelu(x, tanh_approx); }
+Tensor ReLU::forward(const Tensor& x) { return ops::relu(x); }
+Tensor Tanh::forward(const Tensor& x) { return ops::tanh(x); }
+Tensor Sigmoid::forward(const Tensor& x) { return ops::sigmoid(x); }
+Tensor SiLU::forward(const Tensor& x) { return x * ops::sigmoid(x); }
 
 Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, Size2 s, Size2 pad, bool with_bias, Generator& gen)
     : in_channels(in), out_channels(out), kernel(k.pair()), stride(s.pair()), padding(pad.pair()) {

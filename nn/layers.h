@@ -70,6 +70,34 @@ class GELU : public Module {
   bool tanh_approx;
 };
 
+/// y = max(0, x)   (PyTorch's nn.ReLU)
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ReLU"; }
+};
+
+/// y = tanh(x)   (nn.Tanh)
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Tanh"; }
+};
+
+/// y = 1 / (1 + exp(-x))   (nn.Sigmoid)
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Sigmoid"; }
+};
+
+/// y = x * sigmoid(x)   (nn.SiLU, "swish"; its gradient through the two ops it is made of)
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "SiLU"; }
+};
+
 /// y = x
 class Identity : public Module {
  public:

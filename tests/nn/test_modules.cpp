@@ -213,6 +213,25 @@ TEST_CASE("conv2d module: integer sizes as PyTorch's, the same layer as the pair
   CHECK_ERROR_CONTAINS(nn::Conv2d(3, 5, 3, 0), "Conv2d", "stride must be positive", "0x0");
   CHECK_ERROR_CONTAINS(nn::Conv2d(3, 5, 0), "Conv2d", "kernel sizes must be positive", "0x0");
 }
+TEST_CASE("activation modules: PyTorch parity (ReLU, Tanh, Sigmoid, SiLU) and gradcheck") {
+  nn::ReLU relu;
+  nn::Tanh tanh_module;
+  nn::Sigmoid sigmoid;
+  nn::SiLU silu;
+  const std::vector<std::pair<std::string, nn::Module*>> modules = {
+      {"relu", &relu}, {"tanh", &tanh_module}, {"sigmoid", &sigmoid}, {"silu", &silu}};
+  for (const auto& [name, m] : modules) {
+    INFO(name);
+    check_parity(*m, name);
+    CHECK(m->num_parameters() == 0);
+    // away from ReLU's kink at 0, where the finite differences straddle it
+    Tensor x = rand64({2, 5}, 3, 2.0, 0.25);
+    check_grad([m = m](const std::vector<Tensor>& v) { return m->forward(v[0]); }, {x});
+  }
+  CHECK(relu.type_name() == "ReLU");
+  CHECK(silu.type_name() == "SiLU");
+}
+
 TEST_CASE("mlp: PyTorch parity (timm's Mlp)") {
   nn::MLP m(8, 16);
   check_parity(m, "mlp");
