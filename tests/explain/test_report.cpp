@@ -1,17 +1,33 @@
 // tools/explain/report: the page of synthetic data (report_data.h): every method's caption, every
-// <img> a data: URI whose base64 decodes to a PNG that decodes to the pixels that went in, one
-// SVG circle per (layer, head) at the place the axes put it, escaping, nothing fetched, errors.
+// <img> a data: URI whose base64 decodes to a PNG that decodes to the pixels that went in, the
+// heads' threshold masks and the montages, no prediction line for a head-less model, one SVG
+// circle per (layer, head) at the place the axes put it under a legend of the heads, escaping,
+// nothing fetched, errors.
 #include <regex>
+
+#include <fmt/format.h>
 
 #include "decode.h"
 #include "report_data.h"
 #include "test_util.h"
 #include "tools/common/html.h"
+#include "tools/explain/render.h"
 #include "tools/explain/report.h"
 
 using namespace vitrine;
 using namespace vt_test;
 using namespace vitrine::explain;
+
+namespace {
+
+/// A height x width PNG whose pixels are all (r, 10, 20).
+std::string solid(int64_t height, int64_t width, uint8_t r) {
+  Rgb8 im{height, width, {}};
+  for (int64_t i = 0; i < height * width; ++i) im.pixels.insert(im.pixels.end(), {r, 10, 20});
+  return encode_png(im);
+}
+
+}  // namespace
 
 TEST_CASE("explain report: captions, images as data URIs that decode, escaping, no network") {
   TempDir dir;
@@ -82,17 +98,23 @@ TEST_CASE("explain report: the attention-distance plot has one circle per layer 
   ReportData data = sample_report();
   const std::string html = read_text(write_report(dir / "index.html", data));
   CHECK(count(html, "<svg") == 1);
-  CHECK(count(html, "<circle") == 12);
-  // the legend names the heads (0-based, as --head counts) in their colours
+  CHECK(count(html, "<circle cx") == 12);  // the points
+  // The legend: a dot in each head's tab10 colour and "head k", 1-based as the tooltips.
   CHECK(captures(html, "<text class=\"legend\"[^>]*>([^<]*)</text>") ==
-        std::vector<std::string>{"head 0", "head 1", "head 2", "head 3"});
+        std::vector<std::string>{"head 1", "head 2", "head 3", "head 4"});
+  CHECK(captures(html, "<circle class=\"key\"[^>]*fill=\"([^\"]*)\"") ==
+        std::vector<std::string>{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"});
+  // Head 4's points have head 4's colour.
+  CHECK(count(html, "fill=\"#d62728\" fill-opacity=\"0.8\"><title>layer") == 3);
   CHECK(html.find("<title>layer 2, head 3: 18.3 px</title>") != std::string::npos);
   // y: 0..27 -> step 5.4 -> 10, ticks 0..30; x: the layers 1..3.
   CHECK(captures(html, "<text class=\"tick\"[^>]*>([^<]*)</text>") ==
         std::vector<std::string>{"0", "10", "20", "30", "1", "2", "3"});
-  // The plot spans x 64..624 for layers 0.5..3.5 and y 278..16 for 0..30: layer 1, 3 px at
-  // (64 + 0.5 / 3 * 560, 278 - 3 / 30 * 262) = (157.3, 251.8).
-  CHECK(html.find("<circle cx=\"157.3\" cy=\"251.8\"") != std::string::npos);
+  // The plot spans x 64..624 for layers 0.5..3.5 and y 292..30 for 0..30 (one legend row above
+  // it): layer 1, 3 px at (64 + 0.5 / 3 * 560, 292 - 3 / 30 * 262) = (157.3, 265.8).
+  CHECK(html.find("<circle cx=\"157.3\" cy=\"265.8\"") != std::string::npos);
+  CHECK(html.find("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"334\"") !=
+        std::string::npos);
   CHECK(html.find("patch 4 px") != std::string::npos);
 
   data.attention_distance.clear();  // no distances: no plot
@@ -117,4 +139,94 @@ TEST_CASE("explain report: errors name the image and the picture") {
   CHECK(dir.files().empty());  // nothing written
   const std::string nowhere = dir / "missing/index.html";
   CHECK_ERROR_CONTAINS(write_report(nowhere, sample_report()), nowhere, "cannot write");
+}
+
+TEST_CASE("explain report: a legend of 12 heads wraps into rows and the plot moves down") {
+  TempDir dir;
+  ReportData data = sample_report();
+  data.attention_distance.assign(2, std::vector<double>(12, 5.0));
+  const std::string html = read_text(write_report(dir / "index.html", data));
+  std::vector<std::string> names;
+  for (int h = 1; h <= 12; ++h) names.push_back("head " + std::to_string(h));
+  CHECK(captures(html, "<text class=\"legend\"[^>]*>([^<]*)</text>") == names);
+  CHECK(count(html, "<circle class=\"key\"") == 12);
+  CHECK(count(html, "<circle cx") == 24);
+  // Head 11 cycles back to tab10's first colour.
+  CHECK(captures(html, "<circle class=\"key\"[^>]*fill=\"([^\"]*)\"")[10] == "#1f77b4");
+  // Every legend entry within the chart's 640 px; more than one row, so the SVG is taller.
+  const std::vector<std::string> xs = captures(html, "<text class=\"legend\" x=\"([0-9.]*)\"");
+  REQUIRE(xs.size() == 12);
+  for (const std::string& x : xs) CHECK(std::stod(x) + 45 < 640);
+  const std::vector<std::string> ys = captures(html, "<text class=\"legend\"[^>]* y=\"([0-9]*)\"");
+  REQUIRE(ys.size() == 12);
+  CHECK(ys.front() == "19");
+  CHECK(ys.back() != "19");
+  const int64_t rows = (std::stoll(ys.back()) - 19) / 18 + 1;
+  CHECK(html.find(fmt::format("height=\"{}\"", 334 + 18 * (rows - 1))) != std::string::npos);
+}
+
+TEST_CASE("explain report: the heads' threshold masks beside the head grid, and the grids") {
+  TempDir dir;
+  ReportData data = sample_report();
+  data.threshold = 0.6;
+  data.images[0].head_masks_png = solid(8, 17, 200);
+  data.grids = {{"rollout", solid(20, 30, 1)}, {"a<&>b", solid(20, 30, 2)}};
+  const std::string html = read_text(write_report(dir / "index.html", data));
+  CHECK(count(html,
+              "<figcaption>threshold masks (keep 60% of each head&#39;s "
+              "attention)</figcaption>") == 1);
+  // The masks right after the head grid, at the original's scale (8 x 17 -> 112 x 238).
+  const size_t heads = html.find("<figcaption>attention heads</figcaption>");
+  const size_t masks = html.find("alt=\"shoe &lt;&amp;&gt; 1: threshold masks\"");
+  REQUIRE(heads != std::string::npos);
+  REQUIRE(masks != std::string::npos);
+  CHECK(masks > heads);
+  CHECK(html.find("<figure>", heads) < masks);
+  CHECK(html.find("</div>", heads) > masks);  // in the same row
+  CHECK(count(html, "width=\"238\" height=\"112\"") == 2);
+
+  // The grids: a section after the images, one figure per method at its own size, in order.
+  const size_t grids = html.find("<h2>Grids</h2>");
+  REQUIRE(grids != std::string::npos);
+  CHECK(grids > masks);
+  CHECK(html.find("<h2>Mean attention distance</h2>") > grids);
+  const std::string tail = html.substr(grids);
+  CHECK(captures(tail, "<figcaption>([^<]*)</figcaption>") ==
+        std::vector<std::string>{"rollout", "a&lt;&amp;&gt;b"});
+  CHECK(count(tail, "width=\"30\" height=\"20\"") == 2);
+  const std::vector<std::string> srcs =
+      captures(tail, "<img src=\"data:image/png;base64,([A-Za-z0-9+/=]*)\"");
+  REQUIRE(srcs.size() == 2);
+  CHECK(base64_decode(srcs[0]) == data.grids[0].second);
+  CHECK(base64_decode(srcs[1]) == data.grids[1].second);
+
+  // Masks with an unknown threshold: no percentage; no grids: no section.
+  data.threshold = 0;
+  data.grids.clear();
+  const std::string plain = read_text(write_report(dir / "index.html", data));
+  CHECK(count(plain, "<figcaption>threshold masks</figcaption>") == 1);
+  CHECK(plain.find("Grids") == std::string::npos);
+  data.images[0].head_masks_png = "not a png";
+  CHECK_ERROR_CONTAINS(write_report(dir / "index.html", data), "image 'shoe <&> 1'",
+                       "head masks is not a PNG");
+}
+
+TEST_CASE("explain report: a model without a head has no prediction line") {
+  TempDir dir;
+  ReportData data = sample_report();
+  for (ReportImage& im : data.images) {
+    im.predicted.clear();
+    im.probability = 0;
+    im.target.clear();
+  }
+  data.images[1].label.clear();
+  const std::string html = read_text(write_report(dir / "index.html", data));
+  CHECK(html.find("predicted") == std::string::npos);
+  CHECK(html.find("0.0%") == std::string::npos);
+  CHECK(html.find("explained class") == std::string::npos);
+  // The label, when known, is still said.
+  CHECK(html.find("<p>label <b>Ankle boot</b></p>") != std::string::npos);
+  CHECK(count(html, "<p>label") == 1);
+  // The pictures are all there.
+  CHECK(count(html, "<img ") == 9);
 }

@@ -1,4 +1,4 @@
-// Colormaps, overlays, enlarging, tiling and PNG encoding (see render.h).
+// Colormaps, overlays, enlarging, tiling, captions and PNG encoding (see render.h).
 #include "tools/explain/render.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 
 #include "backends/error.h"
 #include "tools/common/files.h"
+#include "tools/explain/text.h"
 
 // stb_image_write's implementation, private to this file (STB_IMAGE_WRITE_STATIC), so that it
 // cannot clash with another copy in the same program (the tests have their own).
@@ -170,6 +171,27 @@ Rgb8 tile(const std::vector<Rgb8>& tiles, int64_t columns, int64_t gap) {
     }
   }
   return out;
+}
+
+Rgb8 caption_above(const Rgb8& image, const std::string& text, int64_t text_px) {
+  return caption_with_font(label_font(), image, text, text_px);
+}
+
+int64_t caption_px(int64_t width) { return std::clamp<int64_t>(width / 16, 12, 40); }
+
+Rgb8 labelled_grid(const std::vector<Rgb8>& tiles, const std::vector<std::string>& labels,
+                   int64_t columns, int64_t gap) {
+  VT_CHECK(labels.size() == tiles.size(), "labelled_grid: {} labels for {} tiles (one each)",
+           labels.size(), tiles.size());
+  VT_CHECK(!tiles.empty(), "labelled_grid: no tiles were given");
+  const int64_t text_px = caption_px(tiles.front().width);
+  std::vector<Rgb8> captioned;
+  captioned.reserve(tiles.size());
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    check_rgb8(tiles[i], "labelled_grid");
+    captioned.push_back(caption_above(tiles[i], labels[i], text_px));
+  }
+  return tile(captioned, columns, gap);
 }
 
 std::string encode_png(const Rgb8& image) {

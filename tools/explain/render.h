@@ -1,5 +1,6 @@
 // Pictures of explanations: maps through matplotlib's colormaps, overlays on the input image,
-// enlargement and tiling, and PNG encoding (stb_image_write). Pixels are 8-bit RGB in HWC order.
+// enlargement, tiling, captions (text drawn with stb_truetype, text.h) and PNG encoding
+// (stb_image_write). Pixels are 8-bit RGB in HWC order.
 // Float inputs are in [0, 1] and clamped to it: an image's value v becomes the byte nearest to
 // v * 255 (NaN: 0); a map's value picks a colour (NaN: black). An Rgb8 whose pixels are not
 // height x width x 3 bytes is an Error wherever one is taken.
@@ -50,6 +51,28 @@ Rgb8 enlarge(const Rgb8& image, int64_t factor);
 /// separated by gap white pixels, the unused cells of the last row white. A tile of another size
 /// than the first, no tiles, columns < 1 or gap < 0 is an Error.
 Rgb8 tile(const std::vector<Rgb8>& tiles, int64_t columns, int64_t gap = 2);
+
+/// The image with a white strip of text_px + 4 rows above it holding one line of text: dark
+/// (#222), antialiased, horizontally centred and, when wider than the image less 2 px on each
+/// side, shortened to its longest prefix that fits followed by "..." (UTF-8, whole characters).
+/// text_px is the height of the font's line box in pixels; the font is DejaVu Sans
+/// (/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf, Debian's fonts-dejavu-core) or the TrueType
+/// file $VITRINE_FONT names, loaded on first use (text.h). Without a usable font the strip is
+/// left blank (the layout is the same) and one warning line on stderr says how to fix it.
+/// A text_px below 1 or an empty image (or one whose pixels are not height x width x 3) is an
+/// Error.
+Rgb8 caption_above(const Rgb8& image, const std::string& text, int64_t text_px = 12);
+
+/// The caption size labelled_grid uses for tiles `width` pixels wide: width / 16, clamped to
+/// [12, 40] (12 px up to 207 px wide, 40 px from 640).
+int64_t caption_px(int64_t width);
+
+/// Each tile captioned with its label (caption_above at caption_px of the first tile's width, so
+/// that every captioned tile has one size), then laid out as tile() does: min(columns, n)
+/// columns, gap white pixels between them. Labels not as many as the tiles, an empty tile, and
+/// whatever tile() refuses are an Error.
+Rgb8 labelled_grid(const std::vector<Rgb8>& tiles, const std::vector<std::string>& labels,
+                   int64_t columns, int64_t gap = 2);
 
 /// The PNG file's bytes of an image (8-bit RGB, stbi_write_png_to_func). An empty image or one
 /// whose pixels are not height x width x 3 bytes is an Error.

@@ -70,10 +70,8 @@ std::string image_row(const ReportImage& im, double threshold) {
       out += fmt::format(", true label <b class=\"{}\">{}</b>",
                          im.label == im.predicted ? "right" : "wrong", escape_html(im.label));
     out += fmt::format("; explained class <b>{}</b></p>\n", escape_html(im.target));
-  } else {
-    out += "<p>a model without a head: no class, attention only";
-    if (!im.label.empty()) out += fmt::format("; label <b>{}</b>", escape_html(im.label));
-    out += "</p>\n";
+  } else if (!im.label.empty()) {  // a model without a head: no prediction line
+    out += fmt::format("<p>label <b>{}</b></p>\n", escape_html(im.label));
   }
   out += "<div class=\"row\">\n";
   out += figure(img(im.original_png, original, scale, im.name), "original");
@@ -89,9 +87,10 @@ std::string image_row(const ReportImage& im, double threshold) {
   if (!im.head_masks_png.empty())
     out += figure(img(im.head_masks_png, png_size(im.head_masks_png, im.name, "head masks"), scale,
                       im.name + ": threshold masks"),
-                  fmt::format("threshold masks (each head's smallest set of patches holding {:g}% "
-                              "of its attention)",
-                              100 * threshold));
+                  threshold > 0 ? fmt::format("threshold masks (keep {:g}% of each head's "
+                                              "attention)",
+                                              100 * threshold)
+                                : std::string("threshold masks"));
   out += "</div>\n";
   if (!im.notes.empty()) {
     out += "<ul class=\"notes\">\n";
@@ -101,19 +100,39 @@ std::string image_row(const ReportImage& im, double threshold) {
   return out + "</section>\n";
 }
 
-/// The ViT paper's figure of mean attention distance: one point per head at its layer.
+/// The ViT paper's figure of mean attention distance: one point per head at its layer, under a
+/// legend of every head's colour (rows above the plot, as tools::line_chart_svg places its own).
 std::string distance_svg(const std::vector<std::vector<double>>& distance) {
-  const int width = 640, height = 320;
-  const double left = 64, right = width - 16.0, top = 16, bottom = height - 42.0;
+  const int width = 640;
+  const double left = 64, right = width - 16.0, plot_height = 262;
   const int64_t layers = static_cast<int64_t>(distance.size());
   double hi = 0;
-  for (size_t l = 0; l < distance.size(); ++l)
+  size_t heads = 0;
+  for (size_t l = 0; l < distance.size(); ++l) {
+    heads = std::max(heads, distance[l].size());
     for (size_t h = 0; h < distance[l].size(); ++h) {
       VT_CHECK(std::isfinite(distance[l][h]),
                "write_report: the attention distance of layer {} head {} is {}", l + 1, h + 1,
                distance[l][h]);
       hi = std::max(hi, distance[l][h]);
     }
+  }
+  // The legend: (x, row) per head, "head k" 1-based, wrapping at the plot's right edge.
+  std::vector<std::pair<double, int>> legend;
+  double lx = left;
+  int rows = 1;
+  for (size_t h = 0; h < heads; ++h) {
+    const double w = 14 + tools::text_width(fmt::format("head {}", h + 1));
+    if (lx > left && lx + w > right) {
+      lx = left;
+      ++rows;
+    }
+    legend.emplace_back(lx, rows - 1);
+    lx += w + 14;
+  }
+  const double top = 30 + 18.0 * (rows - 1), bottom = top + plot_height;
+  const int height = static_cast<int>(bottom) + 42;
+
   const tools::Axis ay = tools::nice_axis(0, hi);
   // x: one column per layer, 1..L, half a column of margin on either side.
   auto px = [&](double layer) {
@@ -139,17 +158,13 @@ std::string distance_svg(const std::vector<std::vector<double>>& distance) {
           "<title>layer {}, head {}: {:.1f} px</title></circle>\n",
           px(static_cast<double>(l + 1)), py(distance[l][h]), kTab10[h % 10], l + 1, h + 1,
           distance[l][h]);
-  // The legend: a colour square and a name per head (0-based, as --head), along the top.
-  size_t heads = 0;
-  for (const auto& row : distance) heads = std::max(heads, row.size());
-  const size_t per_row = 8;
-  for (size_t h = 0; h < heads && h < 10; ++h) {
-    const double x = left + 12 + static_cast<double>(h % per_row) * 64;
-    const double y = top + 10 + static_cast<double>(h / per_row) * 16;
+  for (size_t h = 0; h < heads; ++h) {
+    const auto [x, row] = legend[h];
+    const int y = 15 + 18 * row;
     out += fmt::format(
-        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"7\" height=\"7\" fill=\"{}\"/><text "
-        "class=\"legend\" font-size=\"11\" x=\"{:.1f}\" y=\"{:.1f}\">head {}{}</text>\n",
-        x - 3.5, y - 3.5, kTab10[h % 10], x + 7, y + 4, h, heads > 10 && h == 9 ? "+" : "");
+        "<circle class=\"key\" cx=\"{:.1f}\" cy=\"{}\" r=\"3.5\" fill=\"{}\"/>"
+        "<text class=\"legend\" x=\"{:.1f}\" y=\"{}\">head {}</text>\n",
+        x + 4, y, kTab10[h % 10], x + 12, y + 4, h + 1);
   }
   out += fmt::format(
       "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">layer</text>\n"
@@ -324,18 +339,20 @@ std::string write_report(const std::string& path, const ReportData& data) {
   if (!data.grids.empty()) {
     out +=
         "<h2>Grids</h2>\n<p>Every image under one method, captioned with its label and the "
-        "prediction (the same overlays as above, side by side).</p>\n";
+        "prediction (the same overlays as above, side by side).</p>\n<div class=\"row\">\n";
     for (const auto& [method, png] : data.grids) {
       const auto size = png_size(png, "grid", method);
       out += figure(img(png, size, 1.0, method + " grid"), method);
     }
+    out += "</div>\n";
   }
   if (!data.attention_distance.empty()) {
     out += fmt::format(
         "<h2>Mean attention distance</h2>\n<p>Per layer and head, the distance in pixels "
         "between a query patch and the patches it attends to, weighted by the attention and "
         "averaged over the queries and the images (patch {} px): the ViT paper's figure 7. Low "
-        "values are local attention, high ones global. Colour: the head (cycling past ten).</p>\n",
+        "values are local attention, high ones global. Colour: the head, as the legend names it "
+        "(1-based; the colours cycle past ten heads).</p>\n",
         data.patch);
     out += distance_svg(data.attention_distance);
   }

@@ -38,22 +38,27 @@ struct ReportData {
   /// Mean attention distance in pixels, [layers][heads]; may be empty.
   std::vector<std::vector<double>> attention_distance;
   int64_t patch = 0;  // the model's patch size in pixels, named in the chart's caption
-  /// The attention threshold of the masks (the fraction of each head's attention they keep).
+  /// The attention threshold of the head masks (the fraction of each head's attention they
+  /// keep, in (0, 1]), worded in their caption; 0 when unknown.
   double threshold = 0;
   /// (method name, PNG bytes): every image's overlay of one method in a labelled montage.
   std::vector<std::pair<std::string, std::string>> grids;
 };
 
 /// Writes path (atomically): per image a row with the original, the prediction with its
-/// probability (and the true label when known), every method's overlay side by side with the
-/// method names as captions (<figcaption>), the head grid and the heads' threshold masks (the
-/// prediction line is left out for a model without a head); then the grids (one montage per
-/// method, when given); then the attention-distance scatter plot as the ViT paper's figure (layer
-/// on x, 1-based; one <circle> per head, mean distance in pixels on y, a legend naming each head
-/// by its colour, 0-based as --head counts) as inline SVG with the shared nice axes
-/// (tools/common/html.h). Images
-/// are shown with CSS image-rendering: pixelated at a fixed height of 112 px (the head grid at
-/// the original's scale), so that small maps are visible. Returns path.
+/// probability (and the true label when known; a model without a head, predicted empty, has no
+/// prediction line, only the label when known), every method's overlay side by side with the
+/// method names as captions (<figcaption>), the head grid ("attention heads") and beside it the
+/// heads' threshold masks (captioned "threshold masks (keep 60% of each head's attention)" for
+/// threshold 0.6; "threshold masks" when threshold is 0); then, when grids is not empty, a
+/// section "Grids" with one montage per method captioned with its name, shown at its own size;
+/// then the attention-distance scatter plot as the ViT paper's figure (layer on x, 1-based; one
+/// <circle> per head, mean distance in pixels on y) as inline SVG with the shared nice axes
+/// (tools/common/html.h), under a legend of one coloured dot (<circle class="key">) and
+/// "head k" (<text class="legend">, 1-based as the points' tooltips) per head, in rows above the
+/// plot that wrap at its width (the SVG grows 18 px per further row). Images are shown with CSS
+/// image-rendering: pixelated at a fixed height of 112 px (the head grid and the masks at the
+/// original's scale), so that small maps are visible. Returns path.
 ///
 /// Errors (vitrine::Error): an image whose PNG bytes are missing or not a PNG (naming the image
 /// and which of its pictures), a non-finite attention distance (naming layer and head), a file
