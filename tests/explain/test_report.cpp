@@ -99,19 +99,19 @@ TEST_CASE("explain report: the attention-distance plot has one circle per layer 
   const std::string html = read_text(write_report(dir / "index.html", data));
   CHECK(count(html, "<svg") == 1);
   CHECK(count(html, "<circle cx") == 12);  // the points
-  // The legend: a dot in each head's tab10 colour and "head k", 1-based as the tooltips.
+  // The legend: a dot in each head's tab10 colour and "head k", counted from 0 as --head counts.
   CHECK(captures(html, "<text class=\"legend\"[^>]*>([^<]*)</text>") ==
-        std::vector<std::string>{"head 1", "head 2", "head 3", "head 4"});
+        std::vector<std::string>{"head 0", "head 1", "head 2", "head 3"});
   CHECK(captures(html, "<circle class=\"key\"[^>]*fill=\"([^\"]*)\"") ==
         std::vector<std::string>{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"});
-  // Head 4's points have head 4's colour.
+  // Head 3's points have head 3's colour.
   CHECK(count(html, "fill=\"#d62728\" fill-opacity=\"0.8\"><title>layer") == 3);
-  CHECK(html.find("<title>layer 2, head 3: 18.3 px</title>") != std::string::npos);
-  // y: 0..27 -> step 5.4 -> 10, ticks 0..30; x: the layers 1..3.
+  CHECK(html.find("<title>layer 1, head 2: 18.3 px</title>") != std::string::npos);
+  // y: 0..27 -> step 5.4 -> 10, ticks 0..30; x: the layers 0..2, as --layer counts.
   CHECK(captures(html, "<text class=\"tick\"[^>]*>([^<]*)</text>") ==
-        std::vector<std::string>{"0", "10", "20", "30", "1", "2", "3"});
+        std::vector<std::string>{"0", "10", "20", "30", "0", "1", "2"});
   // The plot spans x 64..624 for layers 0.5..3.5 and y 292..30 for 0..30 (one legend row above
-  // it): layer 1, 3 px at (64 + 0.5 / 3 * 560, 292 - 3 / 30 * 262) = (157.3, 265.8).
+  // it): layer 0, 3 px at (64 + 0.5 / 3 * 560, 292 - 3 / 30 * 262) = (157.3, 265.8).
   CHECK(html.find("<circle cx=\"157.3\" cy=\"265.8\"") != std::string::npos);
   CHECK(html.find("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"334\"") !=
         std::string::npos);
@@ -135,7 +135,7 @@ TEST_CASE("explain report: errors name the image and the picture") {
                        "no original PNG");
   data = sample_report();
   data.attention_distance[2][1] = NAN;
-  CHECK_ERROR_CONTAINS(write_report(dir / "index.html", data), "layer 3 head 2", "nan");
+  CHECK_ERROR_CONTAINS(write_report(dir / "index.html", data), "layer 2 head 1", "nan");
   CHECK(dir.files().empty());  // nothing written
   const std::string nowhere = dir / "missing/index.html";
   CHECK_ERROR_CONTAINS(write_report(nowhere, sample_report()), nowhere, "cannot write");
@@ -147,11 +147,11 @@ TEST_CASE("explain report: a legend of 12 heads wraps into rows and the plot mov
   data.attention_distance.assign(2, std::vector<double>(12, 5.0));
   const std::string html = read_text(write_report(dir / "index.html", data));
   std::vector<std::string> names;
-  for (int h = 1; h <= 12; ++h) names.push_back("head " + std::to_string(h));
+  for (int h = 0; h < 12; ++h) names.push_back("head " + std::to_string(h));
   CHECK(captures(html, "<text class=\"legend\"[^>]*>([^<]*)</text>") == names);
   CHECK(count(html, "<circle class=\"key\"") == 12);
   CHECK(count(html, "<circle cx") == 24);
-  // Head 11 cycles back to tab10's first colour.
+  // Head 10 cycles back to tab10's first colour.
   CHECK(captures(html, "<circle class=\"key\"[^>]*fill=\"([^\"]*)\"")[10] == "#1f77b4");
   // Every legend entry within the chart's 640 px; more than one row, so the SVG is taller.
   const std::vector<std::string> xs = captures(html, "<text class=\"legend\" x=\"([0-9.]*)\"");

@@ -112,17 +112,18 @@ std::string distance_svg(const std::vector<std::vector<double>>& distance) {
     heads = std::max(heads, distance[l].size());
     for (size_t h = 0; h < distance[l].size(); ++h) {
       VT_CHECK(std::isfinite(distance[l][h]),
-               "write_report: the attention distance of layer {} head {} is {}", l + 1, h + 1,
+               "write_report: the attention distance of layer {} head {} is {}", l, h,
                distance[l][h]);
       hi = std::max(hi, distance[l][h]);
     }
   }
-  // The legend: (x, row) per head, "head k" 1-based, wrapping at the plot's right edge.
+  // The legend: (x, row) per head, "head k" counted from 0 as --head counts, wrapping at the
+  // plot's right edge.
   std::vector<std::pair<double, int>> legend;
   double lx = left;
   int rows = 1;
   for (size_t h = 0; h < heads; ++h) {
-    const double w = 14 + tools::text_width(fmt::format("head {}", h + 1));
+    const double w = 14 + tools::text_width(fmt::format("head {}", h));
     if (lx > left && lx + w > right) {
       lx = left;
       ++rows;
@@ -134,7 +135,8 @@ std::string distance_svg(const std::vector<std::vector<double>>& distance) {
   const int height = static_cast<int>(bottom) + 42;
 
   const tools::Axis ay = tools::nice_axis(0, hi);
-  // x: one column per layer, 1..L, half a column of margin on either side.
+  // x: one column per layer, labelled 0..L-1 as --layer counts, half a column of margin on
+  // either side.
   auto px = [&](double layer) {
     return left + (layer - 0.5) / static_cast<double>(layers) * (right - left);
   };
@@ -149,22 +151,21 @@ std::string distance_svg(const std::vector<std::vector<double>>& distance) {
     if (l % every != 0 && l != 1) continue;
     out += fmt::format(
         "<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-        px(static_cast<double>(l)), bottom + 16, l);
+        px(static_cast<double>(l)), bottom + 16, l - 1);
   }
   for (size_t l = 0; l < distance.size(); ++l)
     for (size_t h = 0; h < distance[l].size(); ++h)
       out += fmt::format(
           "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\" fill-opacity=\"0.8\">"
           "<title>layer {}, head {}: {:.1f} px</title></circle>\n",
-          px(static_cast<double>(l + 1)), py(distance[l][h]), kTab10[h % 10], l + 1, h + 1,
-          distance[l][h]);
+          px(static_cast<double>(l + 1)), py(distance[l][h]), kTab10[h % 10], l, h, distance[l][h]);
   for (size_t h = 0; h < heads; ++h) {
     const auto [x, row] = legend[h];
     const int y = 15 + 18 * row;
     out += fmt::format(
         "<circle class=\"key\" cx=\"{:.1f}\" cy=\"{}\" r=\"3.5\" fill=\"{}\"/>"
         "<text class=\"legend\" x=\"{:.1f}\" y=\"{}\">head {}</text>\n",
-        x + 4, y, kTab10[h % 10], x + 12, y + 4, h + 1);
+        x + 4, y, kTab10[h % 10], x + 12, y + 4, h);
   }
   out += fmt::format(
       "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">layer</text>\n"
@@ -352,7 +353,8 @@ std::string write_report(const std::string& path, const ReportData& data) {
         "between a query patch and the patches it attends to, weighted by the attention and "
         "averaged over the queries and the images (patch {} px): the ViT paper's figure 7. Low "
         "values are local attention, high ones global. Colour: the head, as the legend names it "
-        "(1-based; the colours cycle past ten heads).</p>\n",
+        "(layers and heads counted from 0, as --layer and --head count them; the colours "
+        "cycle past ten heads).</p>\n",
         data.patch);
     out += distance_svg(data.attention_distance);
   }
