@@ -72,6 +72,29 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x) {
   return (*proj_drop)((*proj)(out));
 }
 
+Tensor MultiheadSelfAttention::forward(const Tensor& x, const Tensor& attn_mask, bool is_causal) {
+  if (!attn_mask.defined() && !is_causal) return forward(x);
+  check_input(x, dim);
+  const int64_t B = x.size(0), N = x.size(1);
+  // [B, N, 3D] -> q, k, v, each [B, H, N, Dh]
+  const Tensor parts = (*qkv)(x).reshape({B, N, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
+  const double p = attn_drop->is_training() ? attn_drop->p : 0;
+  Tensor probs;
+  Tensor out = ops::scaled_dot_product_attention(
+      parts.select(0, 0), parts.select(0, 1), parts.select(0, 2), attn_mask, p, is_causal, scale,
+      attn_drop->generator(), capture_probs_ ? &probs : nullptr);  // [B, H, N, Dh]
+  if (capture_probs_) {
+    attn_ = probs;
+    *attn_grad_ = Tensor();
+    if (capture_grads_ && probs.requires_grad()) {
+      std::shared_ptr<Tensor> slot = attn_grad_;
+      probs.register_hook([slot](const Tensor& g) { *slot = g.detach(); });
+    }
+  }
+  out = out.transpose(1, 2).reshape({B, N, dim});
+  return (*proj_drop)((*proj)(out));
+}
+
 std::string MultiheadSelfAttention::extra_repr() const {
   return fmt::format("dim={}, heads={}, qkv_bias={}", dim, num_heads, qkv->bias.defined());
 }

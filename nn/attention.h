@@ -19,6 +19,12 @@ class MultiheadSelfAttention : public Module {
   MultiheadSelfAttention(int64_t dim, int64_t num_heads, bool qkv_bias = true, double attn_drop = 0,
                          double proj_drop = 0, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  /// Masked attention, as timm's Attention.forward(x, attn_mask) through
+  /// ops::scaled_dot_product_attention: attn_mask broadcast to [B, H, N, N], bool (true where a
+  /// query may attend: a padding mask [B, 1, 1, N] is false at padded keys) or float (added to
+  /// the scores); is_causal: token i attends to tokens j <= i (a GPT). An undefined mask and
+  /// is_causal false is forward(x).
+  Tensor forward(const Tensor& x, const Tensor& attn_mask, bool is_causal = false);
   /// The heads' outputs before they are merged and projected: attn_drop(attn) v, [B, H, N, D/H].
   Tensor attend(const Tensor& x);
   std::string type_name() const override { return "MultiheadSelfAttention"; }

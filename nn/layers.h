@@ -40,6 +40,7 @@ class Dropout : public Module {
   std::string type_name() const override { return "Dropout"; }
   std::string extra_repr() const override;
   void set_generator(Generator& gen) { gen_ = &gen; }
+  Generator& generator() const { return *gen_; }
   double p;
 
  private:

@@ -1,6 +1,7 @@
 // The nn layer in one include: modules, layers, init, losses, optimizers, schedules, checkpoints.
 #pragma once
 #include "nn/attention.h"
+#include "nn/batch_norm.h"
 #include "nn/containers.h"
 #include "nn/data/data.h"
 #include "nn/init.h"
@@ -12,4 +13,5 @@
 #include "nn/optim/clip.h"
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"
+#include "nn/pool.h"
 #include "nn/state.h"

@@ -5,6 +5,9 @@
 // attention_probs and attention_apply are the same computation in two ops, so that the
 // probabilities are a tensor of the graph (the gradient-based explanations read their gradient,
 // and attention dropout applies to them) while q, k and v are still read in place.
+#include <cmath>
+#include <limits>
+
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
@@ -97,6 +100,46 @@ Tensor attention_apply(const Tensor& probs, const Tensor& qkv) {
                   return {no_double_backward(dp, "attention_apply_backward", {probs, qkv, dy}),
                           no_double_backward(dx, "attention_apply_backward", {probs, qkv, dy})};
                 });
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale, Generator& gen, Tensor* probs) {
+  constexpr const char* op = "scaled_dot_product_attention";
+  detail::check_defined(q, op, "q");
+  detail::check_defined(k, op, "k");
+  detail::check_defined(v, op, "v");
+  check_float(q, op);
+  VT_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(),
+           "{}: expected q [..., L, E], k [..., S, E], v [..., S, Ev] of one rank, got {}, {}, {}",
+           op, q.shape(), k.shape(), v.shape());
+  const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1);
+  VT_CHECK(k.size(-1) == E && v.size(-2) == S,
+           "{}: q [..., {}, {}] needs k [..., S, {}] and v [..., S, Ev] with the same S; got k {} "
+           "and v {}",
+           op, L, E, E, k.shape(), v.shape());
+  VT_CHECK(!(is_causal && attn_mask.defined()),
+           "{}: give either attn_mask or is_causal, not both (as PyTorch)", op);
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
+  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), s);  // [..., L, S]
+  const double inf = std::numeric_limits<double>::infinity();
+  if (is_causal) {
+    const Tensor allowed = [&] {  // [L, S]: key j <= query i
+      NoGradGuard no_grad;
+      const Tensor i = reshape(arange(0, static_cast<double>(L), 1, kFloat32), {L, 1});
+      const Tensor j = reshape(arange(0, static_cast<double>(S), 1, kFloat32), {1, S});
+      return le(j, i).to(q.device());
+    }();
+    scores = where(allowed, scores, full_like(scores, -inf));
+  } else if (attn_mask.defined()) {
+    if (attn_mask.dtype() == kBool)
+      scores = where(attn_mask, scores, full_like(scores, -inf));
+    else
+      scores = add(scores, attn_mask);
+  }
+  Tensor p = softmax(scores, -1);
+  if (probs) *probs = p;
+  return matmul(dropout_p > 0 ? dropout(p, dropout_p, true, gen) : p, v);
 }
 
 }  // namespace vitrine::ops

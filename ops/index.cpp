@@ -73,4 +73,16 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
                 });
 }
 
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  check_defined(weight, "embedding", "weight");
+  check_defined(indices, "embedding", "indices");
+  VT_CHECK(weight.dim() == 2, "embedding: expected weight [num_embeddings, dim], got shape {}",
+           weight.shape());
+  VT_CHECK(indices.dtype() == kInt64, "embedding: indices must be int64, got {}",
+           dtype_name(indices.dtype()));
+  Dims shape = indices.shape();
+  shape.push_back(weight.size(1));
+  return reshape(index_select(weight, 0, reshape(contiguous(indices), {indices.numel()})), shape);
+}
+
 }  // namespace vitrine::ops

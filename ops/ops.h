@@ -212,4 +212,43 @@ struct InterpolateOptions {
 };
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 
+// ---- pooling, batch norm, embedding, masked attention: compositions of the ops above -------
+/// Max over each kernel window (pool.cpp): x [B, C, H, W] -> [B, C, OH, OW] with
+/// OH = (H + 2 pad_h - k_h) / stride_h + 1; padding counts as -inf; the gradient goes to the
+/// first maximum of each window (row-major), as PyTorch's max_pool2d.
+Tensor max_pool2d(const Tensor& x, std::pair<int64_t, int64_t> kernel,
+                  std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding = {0, 0});
+/// Mean over each kernel window (pool.cpp), zero padding; divides by k_h k_w, or by the number of
+/// the window's elements inside the image when count_include_pad is false.
+Tensor avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> kernel,
+                  std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding = {0, 0},
+                  bool count_include_pad = true);
+/// y[..., i, j] = mean of x over rows [floor(i H / OH), ceil((i + 1) H / OH)) and the columns
+/// likewise (pool.cpp), PyTorch's adaptive bins; output_size {1, 1} is the global average.
+Tensor adaptive_avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_size);
+/// PyTorch's F.batch_norm (batch_norm.cpp), x [B, C, ...], statistics per channel over the rest:
+/// y = (x - mu) / sqrt(s2 + eps) * weight + bias with the batch's mean and biased variance when
+/// training (updating running_mean/var by momentum m: r = (1 - m) r + m stat, the variance
+/// unbiased), else the running ones. weight, bias, running_* may be undefined (not training).
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
+                  double eps = 1e-5);
+/// y[..., :] = weight[indices[...], :] (index.cpp): indices int64 of any shape -> shape + [dim];
+/// the gradient adds each row's gradients back into weight (index_add).
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+/// PyTorch's F.scaled_dot_product_attention (attention.cpp) as matmul, softmax, matmul:
+///   y = dropout(softmax(q k^T * scale + M), dropout_p) v,
+///   q [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev]
+/// scale defaults to 1 / sqrt(E). attn_mask (broadcast to [..., L, S]): bool, true where a query
+/// may attend (M = 0 there, -inf elsewhere), or float, added to the scores. is_causal: query i
+/// attends to keys j <= i (top-left aligned, as PyTorch). A row that may attend to nothing is
+/// NaN, as PyTorch's. dropout_p > 0 drops probabilities with gen (as PyTorch, whatever the
+/// mode: pass 0 in eval). probs: when given, receives the probabilities before dropout, a tensor
+/// of the graph (a hook on it sees their gradient).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& attn_mask = Tensor(), double dropout_p = 0,
+                                   bool is_causal = false,
+                                   std::optional<double> scale = std::nullopt,
+                                   Generator& gen = default_generator(), Tensor* probs = nullptr);
+
 }  // namespace vitrine::ops

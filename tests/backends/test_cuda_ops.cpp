@@ -331,6 +331,57 @@ TEST_CASE("cuda ops: conv2d (patch embedding), interpolate, dropout") {
        {randn({4, 50}, 39)});
 }
 
+TEST_CASE("cuda ops: pooling, batch norm, embedding, masked attention (compositions)") {
+  if (!gpu_or_skip()) return;
+  const Tol t{2e-4, 1e-9};
+  const Tensor x = randn({2, 3, 7, 6}, 60);
+  both(
+      "max_pool2d 3, 2, 1",
+      [](auto v) {
+        return ops::max_pool2d(v[0], {3, 3}, {2, 2}, {1, 1});
+      },
+      {x}, t);
+  both(
+      "avg_pool2d 3, 2, 1, exclude pad",
+      [](auto v) {
+        return ops::avg_pool2d(v[0], {3, 3}, {2, 2}, {1, 1}, false);
+      },
+      {x}, t);
+  both(
+      "adaptive_avg_pool2d 3x2",
+      [](auto v) {
+        return ops::adaptive_avg_pool2d(v[0], {3, 2});
+      },
+      {x}, t);
+  both(
+      "batch_norm, training",
+      [](auto v) { return ops::batch_norm(v[0], Tensor(), Tensor(), v[1], v[2], true); },
+      {x, randn({3}, 61), randn({3}, 62)}, t);
+  both(
+      "batch_norm, eval",
+      [](auto v) {
+        return ops::batch_norm(v[0], v[3].detach(), ops::abs(v[4]).detach() + 0.5, v[1], v[2],
+                               false);
+      },
+      {x, randn({3}, 63), randn({3}, 64), randn({3}, 65), randn({3}, 66)}, t);
+  const Tensor idx = ops::from_vector(std::vector<int64_t>{1, 3, 3, 0, 6, 1}, {2, 3});
+  both(
+      "embedding", [&](auto v) { return ops::embedding(v[0], idx.to(v[0].device())); },
+      {randn({7, 4}, 67)}, t);
+  both(
+      "scaled_dot_product_attention, causal",
+      [](auto v) { return ops::scaled_dot_product_attention(v[0], v[1], v[2], Tensor(), 0, true); },
+      {randn({2, 2, 5, 4}, 68), randn({2, 2, 5, 4}, 69), randn({2, 2, 5, 3}, 70)}, t);
+  both(
+      "scaled_dot_product_attention, bool mask",
+      [](auto v) {
+        const Tensor keep =
+            ops::lt(ops::arange(5, kInt64), ops::scalar(3, kInt64)).to(v[0].device());
+        return ops::scaled_dot_product_attention(v[0], v[1], v[2], keep);
+      },
+      {randn({2, 4, 4}, 71), randn({2, 5, 4}, 72), randn({2, 5, 3}, 73)}, t);
+}
+
 TEST_CASE("cuda ops: float64 gradcheck on the GPU") {
   if (!gpu_or_skip()) return;
   auto on_gpu = [](Tensor t) { return t.to(kGpu).detach().requires_grad_(); };

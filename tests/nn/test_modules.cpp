@@ -1,47 +1,14 @@
 // nn modules: registration and names, train/eval, freezing, init statistics, and PyTorch parity of
 // Linear, LayerNorm, Conv2d, MLP and attention (tests/fixtures/nn_modules.json, timm's formulas).
 #include <fstream>
-#include <nlohmann/json.hpp>
 
-#include "nn/nn.h"
-#include "test_util.h"
+#include "module_parity.h"
 
 using namespace vitrine;
 using namespace vt_test;
 namespace nn = vitrine::nn;
 
 namespace {
-
-const nlohmann::json& module_case(const std::string& name) {
-  return fixture_case("nn_modules.json", name);
-}
-
-Tensor decode(const nlohmann::json& j) { return fixture_tensor(j); }
-
-/// Loads the fixture's weights into m (float64) by name, runs sum(m(x) * r).backward() and checks
-/// output, input gradient and every parameter gradient against PyTorch.
-void check_parity(nn::Module& m, const std::string& name, double tol = 1e-10) {
-  const auto& c = module_case(name);
-  m.to(kFloat64);
-  auto params = m.named_parameters();
-  REQUIRE(params.size() == c.at("params").size());
-  for (auto& [n, p] : params) {
-    INFO("parameter " << n);
-    REQUIRE(c.at("params").contains(n));
-    NoGradGuard ng;
-    p.copy_(decode(c.at("params").at(n)));
-  }
-  Tensor x = decode(c.at("input"));
-  x.requires_grad_();
-  Tensor y = m.forward(x);
-  check_close(y, decode(c.at("output")), tol, tol);
-  ops::sum(y * decode(c.at("r"))).backward();
-  check_close(x.grad(), decode(c.at("input_grad")), tol, tol);
-  for (auto& [n, p] : params) {
-    INFO("gradient of " << n);
-    check_close(p.grad(), decode(c.at("param_grads").at(n)), tol, tol);
-  }
-}
 
 /// A two-level model to test naming.
 struct Block : nn::Module {
@@ -240,7 +207,8 @@ TEST_CASE("attention: PyTorch parity (timm's Attention), probabilities captured"
   nn::MultiheadSelfAttention m(8, 2, true);
   m.capture(true);
   check_parity(m, "attention");
-  check_close(m.attention(), decode(module_case("attention").at("attention")), 1e-12, 1e-12);
+  check_close(m.attention(), fixture_tensor(module_case("attention").at("attention")), 1e-12,
+              1e-12);
 }
 TEST_CASE("attention: PyTorch parity without qkv bias") {
   nn::MultiheadSelfAttention m(12, 3, false);

@@ -1,0 +1,71 @@
+#include "nn/batch_norm.h"
+
+#include <fmt/format.h>
+
+#include "autograd/grad_mode.h"
+#include "nn/init.h"
+#include "ops/ops.h"
+
+namespace vitrine::nn {
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, std::optional<double> momentum,
+                         bool affine, bool track_running_stats)
+    : num_features(num_features),
+      eps(eps),
+      momentum(momentum),
+      affine(affine),
+      track_running_stats(track_running_stats) {
+  VT_CHECK(num_features > 0, "BatchNorm2d: num_features must be positive, got {}", num_features);
+  VT_CHECK(eps > 0, "BatchNorm2d: eps must be positive, got {}", eps);
+  VT_CHECK(!momentum || (*momentum >= 0 && *momentum <= 1),
+           "BatchNorm2d: momentum must be in [0, 1], got {}", momentum.value_or(0));
+  if (affine) {
+    weight = register_parameter("weight", ops::ones({num_features}));
+    bias = register_parameter("bias", ops::zeros({num_features}));
+  }
+  if (track_running_stats) {
+    running_mean = register_buffer("running_mean", ops::zeros({num_features}));
+    running_var = register_buffer("running_var", ops::ones({num_features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", ops::zeros({}, kInt64));
+  }
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  VT_CHECK(x.dim() == 4, "BatchNorm2d: expected x [B, C, H, W], got shape {}", x.shape());
+  VT_CHECK(x.size(1) == num_features, "BatchNorm2d({}): x has {} channels (shape {})", num_features,
+           x.size(1), x.shape());
+  const bool batch_stats = is_training() || !track_running_stats;
+  double m = momentum.value_or(0);
+  if (is_training() && track_running_stats) {
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1.0);
+    if (!momentum) m = 1.0 / num_batches_tracked.item<int64_t>();  // the cumulative average
+  }
+  const bool update = is_training() && track_running_stats;
+  return ops::batch_norm(x, update || !batch_stats ? running_mean : Tensor(),
+                         update || !batch_stats ? running_var : Tensor(), weight, bias, batch_stats,
+                         m, eps);
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}", num_features,
+                     eps, momentum ? fmt::format("{}", *momentum) : "None", affine,
+                     track_running_stats);
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator& gen)
+    : num_embeddings(num_embeddings), embedding_dim(embedding_dim) {
+  VT_CHECK(num_embeddings > 0 && embedding_dim > 0,
+           "Embedding: num_embeddings and embedding_dim must be positive, got {} and {}",
+           num_embeddings, embedding_dim);
+  weight = register_parameter("weight", ops::empty({num_embeddings, embedding_dim}));
+  init::normal_(weight, 0, 1, gen);
+}
+
+Tensor Embedding::forward(const Tensor& indices) { return ops::embedding(weight, indices); }
+
+std::string Embedding::extra_repr() const {
+  return fmt::format("{}, {}", num_embeddings, embedding_dim);
+}
+
+}  // namespace vitrine::nn

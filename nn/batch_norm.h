@@ -1,0 +1,45 @@
+// BatchNorm2d and Embedding, as torch.nn names them, with PyTorch's parameter and buffer names
+// (weight, bias, running_mean, running_var, num_batches_tracked), so its checkpoints load as they
+// are.
+#pragma once
+#include <optional>
+
+#include "nn/layers.h"
+
+namespace vitrine::nn {
+
+/// Per-channel normalisation of x [B, C, H, W] (ops::batch_norm):
+///   training: the batch's statistics, and running = (1 - momentum) running + momentum batch
+///             (momentum nullopt: the cumulative average, momentum = 1 / num_batches_tracked)
+///   eval:     the running statistics
+///   y = (x - mean) / sqrt(var + eps) * weight + bias        (weight 1, bias 0 at start)
+/// track_running_stats = false: always the batch's statistics, no buffers.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5,
+                       std::optional<double> momentum = 0.1, bool affine = true,
+                       bool track_running_stats = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm2d"; }
+  std::string extra_repr() const override;
+  Tensor weight, bias;                                    // [C], undefined without affine
+  Tensor running_mean, running_var, num_batches_tracked;  // [C], [C], int64 []
+  int64_t num_features;
+  double eps;
+  std::optional<double> momentum;
+  bool affine, track_running_stats;
+};
+
+/// A lookup table (ops::embedding): indices int64 [...] -> weight rows [..., dim]; weight
+/// [num_embeddings, dim] ~ N(0, 1) as PyTorch's.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator& gen = default_generator());
+  Tensor forward(const Tensor& indices) override;
+  std::string type_name() const override { return "Embedding"; }
+  std::string extra_repr() const override;
+  Tensor weight;
+  int64_t num_embeddings, embedding_dim;
+};
+
+}  // namespace vitrine::nn
