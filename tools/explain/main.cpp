@@ -214,7 +214,7 @@ struct TestSet {
 TestSet open_test_set(const Cli& cli, const Loaded& l) {
   const auto& c = l.model->config();
   TestSet t;
-  json config = train::config_for_checkpoint(cli.checkpoint, c, l.meta, &t.config_source);
+  json config = train::config_for_checkpoint(cli.checkpoint, c.to_json(), l.meta, &t.config_source);
   json& d = config["data"];
   if (d["dataset"] != cli.dataset) {
     d["dataset"] = cli.dataset;

@@ -93,12 +93,14 @@ std::vector<std::string> dataset_names() {
   return names;
 }
 
-std::vector<std::string> model_keys() {
-  std::vector<std::string> keys = {"preset"};
-  const json fields = models::ViTConfig{}.to_json();
+/// The model section's keys for its architecture (model.arch, "vit" when absent).
+std::vector<std::string> model_keys(const std::string& arch) {
+  std::vector<std::string> keys = {"arch", "preset"};
+  const json fields =
+      arch == "resnet" ? models::ResNetConfig{}.to_json() : models::ViTConfig{}.to_json();
   for (const auto& [k, v] : fields.items()) {
     (void)v;
-    keys.push_back(k);
+    if (k != "arch") keys.push_back(k);
   }
   return keys;
 }
@@ -335,14 +337,20 @@ std::string shape_str(const nn::data::ImageShape& s) {
 
 // ---- the sections ------------------------------------------------------------------------------
 
-void validate_model(const json& config, const DatasetSpec& dataset, models::ViTConfig& vit) {
+void validate_model(const json& config, const DatasetSpec& dataset, models::ClassifierSpec& vit) {
   Section model(config, "model");
-  const std::vector<std::string> keys = model_keys();
+  std::string arch;
+  try {
+    arch = models::arch_of(model.json_value());
+  } catch (const Error& e) {
+    fail("config: {}", e.what());
+  }
+  const std::vector<std::string> keys = model_keys(arch);
   for (const auto& [k, v] : model.json_value().items()) {
     (void)v;
     if (!is_comment(k) && !contains(keys, k)) fail("config: {}", unknown_key("model", k, keys));
   }
-  vit = model_config(config);
+  vit = model_spec(config);
   VT_CHECK(vit.num_classes >= 1,
            "config: model.num_classes must be >= 1 to train a classifier, got {}", vit.num_classes);
   if (dataset.channels > 0)
@@ -360,7 +368,7 @@ void validate_model(const json& config, const DatasetSpec& dataset, models::ViTC
 }
 
 void validate_transforms(const Section& data, const DatasetSpec& dataset,
-                         const models::ViTConfig& vit) {
+                         const models::ClassifierSpec& vit) {
   const json& t = data.at("transforms");
   VT_CHECK(t.is_object(),
            "config: data.transforms must be an object (as {{\"resize\": [h, w], \"mean\": [...], "
@@ -492,9 +500,11 @@ std::string trim(const std::string& s) {
 std::map<std::string, json> optional_keys(const std::string& parent, const json& node) {
   std::map<std::string, json> out;
   if (parent == "model") {
-    const json fields = models::ViTConfig{}.to_json();
+    const bool resnet = node.is_object() && node.value("arch", std::string()) == "resnet";
+    const json fields = resnet ? models::ResNetConfig{}.to_json() : models::ViTConfig{}.to_json();
     for (const auto& [k, v] : fields.items()) out[k] = v;
-    out["preset"] = "fmnist";
+    out["preset"] = resnet ? "resnet20" : "fmnist";
+    out["arch"] = "vit";
   } else if (parent == "data.transforms") {
     for (const std::string& k : kTransformKeys) out[k] = nullptr;
   } else if (parent == "data.transforms.random_crop" && node.is_object()) {
@@ -649,6 +659,28 @@ void apply_override(json& config, const std::string& assignment) {
       given = x;
   }
 
+  if (key == "model.arch" && config.contains("model") && config["model"].is_object()) {
+    // Another architecture: the old model section's fields mean nothing to it. The new section
+    // keeps what the data decided (channels, classes, input size) and takes the rest from the
+    // architecture's defaults; --set model.KEY after this one sets its own fields.
+    const std::string arch = given.is_string() ? given.get<std::string>() : given.dump();
+    std::string current;
+    try {
+      current = models::arch_of(config["model"]);
+      (void)models::arch_of(json{{"arch", arch}});
+    } catch (const Error& e) {
+      fail("--set {}: {}", assignment, e.what());
+    }
+    if (arch != current) {
+      const models::ClassifierSpec old = model_spec(config);
+      config["model"] = {{"arch", arch},
+                         {"channels", old.channels},
+                         {"num_classes", old.num_classes},
+                         {"image_size", json::array({old.image_h, old.image_w})}};
+    }
+    return;
+  }
+
   json* node = &config;
   std::string parent;  // the dotted path of node
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -721,7 +753,7 @@ void validate_config(const json& config) {
   data.integer("batch_size", 1);
   data.integer("workers", -1);
 
-  models::ViTConfig vit;
+  models::ClassifierSpec vit;
   validate_model(config, dataset, vit);
   validate_transforms(data, dataset, vit);
   validate_optim(config);
@@ -729,19 +761,30 @@ void validate_config(const json& config) {
   validate_schedule(config, epochs);
 }
 
-models::ViTConfig model_config(const json& config) {
+models::ClassifierSpec model_spec(const json& config) {
   Section section(config, "model");
   const json model = without_comments(section.json_value());
   try {
+    const std::string arch = models::arch_of(model);
     json merged = json::object();
     if (model.contains("preset")) {
       const json& preset = model.at("preset");
       VT_CHECK(preset.is_string(), "\"preset\" must be a preset name, got {}", preset.dump());
-      merged = models::ViTConfig::preset(preset.get<std::string>()).to_json();
+      merged = arch == "resnet" ? models::ResNetConfig::preset(preset.get<std::string>()).to_json()
+                                : models::ViTConfig::preset(preset.get<std::string>()).to_json();
     }
     for (const auto& [k, v] : model.items())
       if (k != "preset") merged[k] = v;
-    return models::ViTConfig::from_json(merged);
+    return models::ClassifierSpec::from_json(merged);
+  } catch (const Error& e) {
+    fail("config: model: {}", e.what());
+  }
+}
+
+models::ViTConfig model_config(const json& config) {
+  const models::ClassifierSpec spec = model_spec(config);
+  try {
+    return spec.vit("this");
   } catch (const Error& e) {
     fail("config: model: {}", e.what());
   }

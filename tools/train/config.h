@@ -39,7 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/vit.h"
+#include "models/classifier.h"
 #include "nn/data/pasted.h"
 #include "nn/optim/schedule.h"
 
@@ -75,8 +75,11 @@ void validate_config(const nlohmann::json& config);
 /// A copy without the keys starting with "_", at any depth.
 nlohmann::json without_comments(const nlohmann::json& j);
 
-/// The model section as a ViTConfig: the preset (ViTConfig's defaults without one), then the
-/// section's other fields. Errors start with "config: model: ".
+/// The model section as the architecture model.arch names ("vit" when absent, or "resnet"): the
+/// preset (the architecture's defaults without one), then the section's other fields. Errors
+/// start with "config: model: ".
+models::ClassifierSpec model_spec(const nlohmann::json& config);
+/// The model section as a ViTConfig (model_spec's; an Error for another architecture).
 models::ViTConfig model_config(const nlohmann::json& config);
 
 /// data.path, or the data set's default folder when it is "" (Fashion-MNIST:

@@ -54,7 +54,7 @@ Parts open_parts(const json& config, bool need_train) {
   } else {
     VT_CHECK(name == "imagefolder", "data: unknown data set \"{}\"", name);
     data::ImageFolderOptions o;
-    o.channels = static_cast<int>(model_config(config).channels);
+    o.channels = static_cast<int>(model_spec(config).channels);
     if (fs::exists(fs::path(path) / "wnids.txt")) {
       if (need_train) p.train_file = data::tiny_imagenet(path, true, o);
       p.test = data::tiny_imagenet(path, false, o);

@@ -47,7 +47,7 @@ std::pair<int64_t, int64_t> native_size(const json& config) {
 
 /// Whether the evaluation pipeline of `transforms` yields [C, H, W] from the data set's images.
 bool yields_model_size(const json& config) {
-  const models::ViTConfig m = model_config(config);
+  const models::ClassifierSpec m = model_spec(config);
   const auto [nh, nw] = native_size(config);
   try {
     const auto pipeline =
@@ -68,7 +68,7 @@ bool yields_model_size(const json& config) {
 
 std::vector<std::string> fit_transforms_to_model(json& config) {
   if (yields_model_size(config)) return {};
-  const models::ViTConfig m = model_config(config);
+  const models::ClassifierSpec m = model_spec(config);
   const int64_t H = m.image_h, W = m.image_w;
   json& t = config["data"]["transforms"];
   VT_CHECK(t.is_object(), "config: data.transforms must be an object, got {}", t.dump());
@@ -123,7 +123,7 @@ std::vector<std::string> fit_classes_to_data(json& config, bool num_classes_give
   const auto test = load_test_set(config);
   const std::vector<std::string> classes = test->classes();
   const auto n = static_cast<int64_t>(classes.size());
-  const int64_t configured = model_config(config).num_classes;
+  const int64_t configured = model_spec(config).num_classes;
   if (configured == n) return {};
   VT_CHECK(!num_classes_given,
            "config: model.num_classes is {}, but the image folder {} holds {} class folders ({}); "
@@ -152,7 +152,7 @@ std::vector<std::string> fit_schedule_to_run(json& config, int64_t file_epochs) 
                            : "")};
 }
 
-json config_for_checkpoint(const std::string& checkpoint, const models::ViTConfig& model,
+json config_for_checkpoint(const std::string& checkpoint, const json& model,
                            const nn::Metadata& meta, std::string* source) {
   const fs::path beside = fs::path(checkpoint).parent_path() / "config.json";
   json config;
@@ -169,7 +169,7 @@ json config_for_checkpoint(const std::string& checkpoint, const models::ViTConfi
     config = default_config();
     from = "the default config (the checkpoint names no data set)";
   }
-  config["model"] = model.to_json();
+  config["model"] = model;
   json& transforms = config["data"]["transforms"];
   // The checkpoint's own normalisation wins: it is what its weights were trained with.
   for (const auto& [key, name] : {std::pair{nn::kMeanKey, "mean"}, std::pair{nn::kStdKey, "std"}})

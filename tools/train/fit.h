@@ -49,7 +49,7 @@ std::vector<std::string> fit_schedule_to_run(nlohmann::json& config, int64_t fil
 /// Then the model section is the checkpoint's model (`model`), the normalisation (mean, std)
 /// the checkpoint's metadata when it has one, and the transforms are fitted to the model's size
 /// (fit_transforms_to_model). `source` receives where the data section came from (for messages).
-nlohmann::json config_for_checkpoint(const std::string& checkpoint, const models::ViTConfig& model,
+nlohmann::json config_for_checkpoint(const std::string& checkpoint, const nlohmann::json& model,
                                      const nn::Metadata& meta, std::string* source = nullptr);
 
 /// The metadata key of the data section a Trainer stores in its checkpoints.

@@ -147,6 +147,19 @@ models::ViTConfig checkpoint_architecture(const std::string& flag, const std::st
   }
 }
 
+models::ClassifierSpec checkpoint_spec(const std::string& flag, const std::string& path,
+                                       const std::string& model_config) {
+  if (!model_config.empty())
+    return models::ClassifierSpec::of(models::resolve_config(model_config));
+  const json stored = nn::metadata_json(nn::read_safetensors_metadata(path), nn::kConfigKey);
+  if (!stored.is_null() && models::arch_of(stored) != "vit") try {
+      return models::ClassifierSpec::from_json(stored);
+    } catch (const Error& e) {
+      fail("{} {}: metadata {}: {}", flag, path, nn::kConfigKey, e.what());
+    }
+  return models::ClassifierSpec::of(checkpoint_architecture(flag, path, model_config));
+}
+
 /// A run folder that holds no earlier run: `out` itself, or out-2, out-3, ...
 std::string fresh_run_dir(const std::string& out) {
   auto used = [](const fs::path& p) { return fs::exists(p) && !fs::is_empty(p); };
@@ -157,48 +170,37 @@ std::string fresh_run_dir(const std::string& out) {
   }
 }
 
-std::string describe_model(const models::ViTConfig& m) {
-  const std::string overlap =
-      m.kernel() != m.patch ? fmt::format(" (seen through {}x{} kernels)", m.kernel(), m.kernel())
-                            : "";
-  return fmt::format("ViT {}x{}x{} in {}x{} patches{}, dim {}, depth {}, {} heads, MLP {}",
-                     m.channels, m.image_h, m.image_w, m.patch, m.patch, overlap, m.dim, m.depth,
-                     m.heads, m.mlp_dim);
-}
-
 int summary(const json& config) {
   // The model section alone: a summary needs no data set, so a preset is shown as it is.
-  const models::ViTConfig mc = tr::model_config(config);
-  try {
-    mc.validate();
-  } catch (const Error& e) {
-    fail("config: model: {}", e.what());
-  }
+  const models::ClassifierSpec spec = tr::model_spec(config);
   Generator gen(0);
-  models::VisionTransformer model(mc, gen);
-  fmt::print("{}\n\n{}\n", describe_model(mc), model.summary_table());
+  const auto model = spec.build(gen);
+  auto* vit = dynamic_cast<models::VisionTransformer*>(model.get());
+  fmt::print("{}\n\n{}\n", spec.describe(), vit ? vit->summary_table() : model->summary());
   return 0;
 }
 
 int evaluate_checkpoint(const Options& o) {
-  const models::ViTConfig arch = checkpoint_architecture("--eval", o.eval, o.model_config);
+  const models::ClassifierSpec arch = checkpoint_spec("--eval", o.eval, o.model_config);
   const nn::Metadata meta = nn::read_safetensors_metadata(o.eval);
   // The config: the file given, else the run's (config.json beside the checkpoint) or the
   // checkpoint's own data section; the model is always the checkpoint's.
   std::string source = o.config_path;
-  json base = o.config_path.empty() ? tr::config_for_checkpoint(o.eval, arch, meta, &source)
+  json base = o.config_path.empty() ? tr::config_for_checkpoint(o.eval, arch.config, meta, &source)
                                     : tr::load_config(o.config_path);
   std::vector<std::string> notes;
   json config = build_config(o, base, notes);
   say_loading(o.eval);
-  auto model = models::load_vit(
-      o.eval, o.model_config.empty() ? std::nullopt : std::optional<models::ViTConfig>(arch));
+  models::ClassifierSpec spec;
+  auto model = models::load_classifier(
+      o.eval, o.model_config.empty() ? std::nullopt : std::optional<models::ClassifierSpec>(arch),
+      &spec);
   model->eval();
-  VT_CHECK(model->config().num_classes > 0,
+  VT_CHECK(spec.num_classes > 0,
            "--eval {}: the model has no classification head (a feature extractor); fine-tune a "
            "head first: vitrine-train --finetune {} --model-config ...",
            o.eval, o.eval);
-  config["model"] = model->config().to_json();
+  config["model"] = spec.config;
   json& transforms = config["data"]["transforms"];
   for (const auto& [key, name] : {std::pair{nn::kMeanKey, "mean"}, std::pair{nn::kStdKey, "std"}})
     if (json v = nn::metadata_json(meta, key); !v.is_null()) transforms[name] = v;
@@ -208,26 +210,25 @@ int evaluate_checkpoint(const Options& o) {
   tr::validate_config(config);
   auto test = tr::load_test_set(config);
   std::vector<std::string> classes = test->classes();
-  VT_CHECK(static_cast<int64_t>(classes.size()) == model->config().num_classes,
-           "--eval {}: the model has {} classes, the test set {} has {}", o.eval,
-           model->config().num_classes, test->source(), classes.size());
+  VT_CHECK(static_cast<int64_t>(classes.size()) == spec.num_classes,
+           "--eval {}: the model has {} classes, the test set {} has {}", o.eval, spec.num_classes,
+           test->source(), classes.size());
   const Device device = Device::parse(config["train"]["device"].get<std::string>());
   model->to(device);
   const auto& d = config["data"];
   const bool tta = config["train"]["tta_hflip"].get<bool>();
-  fmt::print("evaluating {} ({}) on {} ({} images{}; config from {})\n", o.eval,
-             describe_model(model->config()), test->source(), test->size(),
-             tta ? ", with flip test-time augmentation" : "", source);
-  tr::Evaluation e = tr::evaluate(
-      *model, test, nn::data::from_config(d["transforms"], model->config().channels, false),
-      d["batch_size"].get<int64_t>(), d["workers"].get<int64_t>(), device, tta);
+  fmt::print("evaluating {} ({}) on {} ({} images{}; config from {})\n", o.eval, spec.describe(),
+             test->source(), test->size(), tta ? ", with flip test-time augmentation" : "", source);
+  tr::Evaluation e =
+      tr::evaluate(*model, test, nn::data::from_config(d["transforms"], spec.channels, false),
+                   d["batch_size"].get<int64_t>(), d["workers"].get<int64_t>(), device, tta);
   fmt::print("\n{}\n", e.table(classes));
   return 0;
 }
 
 /// The run's config, fitted to the data set and (fine-tuning) to the checkpoint's model, and
 /// validated before the first step. pretrained: the checkpoint read for fine-tuning.
-json training_config(const Options& o, std::shared_ptr<models::VisionTransformer>& pretrained) {
+json training_config(const Options& o, std::shared_ptr<nn::Module>& pretrained) {
   const json base = base_config(o);
   std::vector<std::string> notes;
   json config = build_config(o, base, notes);
@@ -278,7 +279,7 @@ json training_config(const Options& o, std::shared_ptr<models::VisionTransformer
 }
 
 int run_training(const Options& o) {
-  std::shared_ptr<models::VisionTransformer> pretrained;  // read once, for config and weights
+  std::shared_ptr<nn::Module> pretrained;  // read once, for config and weights
   json config = training_config(o, pretrained);
   const bool resuming = !o.resume.empty();
   const std::string run_dir =
@@ -287,11 +288,11 @@ int run_training(const Options& o) {
 
   tr::Datasets data = tr::load_datasets(config);
   tr::Trainer trainer(config, data.train, data.validation, data.test, run_dir);
-  const models::ViTConfig& mc = trainer.model().config();
+  const models::ClassifierSpec& mc = trainer.spec();
   const json& t = config["train"];
   const json& op = config["optim"];
   const int64_t trainable = trainer.model().num_parameters(true);
-  fmt::print("vitrine-train: {} ({:.2f}M parameters{})\n", describe_model(mc),
+  fmt::print("vitrine-train: {} ({:.2f}M parameters{})\n", mc.describe(),
              static_cast<double>(trainer.model().num_parameters()) / 1e6,
              t["freeze_backbone"].get<bool>() ? fmt::format(", {} trainable", trainable) : "");
   fmt::print("  data:  {} from {}: {} train, {} validation, {} test images, {} classes\n",

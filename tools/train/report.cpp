@@ -237,12 +237,17 @@ std::vector<std::pair<std::string, std::string>> config_rows(const json& config,
   if (cfg.contains("model")) {
     std::string model;
     try {
-      const models::ViTConfig v = model_config(cfg);
-      model = fmt::format(
-          "ViT, {}&times;{}&times;{} images, patch {}, dim {}, depth {}, {} heads, MLP {}, {} "
-          "classes",
-          v.channels, v.image_h, v.image_w, v.patch, v.dim, v.depth, v.heads, v.mlp_dim,
-          v.num_classes);
+      const models::ClassifierSpec spec = model_spec(cfg);
+      if (spec.arch == "vit") {
+        const models::ViTConfig v = spec.vit("report");
+        model = fmt::format(
+            "ViT, {}&times;{}&times;{} images, patch {}, dim {}, depth {}, {} heads, MLP {}, {} "
+            "classes",
+            v.channels, v.image_h, v.image_w, v.patch, v.dim, v.depth, v.heads, v.mlp_dim,
+            v.num_classes);
+      } else {
+        model = escape_html(spec.describe());
+      }
     } catch (const Error& e) {
       fail("report: {}: {}", path, e.what());
     }

@@ -74,13 +74,13 @@ json resumable_part(json c) {
 }
 
 /// Copies every tensor but the head's from pretrained (read from `checkpoint`) into model.
-void copy_backbone(models::VisionTransformer& model, const models::VisionTransformer& pretrained,
+void copy_backbone(nn::Module& model, const nn::Module& pretrained, const std::string& head,
                    const std::string& checkpoint) {
   const nn::NamedTensors from = pretrained.state_dict();
   std::map<std::string, Tensor> by_name(from.begin(), from.end());
   NoGradGuard no_grad;
   for (auto& [name, t] : model.state_dict()) {
-    if (name.rfind("head.", 0) == 0) continue;
+    if (name.rfind(head + ".", 0) == 0) continue;
     auto it = by_name.find(name);
     VT_CHECK(it != by_name.end(), "finetune: {} has no tensor {} (the model section asks for it)",
              checkpoint, name);
@@ -135,25 +135,25 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
                                : precision == "tf32" ? "high"
                                                      : "highest");
 
-  model_config_ = model_config(config_);
-  VT_CHECK(classes_.empty() || static_cast<int64_t>(classes_.size()) == model_config_.num_classes,
+  spec_ = model_spec(config_);
+  VT_CHECK(classes_.empty() || static_cast<int64_t>(classes_.size()) == spec_.num_classes,
            "trainer: the training set {} has {} classes, but model.num_classes is {}",
-           train_set_->source(), classes_.size(), model_config_.num_classes);
+           train_set_->source(), classes_.size(), spec_.num_classes);
   init_gen_ = Generator(seed);
   dropout_gen_ = Generator(seed + 1);
-  model_ = std::make_shared<models::VisionTransformer>(model_config_, init_gen_);
+  model_ = spec_.build(init_gen_);
   if (t.at("freeze_backbone").get<bool>()) {  // before the optimizer takes the parameters
-    VT_CHECK(model_->head,
+    VT_CHECK(spec_.num_classes > 0,
              "finetune: --freeze-backbone needs a head to train (model.num_classes > 0)");
     model_->requires_grad_(false);
-    model_->head->requires_grad_(true);
+    model_->child(spec_.head)->requires_grad_(true);
   }
   set_dropout_generator(*model_, dropout_gen_);
   model_->to(device_);
   model_->train();
   if (ema_decay_ > 0) {
     ema_gen_ = Generator(seed);
-    ema_ = std::make_shared<models::VisionTransformer>(model_config_, ema_gen_);
+    ema_ = spec_.build(ema_gen_);
     ema_->to(device_);
     ema_->eval();
     ema_->requires_grad_(false);
@@ -161,7 +161,7 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
   }
   optimizer_ = make_optimizer(o, *model_);
 
-  const int64_t channels = model_config_.channels;
+  const int64_t channels = spec_.channels;
   nn::data::LoaderOptions lo;
   lo.batch_size = d.at("batch_size").get<int64_t>();
   lo.shuffle = true;
@@ -187,7 +187,7 @@ Trainer::~Trainer() = default;
 
 nn::Metadata Trainer::metadata() const {
   nn::Metadata m;
-  nn::set_metadata_json(m, nn::kConfigKey, model_config_.to_json());
+  nn::set_metadata_json(m, nn::kConfigKey, spec_.config);
   nn::set_metadata_json(m, nn::kClassesKey, classes_);
   nn::set_metadata_json(m, kDataKey, without_comments(config_.at("data")));
   const json& tr = config_.at("data").at("transforms");
@@ -228,8 +228,7 @@ void Trainer::log(const json& line) {
   f.flush();
 }
 
-Evaluation evaluate(models::VisionTransformer& model,
-                    const std::shared_ptr<const nn::data::Dataset>& dataset,
+Evaluation evaluate(nn::Module& model, const std::shared_ptr<const nn::data::Dataset>& dataset,
                     const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
                     Device device, bool hflip_tta) {
   const bool was_training = model.is_training();
@@ -241,8 +240,8 @@ Evaluation evaluate(models::VisionTransformer& model,
   lo.workers = workers;
   nn::data::DataLoader loader(dataset, transforms, lo);
   loader.start_epoch(0);
-  Evaluator ev(model.config().num_classes);
-  Tensor reversed;  // W-1, ..., 0: index_select along the width mirrors the images
+  std::optional<Evaluator> ev;  // made at the first batch, when the logits say the classes
+  Tensor reversed;              // W-1, ..., 0: index_select along the width mirrors the images
   while (auto b = loader.next()) {
     Tensor images = b->images.to(device);
     Tensor logits = model.forward(images);
@@ -255,10 +254,12 @@ Evaluation evaluate(models::VisionTransformer& model,
     }
     Tensor labels = b->labels.to(device);
     Tensor loss = ops::cross_entropy(logits, labels, ops::Reduction::Sum);
-    ev.add(logits, labels, loss.item());
+    if (!ev) ev.emplace(logits.size(1));
+    ev->add(logits, labels, loss.item());
   }
   model.train(was_training);
-  return ev.result();
+  if (!ev) ev.emplace(static_cast<int64_t>(dataset->classes().size()));
+  return ev->result();
 }
 
 json finetune_config(json config, const models::ViTConfig& pretrained,
@@ -476,12 +477,12 @@ TrainResult Trainer::finish(TrainResult r) {
   return r;
 }
 
-TrainResult Trainer::run(const models::VisionTransformer* pretrained) {
+TrainResult Trainer::run(const nn::Module* pretrained) {
   const std::string finetune = config_.at("train").at("finetune").get<std::string>();
   if (!finetune.empty()) {
-    std::shared_ptr<models::VisionTransformer> loaded;
-    if (!pretrained) pretrained = (loaded = models::load_vit(finetune)).get();
-    copy_backbone(*model_, *pretrained, finetune);
+    std::shared_ptr<nn::Module> loaded;
+    if (!pretrained) pretrained = (loaded = models::load_classifier(finetune)).get();
+    copy_backbone(*model_, *pretrained, spec_.head, finetune);
     if (ema_) nn::load_state_dict(*ema_, model_->state_dict());
   }
   fs::create_directories(run_dir_);

@@ -44,7 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/generator.h"
-#include "models/vit.h"
+#include "models/classifier.h"
 #include "nn/data/dataset.h"
 #include "nn/data/loader.h"
 #include "nn/optim/optimizer.h"
@@ -73,8 +73,7 @@ struct StepInfo {
 /// train.tta_hflip) each image is also classified mirrored left to right, and the prediction is
 ///     p = (softmax(f(x)) + softmax(f(flip(x)))) / 2,   loss = -log p[label],
 /// (log p stands in for the logits: its argmax is p's).
-Evaluation evaluate(models::VisionTransformer& model,
-                    const std::shared_ptr<const nn::data::Dataset>& dataset,
+Evaluation evaluate(nn::Module& model, const std::shared_ptr<const nn::data::Dataset>& dataset,
                     const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
                     Device device, bool hflip_tta = false);
 
@@ -127,7 +126,7 @@ class Trainer {
   /// train.finetune, every weight but the head's is first copied from `pretrained`, the model
   /// read from that checkpoint (read here when null); an Error names a tensor whose shape
   /// differs. A resumed run never reads the checkpoint again: its weights are in last.safetensors.
-  TrainResult run(const models::VisionTransformer* pretrained = nullptr);
+  TrainResult run(const nn::Module* pretrained = nullptr);
   /// Continues the run saved in run_dir/last.safetensors exactly where it was saved: an Error
   /// names the file when it is missing or unreadable, or the key when its config differs from
   /// this trainer's (train.out, train.device, data.path and data.workers may differ).
@@ -136,9 +135,12 @@ class Trainer {
   /// Metrics of `model` (the EMA model when there is one) on a dataset, with the eval pipeline.
   Evaluation evaluate(const std::shared_ptr<const nn::data::Dataset>& dataset);
 
-  models::VisionTransformer& model() { return *model_; }
+  /// The model being trained (model.arch's: a VisionTransformer or a ResNet).
+  nn::Module& model() { return *model_; }
+  /// Its architecture: channels, classes, input size, the head's name, the config JSON.
+  const models::ClassifierSpec& spec() const { return spec_; }
   /// The weights evaluated and saved as best: the EMA copy, or the model itself.
-  models::VisionTransformer& eval_model() { return ema_ ? *ema_ : *model_; }
+  nn::Module& eval_model() { return ema_ ? *ema_ : *model_; }
   nn::optim::Optimizer& optimizer() { return *optimizer_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   /// What the user should know before the first step (an eval_every longer than the run, ...).
@@ -162,9 +164,9 @@ class Trainer {
   std::shared_ptr<const nn::data::Dataset> train_set_, validation_set_, test_set_;
   std::string run_dir_;
   Device device_;
-  models::ViTConfig model_config_;
+  models::ClassifierSpec spec_;
   Generator init_gen_, dropout_gen_, ema_gen_;
-  std::shared_ptr<models::VisionTransformer> model_, ema_;
+  std::shared_ptr<nn::Module> model_, ema_;
   std::unique_ptr<nn::optim::Optimizer> optimizer_;
   std::unique_ptr<nn::optim::Schedule> schedule_;
   std::unique_ptr<nn::data::DataLoader> train_loader_;

@@ -1,0 +1,110 @@
+#include "models/classifier.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "nn/state.h"
+
+namespace vitrine::models {
+
+using nlohmann::json;
+
+std::vector<std::string> architectures() { return {"vit", "resnet"}; }
+
+std::string arch_of(const json& j) {
+  if (!j.is_object() || !j.contains("arch")) return "vit";
+  VT_CHECK(j.at("arch").is_string(), "model.arch must be a name ({}), got {}",
+           fmt::join(architectures(), ", "), j.at("arch").dump());
+  const std::string arch = j.at("arch").get<std::string>();
+  for (const std::string& a : architectures())
+    if (a == arch) return arch;
+  fail("model.arch '{}' is not an architecture Vitrine knows (known: {})", arch,
+       fmt::join(architectures(), ", "));
+}
+
+ClassifierSpec ClassifierSpec::of(const ViTConfig& c) {
+  ClassifierSpec s;
+  s.arch = "vit";
+  s.config = c.to_json();
+  s.channels = c.channels;
+  s.num_classes = c.num_classes;
+  s.image_h = c.image_h;
+  s.image_w = c.image_w;
+  s.head = "head";
+  return s;
+}
+
+ClassifierSpec ClassifierSpec::of(const ResNetConfig& c) {
+  ClassifierSpec s;
+  s.arch = "resnet";
+  s.config = c.to_json();
+  s.channels = c.channels;
+  s.num_classes = c.num_classes;
+  s.image_h = c.image_h;
+  s.image_w = c.image_w;
+  s.head = "fc";
+  return s;
+}
+
+ClassifierSpec ClassifierSpec::from_json(const json& j) {
+  const std::string arch = arch_of(j);
+  if (arch == "resnet") return of(ResNetConfig::from_json(j));
+  json vit = j;
+  if (vit.is_object()) vit.erase("arch");
+  return of(ViTConfig::from_json(vit));
+}
+
+std::shared_ptr<nn::Module> ClassifierSpec::build(Generator& gen) const {
+  if (arch == "resnet") return std::make_shared<ResNet>(ResNetConfig::from_json(config), gen);
+  return std::make_shared<VisionTransformer>(ViTConfig::from_json(config), gen);
+}
+
+ViTConfig ClassifierSpec::vit(const std::string& what) const {
+  VT_CHECK(arch == "vit", "{} needs a Vision Transformer; this model is a {} ({})", what, arch,
+           describe());
+  return ViTConfig::from_json(config);
+}
+
+std::string ClassifierSpec::describe() const {
+  if (arch == "resnet") {
+    const ResNetConfig c = ResNetConfig::from_json(config);
+    return fmt::format("ResNet-{}, {}x{}x{} input, {} classes, width {}", c.depth, c.channels,
+                       c.image_h, c.image_w, c.num_classes, c.width);
+  }
+  const ViTConfig m = ViTConfig::from_json(config);
+  const std::string overlap =
+      m.kernel() != m.patch ? fmt::format(" (seen through {}x{} kernels)", m.kernel(), m.kernel())
+                            : "";
+  return fmt::format("ViT {}x{}x{} in {}x{} patches{}, dim {}, depth {}, {} heads, MLP {}",
+                     m.channels, m.image_h, m.image_w, m.patch, m.patch, overlap, m.dim, m.depth,
+                     m.heads, m.mlp_dim);
+}
+
+std::shared_ptr<nn::Module> load_classifier(const std::string& path,
+                                            const std::optional<ClassifierSpec>& given,
+                                            ClassifierSpec* spec_out) {
+  const nn::Metadata meta = nn::read_safetensors_metadata(path);
+  const json stored = nn::metadata_json(meta, nn::kConfigKey);
+  const std::string arch = !stored.is_null() ? arch_of(stored) : given ? given->arch : "vit";
+  if (arch == "vit") {
+    std::optional<ViTConfig> vit;
+    if (given) vit = given->vit(fmt::format("{} (no vitrine.config)", path));
+    auto model = load_vit(path, vit);
+    if (spec_out) *spec_out = ClassifierSpec::of(model->config());
+    return model;
+  }
+  VT_CHECK(!stored.is_null(), "{}: a {} checkpoint must hold its vitrine.config", path, arch);
+  ClassifierSpec spec;
+  try {
+    spec = ClassifierSpec::from_json(stored);
+  } catch (const Error& e) {
+    fail("{}: vitrine.config: {}", path, e.what());
+  }
+  Generator gen(0);  // every value is overwritten
+  auto model = spec.build(gen);
+  nn::load_checkpoint(path, *model);
+  if (spec_out) *spec_out = spec;
+  return model;
+}
+
+}  // namespace vitrine::models

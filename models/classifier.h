@@ -1,0 +1,53 @@
+// Image classifiers by architecture: what the Trainer, vitrine-train and vitrine-explain need to
+// know of a model (input channels and size, classes, the name of its classification layer)
+// whatever it is, and how to build one or read one from a checkpoint. Architectures: "vit"
+// (models/vit.h, the default) and "resnet" (models/resnet.h). A checkpoint's vitrine.config
+// metadata is the architecture's own config JSON; a ResNet's says "arch": "resnet", a ViT's
+// names no arch (so every ViT checkpoint written before there were others still reads).
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/resnet.h"
+#include "models/vit.h"
+
+namespace vitrine::models {
+
+struct ClassifierSpec {
+  std::string arch = "vit";
+  nlohmann::json config;  // the architecture's config as its to_json writes it
+  int64_t channels = 0, num_classes = 0, image_h = 0, image_w = 0;
+  /// The classification layer's child name: what fine-tuning replaces and freezing keeps
+  /// trainable ("head" in a ViT, "fc" in a ResNet).
+  std::string head = "head";
+
+  static ClassifierSpec of(const ViTConfig& c);
+  static ClassifierSpec of(const ResNetConfig& c);
+  /// A model config JSON: "arch" absent or "vit" is a ViTConfig (without the arch key), "resnet"
+  /// a ResNetConfig; an unknown arch is an Error listing the known ones.
+  static ClassifierSpec from_json(const nlohmann::json& j);
+  /// A fresh model, initialised from gen.
+  std::shared_ptr<nn::Module> build(Generator& gen) const;
+  /// The ViT config (an Error naming `what` for another architecture).
+  ViTConfig vit(const std::string& what) const;
+  /// One line: "ResNet-20, 1x28x28 input, 10 classes, width 16" or the ViT's.
+  std::string describe() const;
+};
+
+/// The registered architectures: vit, resnet.
+std::vector<std::string> architectures();
+/// The architecture named by a model config JSON ("vit" without an "arch" key).
+std::string arch_of(const nlohmann::json& model_config);
+
+/// Reads a classifier checkpoint of any architecture: its vitrine.config's arch decides (a ViT,
+/// Vitrine's or a foreign one, through load_vit; a ResNet through its config). given: the
+/// architecture when the file names none (load_vit's config argument).
+std::shared_ptr<nn::Module> load_classifier(const std::string& path,
+                                            const std::optional<ClassifierSpec>& given = {},
+                                            ClassifierSpec* spec_out = nullptr);
+
+}  // namespace vitrine::models
