@@ -372,7 +372,7 @@ Tensor VisionTransformer::forward_head(const Tensor& tokens) {
   return t;
 }
 
-Tensor VisionTransformer::forward(const Tensor& images) { return forward(images, {}); }
+Tensor VisionTransformer::forward(const Tensor& images) { return forward(images, forward_options); }
 
 Tensor VisionTransformer::forward(const Tensor& images, const ViTForwardOptions& options) {
   return forward_head(forward_features(images, options));

@@ -96,8 +96,11 @@ class VisionTransformer : public nn::Module {
   std::string type_name() const override { return "VisionTransformer"; }
   std::string extra_repr() const override;
 
-  /// images [B, C, H, W] -> logits [B, num_classes] (or features [B, dim] without a head).
+  /// images [B, C, H, W] -> logits [B, num_classes] (or features [B, dim] without a head), with
+  /// forward_options: what code that sees only an nn::Module (the Trainer, the explanation
+  /// methods for any model) runs.
   Tensor forward(const Tensor& images) override;
+  ViTForwardOptions forward_options;
   Tensor forward(const Tensor& images, const ViTForwardOptions& options);
   /// Tokens after the last block and the final norm: [B, prefix + patches, dim].
   Tensor forward_features(const Tensor& images, const ViTForwardOptions& options = {});

@@ -227,4 +227,15 @@ std::vector<std::string> captures(const std::string& s, const std::string& re) {
   return out;
 }
 
+void load_fixture_state(nn::Module& m, const nlohmann::json& state) {
+  nn::NamedTensors named;
+  for (auto& [n, t] : m.state_dict()) {
+    INFO("fixture state " << n);
+    REQUIRE(state.contains(n));
+    named.emplace_back(n, fixture_tensor(state.at(n), t.dtype()));
+  }
+  CHECK(named.size() == state.size());
+  nn::load_state_dict(m, named);
+}
+
 }  // namespace vt_test

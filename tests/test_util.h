@@ -40,6 +40,9 @@ const nlohmann::json& fixture_json(const std::string& file);
 const nlohmann::json& fixture_case(const std::string& file, const std::string& name);
 /// A fixture tensor {"shape": [...], "values" (or "data"): [...]} in dtype.
 Tensor fixture_tensor(const nlohmann::json& j, DType dtype = kFloat64);
+/// Loads a fixture's {name: tensor} state into m (every tensor of m's state_dict must be there,
+/// in m's dtypes).
+void load_fixture_state(nn::Module& m, const nlohmann::json& state);
 
 /// The whole content of a file ("" when it cannot be read).
 std::string read_text(const std::string& path);

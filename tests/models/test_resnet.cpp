@@ -16,13 +16,7 @@ std::shared_ptr<models::ResNet> fixture_model() {
   const auto& c = resnet_case();
   auto m = std::make_shared<models::ResNet>(models::ResNetConfig::from_json(c.at("config")));
   m->to(kFloat64);
-  nn::NamedTensors state;
-  for (auto& [n, t] : m->state_dict()) {
-    REQUIRE(c.at("state").contains(n));
-    state.emplace_back(n, fixture_tensor(c.at("state").at(n), t.dtype()));
-  }
-  CHECK(state.size() == c.at("state").size());
-  nn::load_state_dict(*m, state);
+  load_fixture_state(*m, c.at("state"));
   return m;
 }
 }  // namespace

@@ -8,18 +8,30 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "ops/ops.h"
+#include "tools/explain/detail.h"
 
 namespace vitrine::explain {
 
-namespace {
+namespace detail {
 
-/// A tensor's values as doubles, row-major (any device, any dtype).
-std::vector<double> values(const Tensor& t) { return t.to(kCPU).contiguous().to_vector<double>(); }
-
-/// doubles -> a float32 CPU tensor of the given shape.
-Tensor make(const std::vector<double>& v, const Dims& shape) {
-  return ops::from_vector(v, shape, kFloat32);
+void check_images(const nn::Module& model, const Tensor& images) {
+  VT_CHECK(images.defined() && images.dim() == 4, "explain: expected images [B, C, H, W], got {}",
+           images.defined() ? images.shape() : Dims{});
+  const auto* vit = dynamic_cast<const models::VisionTransformer*>(&model);
+  if (!vit) return;
+  const auto& c = vit->config();
+  VT_CHECK(images.size(1) == c.channels, "explain: expected images [B, {}, H, W], got {}",
+           c.channels, images.shape());
+  VT_CHECK(images.size(2) % c.patch == 0 && images.size(3) % c.patch == 0,
+           "explain: image size {}x{} is not a multiple of the patch size {}", images.size(2),
+           images.size(3), c.patch);
 }
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
 
 /// A layer index from the front (0-based) or the back (negative), checked.
 int64_t resolve_layer(int64_t layer, int64_t depth, const char* what) {
@@ -29,41 +41,6 @@ int64_t resolve_layer(int64_t layer, int64_t depth, const char* what) {
            what, layer, depth, depth - 1, depth);
   return layer < 0 ? layer + depth : layer;
 }
-
-/// Every parameter's requires_grad switched off for the lifetime of the guard (and restored):
-/// the explanation methods need gradients of the input and of activations only, so backward
-/// skips the weight gradients.
-class FrozenParameters {
- public:
-  explicit FrozenParameters(nn::Module& m) : params_(m.parameters()) {
-    for (auto& p : params_) {
-      was_.push_back(p.requires_grad());
-      p.requires_grad_(false);
-    }
-  }
-  ~FrozenParameters() {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].requires_grad_(was_[i]);
-  }
-  FrozenParameters(const FrozenParameters&) = delete;
-  FrozenParameters& operator=(const FrozenParameters&) = delete;
-
- private:
-  std::vector<Tensor> params_;
-  std::vector<bool> was_;
-};
-
-/// Eval mode for the lifetime of the guard, then the mode the model had.
-class EvalMode {
- public:
-  explicit EvalMode(nn::Module& m) : m_(m), was_training_(m.is_training()) { m.eval(); }
-  ~EvalMode() { m_.train(was_training_); }
-  EvalMode(const EvalMode&) = delete;
-  EvalMode& operator=(const EvalMode&) = delete;
-
- private:
-  nn::Module& m_;
-  bool was_training_;
-};
 
 /// Every block's attention capturing its probabilities for the lifetime of the guard, then each
 /// block's capture state as it was.
@@ -87,86 +64,6 @@ class CaptureAttention {
   models::VisionTransformer& m_;
   std::vector<std::pair<bool, bool>> was_;
 };
-
-/// A forward hook on a module for the lifetime of the guard.
-class ForwardHook {
- public:
-  ForwardHook(nn::Module& m, nn::Module::ForwardHook hook)
-      : m_(m), handle_(m.register_forward_hook(std::move(hook))) {}
-  ~ForwardHook() { m_.remove_forward_hook(handle_); }
-  ForwardHook(const ForwardHook&) = delete;
-  ForwardHook& operator=(const ForwardHook&) = delete;
-
- private:
-  nn::Module& m_;
-  int64_t handle_;
-};
-
-Device model_device(const models::VisionTransformer& model) {
-  return model.parameters().front().device();
-}
-
-DType model_dtype(const models::VisionTransformer& model) {
-  return model.parameters().front().dtype();
-}
-
-void check_images(const models::VisionTransformer& model, const Tensor& images) {
-  const auto& c = model.config();
-  VT_CHECK(images.defined() && images.dim() == 4 && images.size(1) == c.channels,
-           "explain: expected images [B, {}, H, W], got {}", c.channels,
-           images.defined() ? images.shape() : Dims{});
-  VT_CHECK(images.size(2) % c.patch == 0 && images.size(3) % c.patch == 0,
-           "explain: image size {}x{} is not a multiple of the patch size {}", images.size(2),
-           images.size(3), c.patch);
-}
-
-/// One-hot rows selecting each image's target logit: [B, K].
-Tensor target_selector(const Tensor& logits, const std::vector<int64_t>& targets) {
-  const int64_t B = logits.size(0), K = logits.size(1);
-  std::vector<double> sel(static_cast<size_t>(B * K), 0.0);
-  for (int64_t b = 0; b < B; ++b) sel[static_cast<size_t>(b * K + targets[b])] = 1.0;
-  return ops::from_vector(sel, {B, K}, logits.dtype()).to(logits.device());
-}
-
-/// Checks the targets against the logits and replaces -1 by the predicted class.
-std::vector<int64_t> resolve_targets(const Tensor& logits, const std::vector<int64_t>& targets) {
-  const int64_t B = logits.size(0), K = logits.size(1);
-  VT_CHECK(static_cast<int64_t>(targets.size()) == B,
-           "explain: {} target classes given for {} images", targets.size(), B);
-  const auto predicted = ops::argmax(logits.detach(), 1).to(kCPU).to_vector<int64_t>();
-  std::vector<int64_t> out(targets.size());
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t t = targets[b];
-    VT_CHECK(t == -1 || (t >= 0 && t < K),
-             "explain: class {} is out of range for a model with {} classes (0..{})", t, K, K - 1);
-    out[b] = t == -1 ? predicted[b] : t;
-  }
-  return out;
-}
-
-/// d y_c / d x for a batch of model inputs X [M, C, H, W] with targets [M], in chunks of at
-/// most `chunk` images; also returns y_c at each input.
-std::pair<Tensor, std::vector<double>> input_gradients(models::VisionTransformer& model,
-                                                       const Tensor& X,
-                                                       const std::vector<int64_t>& targets,
-                                                       int64_t chunk,
-                                                       models::PosInterp pos_interp) {
-  const int64_t M = X.size(0);
-  std::vector<Tensor> grads;
-  std::vector<double> scores;
-  for (int64_t s = 0; s < M; s += chunk) {
-    const int64_t n = std::min(chunk, M - s);
-    Tensor x = X.narrow(0, s, n).detach().contiguous();
-    x.requires_grad_(true);
-    Tensor logits = model.forward(x, {pos_interp, false});
-    std::vector<int64_t> t(targets.begin() + s, targets.begin() + s + n);
-    Tensor sel = target_selector(logits, t);
-    const auto y = values(ops::sum(logits.detach() * sel, {1}));
-    scores.insert(scores.end(), y.begin(), y.end());
-    grads.push_back(grad({logits}, {x}, {sel})[0].to(kCPU));
-  }
-  return {ops::cat(grads, 0), scores};
-}
 
 /// The n x n matrix of the CLS row over the patches, read from a vector over the tokens.
 Tensor cls_row_grid(const std::vector<std::vector<double>>& rows, const Pass& pass) {
@@ -525,197 +422,6 @@ Tensor gradcam(const Pass& pass) {
     }
   }
   return make(out, {B, pass.grid_h, pass.grid_w});
-}
-
-// ---- input-gradient methods ------------------------------------------------------------------
-
-Attribution saliency(const Pass& pass) {
-  VT_CHECK(pass.input_grad.defined(), "explain: the pass holds no input gradient");
-  return {ops::abs(pass.input_grad), {}};
-}
-
-Attribution smoothgrad(models::VisionTransformer& model, const Tensor& images,
-                       const std::vector<int64_t>& targets, const Options& options,
-                       const Tensor& noise_in) {
-  check_images(model, images);
-  VT_CHECK(options.samples >= 1, "explain: smoothgrad needs at least 1 sample, got {}",
-           options.samples);
-  VT_CHECK(options.sigma >= 0, "explain: smoothgrad sigma must be >= 0, got {}", options.sigma);
-  EvalMode eval(model);
-  FrozenParameters frozen(model);
-  const DType dt = model_dtype(model);
-  const Device dev = model_device(model);
-  Tensor x = images.detach().to(kCPU).to(dt);
-  const int64_t B = x.size(0), n = options.samples;
-  Dims sample_shape = x.shape();
-  sample_shape.insert(1, n);  // [B, n, C, H, W]
-  Tensor noise = noise_in;
-  if (noise.defined()) {
-    VT_CHECK(noise.shape() == sample_shape, "explain: smoothgrad noise must be {}, got {}",
-             sample_shape, noise.shape());
-  } else {
-    Generator gen(options.seed);
-    noise = ops::randn(sample_shape, gen, dt);
-  }
-  std::vector<Tensor> noisy;
-  for (int64_t b = 0; b < B; ++b) {
-    Tensor xb = x.select(0, b);
-    const double range = ops::max(xb).item() - ops::min(xb).item();
-    noisy.push_back(xb.unsqueeze(0) + noise.to(dt).select(0, b) * (options.sigma * range));
-  }
-  Tensor X = ops::cat(noisy, 0);  // [B * n, C, H, W], image b's samples together
-  // The predicted class is that of the clean image, so resolve -1 on it first.
-  std::vector<int64_t> t = targets;
-  {
-    NoGradGuard ng;
-    t = resolve_targets(model.forward(x.to(dev), {options.pos_interp, false}), targets);
-  }
-  std::vector<int64_t> ts;
-  for (int64_t b = 0; b < B; ++b) ts.insert(ts.end(), static_cast<size_t>(n), t[b]);
-  auto [g, scores] = input_gradients(model, X.to(dev), ts, options.chunk, options.pos_interp);
-  Dims gs = sample_shape;
-  return {ops::mean(g.reshape(gs), {1}), {}};
-}
-
-Tensor ig_baseline(const Tensor& images, const Options& options) {
-  const int64_t C = images.size(1), H = images.size(2), W = images.size(3);
-  if (options.baseline == IgBaseline::Black) {
-    VT_CHECK(options.black.empty() || static_cast<int64_t>(options.black.size()) == C,
-             "explain: {} black values given for {} channels", options.black.size(), C);
-    Tensor out = ops::zeros(images.shape(), images.dtype());
-    if (options.black.empty()) return out;
-    std::vector<double> v;
-    for (float f : options.black) v.push_back(f);
-    return out + ops::from_vector(v, {1, C, 1, 1}, images.dtype());
-  }
-  // torchvision's gaussian_blur(kernel 11, sigma 5): a normalised 1-D Gaussian at offsets
-  // -5..5, applied along rows and then columns (the 2-D kernel is their outer product), with
-  // reflect padding (index -1 reads 1, index n reads n - 2).
-  constexpr int64_t K = 11, R = K / 2;
-  constexpr double sigma = 5;
-  VT_CHECK(H > R && W > R, "explain: the blur baseline needs images larger than {}x{}, got {}x{}",
-           R, R, H, W);
-  std::vector<double> k(K);
-  double ks = 0;
-  for (int64_t i = 0; i < K; ++i) ks += k[i] = std::exp(-0.5 * std::pow((i - R) / sigma, 2));
-  for (double& v : k) v /= ks;
-  auto reflect = [](int64_t i, int64_t n) { return i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i); };
-  const int64_t B = images.size(0);
-  auto in = values(images);
-  std::vector<double> tmp(in.size()), out(in.size());
-  for (int64_t p = 0; p < B * C; ++p) {
-    const double* src = in.data() + p * H * W;
-    double* t = tmp.data() + p * H * W;
-    double* o = out.data() + p * H * W;
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t x = 0; x < W; ++x) {
-        double s = 0;
-        for (int64_t i = 0; i < K; ++i) s += k[i] * src[y * W + reflect(x + i - R, W)];
-        t[y * W + x] = s;
-      }
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t x = 0; x < W; ++x) {
-        double s = 0;
-        for (int64_t i = 0; i < K; ++i) s += k[i] * t[reflect(y + i - R, H) * W + x];
-        o[y * W + x] = s;
-      }
-  }
-  return ops::from_vector(out, images.shape(), images.dtype());
-}
-
-std::pair<std::vector<double>, std::vector<double>> ig_rule(IgRule rule, int64_t n) {
-  std::vector<double> alphas(static_cast<size_t>(n)), weights(static_cast<size_t>(n));
-  if (rule == IgRule::Trapezoid) {
-    VT_CHECK(n >= 2, "explain: the trapezoid rule needs at least 2 steps, got {}", n);
-    for (int64_t k = 0; k < n; ++k) {
-      alphas[k] = static_cast<double>(k) / static_cast<double>(n - 1);
-      weights[k] = 1.0 / static_cast<double>(n);
-    }
-    weights.front() /= 2;
-    weights.back() /= 2;
-    return {alphas, weights};
-  }
-  VT_CHECK(n >= 1, "explain: Gauss-Legendre needs at least 1 step, got {}", n);
-  // The roots t_k of the Legendre polynomial P_n by Newton's method from Chebyshev-like starting
-  // points; weights u_k = 2 / ((1 - t^2) P_n'(t)^2). Mapped from [-1, 1] to [0, 1].
-  for (int64_t i = 0; i < (n + 1) / 2; ++i) {
-    double t = std::cos(std::numbers::pi * (static_cast<double>(i) + 0.75) /
-                        (static_cast<double>(n) + 0.5));
-    double dp = 0;
-    for (int iter = 0; iter < 100; ++iter) {
-      double p0 = 1, p1 = t;  // P_0, P_1, then the recurrence up to P_n
-      for (int64_t j = 2; j <= n; ++j) {
-        const double p2 = ((2.0 * j - 1) * t * p1 - (j - 1.0) * p0) / static_cast<double>(j);
-        p0 = p1;
-        p1 = p2;
-      }
-      dp = static_cast<double>(n) * (t * p1 - p0) / (t * t - 1);
-      const double dt = p1 / dp;
-      t -= dt;
-      if (std::abs(dt) < 1e-16) break;
-    }
-    const double u = 2 / ((1 - t * t) * dp * dp);
-    // Nodes ascending: -t first (t is the i-th largest root).
-    alphas[i] = (1 - t) / 2;
-    alphas[n - 1 - i] = (1 + t) / 2;
-    weights[i] = weights[n - 1 - i] = u / 2;
-  }
-  return {alphas, weights};
-}
-
-Attribution integrated_gradients(models::VisionTransformer& model, const Tensor& images,
-                                 const std::vector<int64_t>& targets, const Options& options) {
-  check_images(model, images);
-  EvalMode eval(model);
-  FrozenParameters frozen(model);
-  const DType dt = model_dtype(model);
-  const Device dev = model_device(model);
-  Tensor x = images.detach().to(kCPU).to(dt);
-  Tensor base = ig_baseline(x, options);
-  const auto [alphas, weights] = ig_rule(options.ig_rule, options.steps);
-  const int64_t B = x.size(0), n = options.steps;
-  std::vector<int64_t> t;
-  std::vector<double> y_x, y_base;
-  {
-    NoGradGuard ng;
-    Tensor logits = model.forward(ops::cat({x, base}, 0).to(dev), {options.pos_interp, false});
-    t = resolve_targets(logits.narrow(0, 0, B), targets);
-    std::vector<int64_t> both = t;
-    both.insert(both.end(), t.begin(), t.end());
-    const auto y = values(ops::sum(logits * target_selector(logits, both), {1}));
-    y_x.assign(y.begin(), y.begin() + B);
-    y_base.assign(y.begin() + B, y.end());
-  }
-  // The path points x' + alpha_k (x - x'), image b's n points together: [B * n, C, H, W].
-  Tensor delta = x - base;
-  std::vector<Tensor> points;
-  std::vector<int64_t> ts;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 0; k < n; ++k) {
-      points.push_back((base.select(0, b) + delta.select(0, b) * alphas[k]).unsqueeze(0));
-      ts.push_back(t[b]);
-    }
-  auto [g, scores] =
-      input_gradients(model, ops::cat(points, 0).to(dev), ts, options.chunk, options.pos_interp);
-  Dims gs = x.shape();
-  gs.insert(1, n);
-  std::vector<double> w(weights.begin(), weights.end());
-  Tensor wt = ops::from_vector(w, {1, n, 1, 1, 1}, dt);
-  Tensor attr = delta * ops::sum(g.to(dt).reshape(gs) * wt, {1});
-  Attribution out{attr, {}};
-  const auto sums = values(ops::sum(attr, {1, 2, 3}));
-  for (int64_t b = 0; b < B; ++b) out.completeness_gap.push_back(sums[b] - (y_x[b] - y_base[b]));
-  return out;
-}
-
-Tensor attribution_map(const Attribution& a, Method m) {
-  Tensor v = ops::abs(a.values);
-  if (m == Method::Saliency) {  // max over channels
-    Tensor best = v.select(1, 0);
-    for (int64_t c = 1; c < v.size(1); ++c) best = ops::maximum(best, v.select(1, c));
-    return best.contiguous().to(kFloat32);
-  }
-  return ops::sum(v, {1}).to(kFloat32);
 }
 
 Tensor patch_mean(const Tensor& map, int64_t patch) {

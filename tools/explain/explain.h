@@ -1,7 +1,9 @@
-// Explanation methods for any Vitrine VisionTransformer: why did the model give this image this
-// class? Every method returns a map over the patch grid (its raw values, kept as they come) and
-// the same map at image resolution (the grid upsampled bilinearly, align_corners=False, then
-// min-max scaled to [0, 1]); the input-gradient methods work at pixel resolution directly.
+// Explanation methods: why did the model give this image this class? The attention methods and
+// the token Grad-CAM read a Vitrine VisionTransformer's attention (a Pass); the input-gradient
+// methods and the convolutional Grad-CAM take any nn::Module mapping images to logits (the end
+// of this header). Every method returns a map over the patch grid (its raw values, kept as they
+// come) and the same map at image resolution (the grid upsampled bilinearly, align_corners=False,
+// then min-max scaled to [0, 1]); the input-gradient methods work at pixel resolution directly.
 //
 // Notation, per image: L layers, H heads, N tokens (P = prefix tokens: the class token and any
 // registers; then the gh x gw patches, row-major), A_l [H, N, N] the attention probabilities of
@@ -164,9 +166,8 @@ Attribution saliency(const Pass& pass);
 ///   x_i = x + sigma * (max(x) - min(x)) * z_i,   z_i ~ N(0, 1) per pixel,
 /// with max/min over each image's input. noise: the z_i [B, n, C, H, W] from the caller (the
 /// parity test feeds PyTorch's); undefined: drawn from a Generator seeded with options.seed.
-Attribution smoothgrad(models::VisionTransformer& model, const Tensor& images,
-                       const std::vector<int64_t>& targets, const Options& options,
-                       const Tensor& noise = Tensor());
+Attribution smoothgrad(nn::Module& model, const Tensor& images, const std::vector<int64_t>& targets,
+                       const Options& options, const Tensor& noise = Tensor());
 
 /// The baseline x' of integrated gradients: black (options.black per channel, or 0) or blur (a
 /// Gaussian blur of the input, kernel 11, sigma 5, reflect padding, as torchvision's
@@ -179,7 +180,7 @@ Tensor ig_baseline(const Tensor& images, const Options& options);
 /// weights u_k; trapezoid (Captum's riemann_trapezoid, n >= 2): alpha_k = k / (n - 1),
 /// w_k = 1 / n with the first and last halved; these weights sum to (n - 1) / n, not 1, so its
 /// completeness gap stays large (Captum's choice, kept for parity). Also reports the gap.
-Attribution integrated_gradients(models::VisionTransformer& model, const Tensor& images,
+Attribution integrated_gradients(nn::Module& model, const Tensor& images,
                                  const std::vector<int64_t>& targets, const Options& options);
 
 /// The n-point rule on [0, 1]: (alphas, weights) as above.
@@ -224,10 +225,38 @@ struct Explanation {
 Explanation explain_method(models::VisionTransformer& model, const Tensor& images, const Pass& pass,
                            Method method, const Options& options);
 
-/// Runs the requested methods on a batch, sharing one Pass among them.
+/// Runs the requested methods on a batch, sharing one Pass among them (a ViT: every method).
 std::vector<Explanation> explain(models::VisionTransformer& model, const Tensor& images,
                                  const std::vector<int64_t>& targets,
                                  const std::vector<Method>& methods, const Options& options,
                                  Pass* pass_out = nullptr);
+
+// ---- any image classifier (attribution.cpp) ---------------------------------------------------
+// These need nothing but a differentiable model, images [B, C, H, W] -> logits [B, K]: a ViT, a
+// ResNet, your own nn::Module. smoothgrad and integrated_gradients above take any model too.
+// targets: one per image, -1 for the predicted class.
+
+/// |d y_c / d x| from one forward and backward of the model in eval mode (saliency(pass) is the
+/// same read from a ViT's Pass). resolved: receives the targets with -1 replaced.
+Attribution saliency(nn::Module& model, const Tensor& images, const std::vector<int64_t>& targets,
+                     std::vector<int64_t>* resolved = nullptr,
+                     models::PosInterp pos_interp = models::PosInterp::Size);
+
+/// Grad-CAM (Selvaraju et al., 2017) as pytorch-grad-cam computes it at `layer`, a module the
+/// model calls whose output is a feature map A [B, K, h, w] (a CNN's last convolutional stage,
+/// as ResNet's layer3), read through a forward hook:
+///   alpha_k = mean_{i,j} d y_c / d A_k[i, j];   map = max(0, sum_k alpha_k A_k)      [B, h, w]
+Tensor gradcam(nn::Module& model, nn::Module& layer, const Tensor& images,
+               const std::vector<int64_t>& targets, std::vector<int64_t>* resolved = nullptr);
+
+/// The methods that apply to any model (gradcam with gradcam_layer, saliency, smoothgrad,
+/// integrated-gradients; an attention method is an Error naming them) on a batch. Each result's
+/// raw map is at image resolution (Grad-CAM's upsampled bilinearly), its grid the mean over
+/// cells of cell x cell pixels for the input-gradient methods (what the evaluation ranks) and
+/// the layer's own h x w for Grad-CAM.
+std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, const Tensor& images,
+                                 const std::vector<int64_t>& targets,
+                                 const std::vector<Method>& methods, const Options& options,
+                                 int64_t cell = 4);
 
 }  // namespace vitrine::explain

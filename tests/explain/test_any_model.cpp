@@ -1,0 +1,73 @@
+// The explanation methods for any image classifier (tools/explain/attribution.cpp) on the CIFAR
+// ResNet of tests/fixtures/resnet_parity.json: Grad-CAM at layer3 and saliency against PyTorch
+// (pytorch-grad-cam's formula), SmoothGrad and integrated gradients through the same code as the
+// ViT's (IG's completeness), and the errors of methods that need a ViT.
+#include "models/resnet.h"
+#include "test_util.h"
+#include "tools/explain/explain.h"
+
+using namespace vitrine;
+using namespace vt_test;
+namespace ex = vitrine::explain;
+
+namespace {
+std::shared_ptr<models::ResNet> fixture_resnet() {
+  const auto& c = fixture_case("resnet_parity.json", "resnet14");
+  auto m = std::make_shared<models::ResNet>(models::ResNetConfig::from_json(c.at("config")));
+  m->to(kFloat64);
+  load_fixture_state(*m, c.at("state"));
+  return m;
+}
+}  // namespace
+
+TEST_CASE("explain any model: a ResNet's Grad-CAM and saliency equal PyTorch's") {
+  const auto& c = fixture_case("resnet_parity.json", "resnet14");
+  auto m = fixture_resnet();
+  const Tensor x = fixture_tensor(c.at("input"));
+  const auto want = c.at("explain").at("targets").get<std::vector<int64_t>>();
+  std::vector<int64_t> got;
+  const Tensor cam = ex::gradcam(*m, *m->layer3, x, {-1, -1, -1}, &got);
+  CHECK(got == want);
+  CHECK(cam.shape() == Dims{3, 3, 3});
+  check_close(cam, fixture_tensor(c.at("explain").at("gradcam")), 1e-6, 1e-5);
+  const ex::Attribution s = ex::saliency(*m, x, {-1, -1, -1});
+  check_close(s.values, fixture_tensor(c.at("explain").at("saliency")), 1e-10, 1e-10);
+  CHECK(m->is_training());  // left as it was found
+  for (const Tensor& p : m->parameters()) CHECK(p.requires_grad());
+  // another class gives another map
+  CHECK(ops::max(ops::abs(ex::gradcam(*m, *m->layer3, x, {0, 1, 4}) - cam)).item() > 1e-6);
+}
+
+TEST_CASE("explain any model: every method that needs no attention runs on a ResNet") {
+  auto m = fixture_resnet();
+  m->eval();
+  Generator g(3);
+  const Tensor x = ops::randn({2, 2, 12, 8}, g, kFloat64);
+  ex::Options o;
+  o.samples = 4;
+  o.steps = 64;
+  const auto methods = ex::parse_methods("gradcam,saliency,smoothgrad,integrated-gradients");
+  const auto results = ex::explain(*m, m->layer3.get(), x, {-1, 2}, methods, o, 4);
+  REQUIRE(results.size() == 4);
+  for (const ex::Explanation& e : results) {
+    INFO(ex::method_name(e.method));
+    CHECK(e.raw.shape() == Dims{2, 12, 8});
+    CHECK(e.map.shape() == Dims{2, 12, 8});
+    CHECK(ops::max(e.map).item() == doctest::Approx(1.0));
+  }
+  CHECK(results[0].grid.shape() == Dims{2, 3, 2});  // layer3: 12x8 -> 6x4 -> 3x2
+  CHECK(results[1].grid.shape() == Dims{2, 3, 2});  // 4x4-pixel cells
+  // integrated gradients: the attributions sum to y(x) - y(baseline), up to the rule's error
+  REQUIRE(results[3].completeness_gap.size() == 2);
+  for (double gap : results[3].completeness_gap) CHECK(std::abs(gap) < 1e-3);
+
+  CHECK_ERROR_CONTAINS(
+      ex::explain(*m, m->layer3.get(), x, {-1, -1}, ex::parse_methods("rollout"), o),
+      "rollout needs a Vision Transformer's attention", "ResNet");
+  CHECK_ERROR_CONTAINS(ex::explain(*m, nullptr, x, {-1, -1}, ex::parse_methods("gradcam"), o),
+                       "gradcam needs the layer");
+  CHECK_ERROR_CONTAINS(ex::gradcam(*m, *m->fc, x, {-1, -1}), "feature map [B, K, h, w]", "[2, 5]");
+  models::ResNet other(models::ResNetConfig::preset("resnet8"));
+  CHECK_ERROR_CONTAINS(ex::gradcam(*m, *other.layer3, x, {-1, -1}), "was not called");
+  CHECK_ERROR_CONTAINS(ex::saliency(*m, x, {7, 0}), "class 7 is out of range", "5 classes");
+}
