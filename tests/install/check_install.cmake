@@ -51,3 +51,14 @@ if(rc OR NOT out MATCHES "grad 2 4 6")
   message(FATAL_ERROR "the consumer printed '${out}' (exit ${rc}), expected 'grad 2 4 6'")
 endif()
 message(STATUS "installed Vitrine works: ${out}")
+# The CNN: built against vitrine::explain, trained on Fashion-MNIST (when installed), explained.
+set(fmnist /usr/share/datasets/fashion-mnist)
+if(EXISTS ${fmnist}/t10k-images-idx3-ubyte.gz)
+  execute_process(COMMAND ${WORK_DIR}/build/cnn ${fmnist} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err)
+  if(rc OR NOT out MATCHES "saliency: map 28x28" OR NOT out MATCHES "integrated-gradients: map 28x28"
+     OR NOT out MATCHES "gradcam: map 28x28")
+    message(FATAL_ERROR "the CNN consumer printed '${out}${err}' (exit ${rc})")
+  endif()
+  message(STATUS "the CNN consumer:\n${out}")
+endif()

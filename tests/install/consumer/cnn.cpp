@@ -1,0 +1,45 @@
+// A small CNN built, trained and explained from an installed Vitrine (find_package(vitrine)):
+// the new layers, Fashion-MNIST through the library's data, AdamW, then saliency, integrated
+// gradients and Grad-CAM on one test image. Usage: cnn FASHION_MNIST_DIR
+#include <vitrine.h>
+
+#include <cstdio>
+
+#include "tools/explain/explain.h"
+
+using namespace vitrine;
+
+int main(int argc, char** argv) {
+  auto net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(16),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(32),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::AdaptiveAvgPool2d>(1),
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(32, 10)});
+  auto train = nn::data::fashion_mnist(argv[1], true),
+       test = nn::data::fashion_mnist(argv[1], false);
+  nn::data::Compose normalize({std::make_shared<nn::data::Normalize>(std::vector<float>{0.286f},
+                                                                     std::vector<float>{0.353f})});
+  nn::data::DataLoader loader(train, normalize, {.batch_size = 64, .seed = 1, .workers = 0});
+  nn::optim::AdamW opt(net->parameters(), {.lr = 3e-3});
+  loader.start_epoch(0);
+  for (int step = 0; step < 30; ++step) {
+    auto batch = loader.next();
+    Tensor loss = ops::cross_entropy((*net)(batch->images), batch->labels);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    if (step % 10 == 0 || step == 29) std::printf("step %d loss %.3f\n", step, loss.item());
+  }
+  net->eval();
+  nn::data::DataLoader first(test, normalize, {.batch_size = 1, .shuffle = false, .workers = 0});
+  first.start_epoch(0);
+  Tensor image = first.next()->images;  // [1, 1, 28, 28], the first test image
+  explain::Options o;
+  auto maps = explain::explain(*net, (*net)[6].get(), image, {-1},
+                               explain::parse_methods("saliency,integrated-gradients,gradcam"), o);
+  for (const auto& e : maps)
+    std::printf("%s: map %ldx%ld, max at %ld\n", explain::method_name(e.method).c_str(),
+                e.map.size(1), e.map.size(2), ops::argmax(e.map.reshape({-1}), 0).item<int64_t>());
+  return maps.size() == 3 ? 0 : 1;
+}
