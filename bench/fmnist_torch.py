@@ -98,13 +98,14 @@ DEFAULT_OUT = os.path.join(REPO, "bench", "results", "fmnist_torch.jsonl")
 
 SECTIONS = ["model", "data", "optim", "schedule", "train"]
 SECTION_KEYS = {
-    "data": ["dataset", "path", "validation_fraction", "batch_size", "workers", "transforms"],
+    "data": ["dataset", "path", "validation_fraction", "subset", "batch_size", "workers",
+             "transforms"],
     "optim": ["name", "lr", "weight_decay", "betas", "eps", "momentum", "nesterov",
               "label_smoothing", "grad_clip"],
     "schedule": ["name", "warmup_epochs", "min_lr_factor", "step_epochs", "gamma"],
     "train": ["epochs", "seed", "eval_every", "log_every", "early_stopping_patience",
               "accum_steps", "ema_decay", "test_each_epoch", "tta_hflip", "finetune",
-              "freeze_backbone", "device", "precision", "out"],
+              "max_steps", "freeze_backbone", "device", "precision", "out"],
 }
 TRANSFORM_KEYS = ["resize", "center_crop", "random_crop", "hflip", "mean", "std"]
 SIZE_KEYS = ["model.image_size", "data.transforms.resize", "data.transforms.center_crop",
@@ -122,6 +123,11 @@ PRESETS = {
     "fmnist": dict(VIT_DEFAULTS, image_size=[28, 28], patch=4, channels=1, num_classes=10,
                    dim=128, depth=6, heads=4, mlp_dim=256),
 }
+# ResNetConfig's defaults (models/resnet.h) and presets: depth 6 n + 2, 3 channels, 10 classes,
+# 32x32; vitrine-train's --set model.arch=resnet keeps the data's channels, classes and size.
+RESNET_DEFAULTS = {"arch": "resnet", "depth": 20, "channels": 3, "num_classes": 10, "width": 16,
+                   "image_size": [32, 32]}
+RESNET_PRESETS = {f"resnet{d}": dict(RESNET_DEFAULTS, depth=d) for d in (8, 14, 20, 32, 44, 56)}
 # The model fields this script implements beyond the preset.
 SUPPORTED_MODEL_FIELDS = ["dim", "depth", "heads", "mlp_dim", "patch", "patch_kernel", "pool",
                           "dropout", "drop_path", "eps", "qkv_bias"]
@@ -223,7 +229,9 @@ def same_kind(old, given, path):
 def optional_keys(parent, node):
     """Keys that may be --set though absent, with a value of their type (None: any)."""
     if parent == "model":
-        return dict(VIT_DEFAULTS, preset="fmnist")
+        if isinstance(node, dict) and node.get("arch") == "resnet":
+            return dict(RESNET_DEFAULTS, preset="resnet8")
+        return dict(VIT_DEFAULTS, preset="fmnist", arch="vit")
     if parent == "data.transforms":
         return {k: None for k in TRANSFORM_KEYS}
     if parent == "data.transforms.random_crop" and isinstance(node, dict):
@@ -242,6 +250,18 @@ def apply_override(config, assignment):
     if any(not p for p in parts):
         raise ConfigError(f'--set "{assignment}": "{key}" is not a dotted key')
     given = parse_value(text)
+    if key == "model.arch":
+        # As vitrine-train: another architecture starts a fresh model section that keeps what the
+        # data decided (channels, classes, input size; the ViT preset's here).
+        if given not in ("vit", "resnet"):
+            raise ConfigError(f'--set {assignment}: unknown architecture "{text}" (known: vit, '
+                              'resnet)')
+        if given != config["model"].get("arch", "vit"):
+            config["model"] = {"arch": given, "channels": 1, "num_classes": 10,
+                               "image_size": [28, 28]}
+            if given == "resnet":
+                config["model"]["preset"] = "resnet8"
+        return
     node, parent = config, ""
     for i, part in enumerate(parts):
         path = f"{parent}.{part}" if parent else part
@@ -300,6 +320,9 @@ def model_config(config):
     section = without_comments(config["model"])
     if not isinstance(section, dict):
         raise ConfigError("config: the model section must be an object")
+    if section.get("arch", "vit") == "resnet":
+        return resnet_config(section)
+    section = {k: v for k, v in section.items() if k != "arch"}
     for k in section:
         if k != "preset" and k not in VIT_DEFAULTS:
             raise ConfigError(f'config: model: unknown key "{k}"; the keys are: preset, '
@@ -350,6 +373,33 @@ def model_config(config):
     if h % merged["patch"] or w % merged["patch"]:
         raise ConfigError(f"config: model: image size {h}x{w} is not a multiple of the patch "
                           f"size {merged['patch']}")
+    return merged
+
+
+def resnet_config(section):
+    """A ResNet model section (ResNetConfig::from_json and preset): the preset, then the fields."""
+    for k in section:
+        if k != "preset" and k not in RESNET_DEFAULTS:
+            raise ConfigError(f'config: model: unknown key "{k}" for a resnet; the keys are: '
+                              f'preset, {", ".join(RESNET_DEFAULTS)}')
+    preset = section.get("preset", "resnet20")
+    if preset not in RESNET_PRESETS:
+        raise ConfigError(f'config: model.preset "{preset}": the resnet presets are '
+                          f'{", ".join(RESNET_PRESETS)}')
+    merged = dict(RESNET_PRESETS[preset])
+    merged.update({k: v for k, v in section.items() if k != "preset"})
+    if is_number(merged["image_size"]):
+        merged["image_size"] = [merged["image_size"]] * 2
+    for k in ["depth", "channels", "num_classes", "width"]:
+        if not (is_number(merged[k]) and merged[k] == int(merged[k]) and merged[k] > 0):
+            raise ConfigError(f"config: model.{k} must be a positive integer")
+        merged[k] = int(merged[k])
+    if merged["depth"] < 8 or (merged["depth"] - 2) % 6:
+        raise ConfigError(f"config: model.depth {merged['depth']}: a resnet's depth is 6 n + 2 "
+                          "(8, 14, 20, ...)")
+    if (merged["channels"], merged["num_classes"], list(merged["image_size"])) != (1, 10, [28, 28]):
+        raise ConfigError("config: this benchmark trains on Fashion-MNIST: 1 channel, 10 classes, "
+                          "28x28")
     return merged
 
 
@@ -450,6 +500,9 @@ def check_recipe(config):
         raise ConfigError("config: schedule.min_lr_factor must be in [0, 1]")
     if not (isinstance(t["seed"], int) and t["seed"] >= 0):
         raise ConfigError("config: train.seed must be an integer >= 0")
+    if d["subset"] != 0 or t["max_steps"] != 0:
+        raise ConfigError("config: data.subset and train.max_steps are not implemented by this "
+                          "benchmark (--max-steps limits the steps of an epoch)")
     if t["accum_steps"] != 1:
         raise ConfigError("config: train.accum_steps != 1 is not implemented by this benchmark")
     if t["ema_decay"] != 0:
@@ -510,6 +563,8 @@ def make_schedule(config, updates_per_epoch):
 # ---- the model (models/vit.cpp, nn/attention.cpp, nn/mlp.cpp, nn/layers.cpp) ----------------------
 
 def build_model(m):
+    if m.get("arch") == "resnet":
+        return build_resnet(m)
     import torch
     from torch import nn
 
@@ -614,6 +669,58 @@ def build_model(m):
             return self.head(x)
 
     return VisionTransformer()
+
+
+def build_resnet(m):
+    """models/resnet.{h,cpp}: the CIFAR ResNet (He et al. 2016), torchvision's BasicBlock with
+    option-B shortcuts and torchvision's init (convs kaiming_normal fan_out, BatchNorm 1 and 0, fc
+    PyTorch's Linear default)."""
+    import torch
+    from torch import nn
+
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False),
+                                                nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(y))
+            return torch.relu(y + (self.downsample(x) if self.downsample is not None else x))
+
+    class ResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            n, w = (m["depth"] - 2) // 6, m["width"]
+            self.conv1 = nn.Conv2d(m["channels"], w, 3, 1, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(w)
+
+            def stage(cin, cout, stride):
+                return nn.Sequential(*[BasicBlock(cin if i == 0 else cout, cout,
+                                                  stride if i == 0 else 1) for i in range(n)])
+
+            self.layer1 = stage(w, w, 1)
+            self.layer2 = stage(w, 2 * w, 2)
+            self.layer3 = stage(2 * w, 4 * w, 2)
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(4 * w, m["num_classes"])
+            for mod in self.modules():
+                if isinstance(mod, nn.Conv2d):
+                    nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            y = self.layer3(self.layer2(self.layer1(y)))
+            return self.fc(torch.flatten(self.avgpool(y), 1))
+
+    return ResNet()
 
 
 def param_groups_with_decay(model, lr, weight_decay,
@@ -760,7 +867,7 @@ def train(args, config, m, t):
 
     run = datetime.datetime.now().isoformat(timespec="seconds")
     print(f"pytorch {torch.__version__}, {torch.get_num_threads()} threads; model "
-          f"{json.dumps({k: m[k] for k in SUPPORTED_MODEL_FIELDS})}"
+          f"{json.dumps({k: m[k] for k in (RESNET_DEFAULTS if m.get('arch') == 'resnet' else SUPPORTED_MODEL_FIELDS)})}"
           f", {n_params} parameters; data {folder}: {n_train} training images"
           f"{f', {val[0].shape[0]} validation' if val else ''}, {test_x.shape[0]} test; "
           f"batch {batch_size}, {steps_per_epoch} steps per epoch, {epochs} epochs", flush=True)

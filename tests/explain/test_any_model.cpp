@@ -4,6 +4,7 @@
 // ViT's (IG's completeness), and the errors of methods that need a ViT.
 #include "models/resnet.h"
 #include "test_util.h"
+#include "tools/explain/evaluate.h"
 #include "tools/explain/explain.h"
 
 using namespace vitrine;
@@ -70,4 +71,68 @@ TEST_CASE("explain any model: every method that needs no attention runs on a Res
   models::ResNet other(models::ResNetConfig::preset("resnet8"));
   CHECK_ERROR_CONTAINS(ex::gradcam(*m, *other.layer3, x, {-1, -1}), "was not called");
   CHECK_ERROR_CONTAINS(ex::saliency(*m, x, {7, 0}), "class 7 is out of range", "5 classes");
+}
+
+TEST_CASE("explain any model: the evaluation and its cascading randomisation on a ResNet") {
+  auto m = fixture_resnet();  // resnet14: two blocks a stage
+  m->eval();
+  const auto steps = ex::randomisation_steps(*m);
+  CHECK(steps == std::vector<std::string>{"fc", "layer3.1", "layer3.0", "layer2.1", "layer2.0",
+                                          "layer1.1", "layer1.0", "bn1", "conv1"});
+  const models::ResNetConfig config = m->config();
+  const ex::ModelBuilder build = [config](Generator& gen) {
+    auto fresh = std::make_shared<models::ResNet>(config, gen);
+    fresh->to(kFloat64);
+    return fresh;
+  };
+  // Three steps re-initialise fc, layer3.1 and layer3.0 (weights and running statistics) from a
+  // fresh model of the same seed; everything below keeps the trained values.
+  const auto copy = ex::randomised_copy(*m, build, 3, 11);
+  Generator g11(11);
+  const auto fresh = build(g11);
+  const auto trained = m->state_dict(), got = copy->state_dict(), init = fresh->state_dict();
+  for (size_t i = 0; i < trained.size(); ++i) {
+    const std::string& name = trained[i].first;
+    INFO(name);
+    const bool randomised =
+        name.starts_with("fc.") || name.starts_with("layer3.1.") || name.starts_with("layer3.0.");
+    check_close(got[i].second, (randomised ? init : trained)[i].second, 0, 0);
+  }
+  CHECK_ERROR_CONTAINS(ex::randomised_copy(*m, build, 10, 0), "10 randomisation steps",
+                       "the model has 9");
+  CHECK(&ex::submodule(*m, "layer3.1") == m->layer3->named_children()[1].second.get());
+  CHECK_ERROR_CONTAINS(ex::submodule(*m, "layer4"), "no submodule named 'layer4'",
+                       "layer3, avgpool");
+
+  // The whole evaluation: rows, 4x4-pixel cells (12x8 images: 6 cells, 2 a step: 3 steps),
+  // one sanity column per step.
+  Generator g(5);
+  const Tensor x = ops::randn({3, 2, 12, 8}, g, kFloat64);
+  ex::EvalOptions o;
+  o.methods = ex::parse_methods("gradcam,saliency,integrated-gradients");
+  o.explain.steps = 8;
+  o.curves.patches_per_step = 2;
+  o.sanity_images = 2;
+  o.cell = 4;
+  const ex::EvalResult r = ex::evaluate(*m, "layer3", build, x, {-1, -1, 1}, std::nullopt, o);
+  CHECK(r.rows == std::vector<std::string>{"gradcam", "saliency", "integrated-gradients", "random",
+                                           "centre"});
+  CHECK(r.deletion_curve.at("gradcam").size() == 4);
+  CHECK(r.deletion_auc.at("saliency").size() == 3);
+  CHECK(r.sanity_steps == steps);
+  REQUIRE(r.sanity.at("gradcam").size() == steps.size());
+  CHECK(r.sanity.at("gradcam")[0].size() == 2);
+  for (const auto& per_step : r.sanity.at("saliency"))
+    for (double rho : per_step) CHECK(std::abs(rho) <= 1.0 + 1e-12);
+  // Without a builder there are no sanity checks; a cell that does not tile the image is an Error.
+  const ex::EvalResult no_sanity = ex::evaluate(*m, "", {}, x, {-1, -1, 1}, std::nullopt, [] {
+    ex::EvalOptions e;
+    e.methods = ex::parse_methods("saliency");
+    return e;
+  }());
+  CHECK(no_sanity.sanity_steps.empty());
+  ex::EvalOptions bad = o;
+  bad.cell = 5;
+  CHECK_ERROR_CONTAINS(ex::evaluate(*m, "layer3", build, x, {-1, -1, -1}, std::nullopt, bad),
+                       "12x8 images are not a whole number of 5x5 cells");
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "browser.h"
+#include "models/resnet.h"
 #include "nn/state.h"
 #include "test_util.h"
 #include "tools/explain/explain.h"
@@ -266,4 +267,95 @@ TEST_CASE("vitrine-explain: bad input is a message and a non-zero exit, and noth
   CHECK(r.code == 1);
   CHECK(r.output.find("not a vitrine-explain output folder") != std::string::npos);
   CHECK(read_text(s.dir / "precious/notes.txt") == "keep");
+}
+
+TEST_CASE("vitrine-explain on a ResNet: the methods that need no attention, --evaluate, errors") {
+  Setup& s = setup();
+  // A small CIFAR ResNet for 1x28x28 images and 3 classes, saved as vitrine-train saves one.
+  models::ResNetConfig rc = models::ResNetConfig::preset("resnet8");
+  rc.channels = 1;
+  rc.num_classes = 3;
+  rc.width = 4;
+  rc.image_h = rc.image_w = 28;
+  Generator gen(5);
+  models::ResNet resnet(rc, gen);
+  nn::Metadata md;
+  nn::set_metadata_json(md, nn::kConfigKey, rc.to_json());
+  nn::set_metadata_json(md, nn::kMeanKey, std::vector<double>{0.25});
+  nn::set_metadata_json(md, nn::kStdKey, std::vector<double>{0.5});
+  nn::set_metadata_json(md, nn::kClassesKey, std::vector<std::string>{"shirt", "bag", "boot"});
+  const std::string ck = s.dir / "resnet.safetensors";
+  nn::save_checkpoint(ck, resnet, md);
+
+  Generator xgen(6);
+  const Tensor x = ops::randn({2, 1, 28, 28}, xgen);
+  ex::write_npy(s.dir / "rn_input.npy", x);
+
+  // --method all: Grad-CAM at layer3 (the default) and the input-gradient methods.
+  const std::string out = s.dir / "out_resnet";
+  const auto r = explain_run({"--checkpoint", ck, "--input", "rn_input.npy", "--samples", "2",
+                              "--steps", "4", "--out", out, "--target", "bag"},
+                             "resnet");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("Grad-CAM at layer3") != std::string::npos);
+  const std::vector<std::string> methods = {"gradcam", "saliency", "smoothgrad",
+                                            "integrated-gradients"};
+  for (const std::string& name : methods) {
+    INFO(name);
+    CHECK(ex::read_npy(out + "/" + name + ".npy").shape() == Dims{2, 28, 28});
+    CHECK(fs::file_size(out + "/001/" + name + ".png") > 100);
+  }
+  CHECK(ex::read_npy(out + "/gradcam.grid.npy").shape() == Dims{2, 7, 7});  // layer3's 7x7
+  CHECK(!fs::exists(out + "/attention.npy"));
+  CHECK(!fs::exists(out + "/attention-distance.npy"));
+  // The maps are the library's on the same input, to the last bit.
+  ex::Options o;
+  o.samples = 2;
+  o.steps = 4;
+  const auto lib = ex::explain(resnet, resnet.layer3.get(), x, {1, 1},
+                               ex::parse_methods(fmt::format("{}", fmt::join(methods, ","))), o);
+  for (const auto& le : lib) {
+    INFO(ex::method_name(le.method));
+    check_close(ex::read_npy(out + "/" + ex::method_name(le.method) + ".npy"), le.map, 0, 0);
+  }
+  resnet.eval();
+  check_close(ex::read_npy(out + "/logits.npy"), resnet(x), 1e-6, 1e-6);
+  const json pred = json::parse(read_text(out + "/predictions.json"));
+  CHECK(pred[1]["target_name"] == "bag");
+
+  // --evaluate: every method on the 4x4-pixel cells, sanity steps from fc down to conv1.
+  const std::string eval_out = s.dir / "out_resnet_eval";
+  const auto e =
+      explain_run({"--checkpoint", ck, "--input", "rn_input.npy", "--evaluate", "--samples", "2",
+                   "--steps", "3", "--sanity-count", "2", "--out", eval_out},
+                  "resnet_evaluate");
+  INFO(e.output);
+  REQUIRE(e.code == 0);
+  const json j = json::parse(read_text(eval_out + "/evaluation.json"));
+  CHECK(j["rows"] ==
+        json({"gradcam", "saliency", "smoothgrad", "integrated-gradients", "random", "centre"}));
+  CHECK(j["sanity_steps"] == json({"fc", "layer3.0", "layer2.0", "layer1.0", "bn1", "conv1"}));
+  CHECK(j["results"]["gradcam"]["deletion_curve"].size() == 49 / 4 + 2);  // 7x7 cells, 4 a step
+  CHECK(j["results"]["saliency"]["sanity"][5]["n"] == 2);
+
+  // Errors: an attention method, an unknown layer, a ViT option.
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {{"--method", "rollout"}, {"rollout reads a Vision Transformer's attention", "ResNet-8"}},
+      {{"--gradcam-layer", "layer9"}, {"no submodule named 'layer9'", "layer1, layer2, layer3"}},
+      {{"--model-config", "fmnist"}, {"--model-config fmnist", "resnet checkpoint"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"--checkpoint", ck, "a.png", "--out", s.dir / "out_rn_bad"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const auto b = explain_run(args, "resnet_bad");
+    INFO(fmt::format("{}", fmt::join(c.args, " ")), "\n", b.output);
+    CHECK(b.code == 1);
+    for (const auto& m : c.message) CHECK(b.output.find(m) != std::string::npos);
+    check_nothing_written(s.dir / "out_rn_bad");
+  }
 }

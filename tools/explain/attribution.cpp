@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numbers>
 
+#include <fmt/ranges.h>
+
 #include "tools/explain/detail.h"
 #include "tools/explain/explain.h"
 
@@ -256,7 +258,7 @@ Tensor gradcam(nn::Module& model, nn::Module& layer, const Tensor& images,
 std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, const Tensor& images,
                                  const std::vector<int64_t>& targets,
                                  const std::vector<Method>& methods, const Options& options,
-                                 int64_t cell) {
+                                 int64_t cell, std::vector<int64_t>* resolved) {
   check_images(model, images);
   VT_CHECK(cell >= 1, "explain: the cell size must be positive, got {}", cell);
   const int64_t H = images.size(2), W = images.size(3);
@@ -268,6 +270,7 @@ std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, c
     t = resolve_targets(model(images.detach().to(model_device(model)).to(model_dtype(model))),
                         targets);
   }
+  if (resolved) *resolved = t;
   std::vector<Explanation> out;
   for (Method m : methods) {
     Explanation e{m, {}, {}, {}, {}, {}, {}};
@@ -301,6 +304,17 @@ std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, c
     out.push_back(std::move(e));
   }
   return out;
+}
+
+nn::Module& submodule(nn::Module& model, const std::string& name) {
+  for (const auto& [n, m] : model.named_modules())
+    if (n == name && !n.empty()) return *m;
+  std::vector<std::string> children;
+  for (const auto& [n, m] : model.named_children()) children.push_back(n);
+  fail(
+      "the {} has no submodule named '{}' (its children: {}; deeper ones by dotted names, as "
+      "layer3.2)",
+      model.type_name(), name, fmt::join(children, ", "));
 }
 
 }  // namespace vitrine::explain

@@ -83,7 +83,7 @@ Removal parse_removal(const std::string& name) {
   fail("explain: unknown removal '{}' (known: zero, mean, blur)", name);
 }
 
-LogitsFn logits_of(models::VisionTransformer& model, int64_t chunk) {
+LogitsFn logits_of(nn::Module& model, int64_t chunk) {
   return [&model, chunk](const Tensor& images) {
     NoGradGuard ng;
     const bool training = model.is_training();
@@ -261,24 +261,42 @@ std::shared_ptr<models::VisionTransformer> randomised_copy(const models::VisionT
   return fresh;
 }
 
-EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
-                    const std::vector<int64_t>& targets,
-                    const std::optional<std::vector<nn::data::Box>>& boxes, const EvalOptions& o,
-                    const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
+namespace {
+
+/// What the evaluation needs of a kind of model.
+struct Explainer {
+  int64_t patch = 1;  // the grid's cell in pixels
+  /// The methods on a chunk of images: one Explanation each, its grid on the patch grid; the
+  /// targets with -1 replaced go to resolved.
+  std::function<std::vector<Explanation>(nn::Module& m, const Tensor& x,
+                                         const std::vector<int64_t>& t,
+                                         std::vector<int64_t>& resolved)>
+      run;
+  std::vector<std::string> steps;  // the randomisation steps (empty: no sanity checks)
+  std::function<std::shared_ptr<nn::Module>(int64_t steps)> randomised;
+};
+
+EvalResult evaluate_with(
+    nn::Module& model, const Explainer& ex, const Tensor& images,
+    const std::vector<int64_t>& targets, const std::optional<std::vector<nn::data::Box>>& boxes,
+    const EvalOptions& o,
+    const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t N = images.size(0), H = images.size(2), W = images.size(3);
-  const int64_t patch = model.config().patch;
+  const int64_t patch = ex.patch;
   VT_CHECK(static_cast<int64_t>(targets.size()) == N, "explain: {} targets for {} images",
            targets.size(), N);
   VT_CHECK(!boxes || static_cast<int64_t>(boxes->size()) == N, "explain: {} boxes for {} images",
            boxes ? boxes->size() : 0, N);
+  VT_CHECK(H % patch == 0 && W % patch == 0,
+           "explain: the {}x{} images are not a whole number of {}x{} cells", H, W, patch, patch);
   EvalResult r;
   r.images = N;
   for (Method m : o.methods) r.rows.push_back(method_name(m));
   r.rows.push_back("random");
   r.rows.push_back("centre");
   const LogitsFn f = logits_of(model, 256);
-  const int64_t n_sanity = std::min(o.sanity_images, N);
+  const int64_t n_sanity = ex.steps.empty() ? 0 : std::min(o.sanity_images, N);
   std::map<std::string, std::vector<std::vector<double>>> trained_maps;  // sanity references
   std::vector<int64_t> resolved;
 
@@ -309,19 +327,19 @@ EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
     const int64_t n = std::min(o.chunk, N - start);
     const Tensor x = images.narrow(0, start, n).contiguous();
     const std::vector<int64_t> t(targets.begin() + start, targets.begin() + start + n);
-    const Pass pass = run_pass(model, x, t, o.explain.layer);
-    resolved.insert(resolved.end(), pass.targets.begin(), pass.targets.end());
-    for (Method m : o.methods) {
-      const Explanation e = explain_method(model, x, pass, m, o.explain);
-      score(method_name(m), x, pass.targets, e.grid, e.raw, start);
+    std::vector<int64_t> chunk_targets;
+    const std::vector<Explanation> es = ex.run(model, x, t, chunk_targets);
+    resolved.insert(resolved.end(), chunk_targets.begin(), chunk_targets.end());
+    for (const Explanation& e : es) {
+      score(method_name(e.method), x, chunk_targets, e.grid, e.raw, start);
       for (int64_t b = 0; b < n && start + b < n_sanity; ++b)
-        trained_maps[method_name(m)].push_back(image_map(e.raw, b));
+        trained_maps[method_name(e.method)].push_back(image_map(e.raw, b));
     }
-    const int64_t gh = pass.grid_h, gw = pass.grid_w;
+    const int64_t gh = H / patch, gw = W / patch;
     const Tensor rnd = random_grid(n, gh, gw, o.seed + static_cast<uint64_t>(start));
-    score("random", x, pass.targets, rnd, upsample(rnd, H, W), start);
+    score("random", x, chunk_targets, rnd, upsample(rnd, H, W), start);
     const Tensor ctr = centre_grid(n, gh, gw);
-    score("centre", x, pass.targets, ctr, upsample(ctr, H, W), start);
+    score("centre", x, chunk_targets, ctr, upsample(ctr, H, W), start);
     if (progress) progress("explained", start + n, N);
   }
   for (const std::string& row : r.rows) {
@@ -330,23 +348,22 @@ EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
   }
 
   if (n_sanity > 0) {
-    r.sanity_steps = randomisation_steps(model.config());
+    r.sanity_steps = ex.steps;
     const int64_t steps = static_cast<int64_t>(r.sanity_steps.size());
     for (int64_t s = 1; s <= steps; ++s) {
-      auto rm = randomised_copy(model, s, o.seed + 1);
+      auto rm = ex.randomised(s);
       for (int64_t start = 0; start < n_sanity; start += o.chunk) {
         const int64_t n = std::min(o.chunk, n_sanity - start);
         const Tensor x = images.narrow(0, start, n).contiguous();
         // The same classes as the trained model explained, not the random model's predictions.
         const std::vector<int64_t> t(resolved.begin() + start, resolved.begin() + start + n);
-        const Pass pass = run_pass(*rm, x, t, o.explain.layer);
-        for (Method m : o.methods) {
-          const Explanation e = explain_method(*rm, x, pass, m, o.explain);
-          auto& per_step = r.sanity[method_name(m)];
+        std::vector<int64_t> unused;
+        for (const Explanation& e : ex.run(*rm, x, t, unused)) {
+          auto& per_step = r.sanity[method_name(e.method)];
           per_step.resize(static_cast<size_t>(steps));
           for (int64_t b = 0; b < n; ++b)
             per_step[s - 1].push_back(
-                spearman(trained_maps[method_name(m)][start + b], image_map(e.raw, b)));
+                spearman(trained_maps[method_name(e.method)][start + b], image_map(e.raw, b)));
         }
       }
       if (progress) progress("randomised", s, steps);
@@ -354,6 +371,108 @@ EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+/// The first dotted component of a state name, with a Sequential's index kept ("layer3.2").
+std::string step_of(const std::string& name) {
+  const size_t a = name.find('.');
+  if (a == std::string::npos) return name;
+  const size_t b = name.find('.', a + 1);
+  if (b == std::string::npos) return name.substr(0, a);
+  const std::string second = name.substr(a + 1, b - a - 1);
+  const bool index = !second.empty() && std::all_of(second.begin(), second.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+  return index ? name.substr(0, b) : name.substr(0, a);
+}
+
+}  // namespace
+
+EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
+                    const std::vector<int64_t>& targets,
+                    const std::optional<std::vector<nn::data::Box>>& boxes, const EvalOptions& o,
+                    const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
+  Explainer ex;
+  ex.patch = model.config().patch;
+  ex.run = [&o](nn::Module& m, const Tensor& x, const std::vector<int64_t>& t,
+                std::vector<int64_t>& resolved) {
+    auto& vit = dynamic_cast<models::VisionTransformer&>(m);
+    const Pass pass = run_pass(vit, x, t, o.explain.layer);
+    resolved = pass.targets;
+    std::vector<Explanation> out;
+    for (Method method : o.methods) out.push_back(explain_method(vit, x, pass, method, o.explain));
+    return out;
+  };
+  ex.steps = randomisation_steps(model.config());
+  ex.randomised = [&model, &o](int64_t steps) -> std::shared_ptr<nn::Module> {
+    return randomised_copy(model, steps, o.seed + 1);
+  };
+  return evaluate_with(model, ex, images, targets, boxes, o, progress);
+}
+
+EvalResult evaluate(nn::Module& model, const std::string& gradcam_layer, const ModelBuilder& build,
+                    const Tensor& images, const std::vector<int64_t>& targets,
+                    const std::optional<std::vector<nn::data::Box>>& boxes, const EvalOptions& o,
+                    const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
+  if (auto* vit = dynamic_cast<models::VisionTransformer*>(&model))
+    return evaluate(*vit, images, targets, boxes, o, progress);
+  VT_CHECK(o.cell >= 1, "explain: the cell size must be positive, got {}", o.cell);
+  Explainer ex;
+  ex.patch = o.cell;
+  ex.run = [&o, &gradcam_layer](nn::Module& m, const Tensor& x, const std::vector<int64_t>& t,
+                                std::vector<int64_t>& resolved) {
+    nn::Module* layer = gradcam_layer.empty() ? nullptr : &submodule(m, gradcam_layer);
+    std::vector<Explanation> out = explain(m, layer, x, t, o.methods, o.explain, o.cell, &resolved);
+    for (Explanation& e : out) e.grid = patch_mean(e.raw, o.cell);  // one grid for every method
+    return out;
+  };
+  if (build) {
+    ex.steps = randomisation_steps(model);
+    ex.randomised = [&model, &build, &o](int64_t steps) {
+      return randomised_copy(model, build, steps, o.seed + 1);
+    };
+  }
+  return evaluate_with(model, ex, images, targets, boxes, o, progress);
+}
+
+std::vector<std::string> randomisation_steps(const nn::Module& model) {
+  std::vector<std::string> steps;
+  for (const auto& [name, t] : model.state_dict()) {
+    const std::string s = step_of(name);
+    if (std::find(steps.begin(), steps.end(), s) == steps.end()) steps.push_back(s);
+  }
+  std::reverse(steps.begin(), steps.end());
+  return steps;
+}
+
+std::shared_ptr<nn::Module> randomised_copy(const nn::Module& model, const ModelBuilder& build,
+                                            int64_t steps, uint64_t seed) {
+  const auto names = randomisation_steps(model);
+  VT_CHECK(steps >= 0 && steps <= static_cast<int64_t>(names.size()),
+           "explain: {} randomisation steps asked, the model has {}", steps, names.size());
+  Generator gen(seed);
+  std::shared_ptr<nn::Module> fresh = build(gen);
+  const std::vector<std::string> randomise(names.begin(), names.begin() + steps);
+  nn::NamedTensors state;
+  const auto trained = model.state_dict();
+  const auto init = fresh->state_dict();
+  VT_CHECK(trained.size() == init.size(),
+           "explain: the fresh model has {} state entries, the trained one {} (build must make "
+           "the same architecture)",
+           init.size(), trained.size());
+  for (size_t i = 0; i < trained.size(); ++i) {
+    const bool r =
+        std::find(randomise.begin(), randomise.end(), step_of(trained[i].first)) != randomise.end();
+    state.emplace_back(trained[i].first, (r ? init[i] : trained[i]).second.to(kCPU));
+  }
+  nn::load_state_dict(*fresh, state);
+  const auto params = model.parameters();
+  if (!params.empty()) {
+    fresh->to(params.front().device());
+    fresh->to(params.front().dtype());
+  }
+  fresh->eval();
+  return fresh;
 }
 
 namespace {

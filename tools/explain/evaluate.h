@@ -37,8 +37,8 @@ Removal parse_removal(const std::string& name);
 
 /// A classifier as a function: images [M, C, H, W] -> logits [M, K] (no gradient needed).
 using LogitsFn = std::function<Tensor(const Tensor& images)>;
-/// The model in eval mode, no grad, at most `chunk` images per forward.
-LogitsFn logits_of(models::VisionTransformer& model, int64_t chunk = 256);
+/// The model (any image classifier) in eval mode, no grad, at most `chunk` images per forward.
+LogitsFn logits_of(nn::Module& model, int64_t chunk = 256);
 
 struct CurveOptions {
   int64_t patches_per_step = 4;
@@ -96,6 +96,19 @@ std::vector<std::string> randomisation_steps(const models::ViTConfig& config);
 std::shared_ptr<models::VisionTransformer> randomised_copy(const models::VisionTransformer& model,
                                                            int64_t steps, uint64_t seed);
 
+/// The cascading randomisation's steps of any model, top first: its state's names grouped by
+/// their first component, a Sequential's children one by one ("fc", "layer3.2", "layer3.1", ...,
+/// "layer1.0", "bn1", "conv1" for a ResNet), in the reverse of the order the state lists them.
+std::vector<std::string> randomisation_steps(const nn::Module& model);
+
+/// A fresh model of the same architecture (the sanity checks' randomised weights).
+using ModelBuilder = std::function<std::shared_ptr<nn::Module>(Generator& gen)>;
+
+/// A copy of any model whose first `steps` randomisation steps (randomisation_steps(model)) take
+/// the weights and buffers of build(Generator(seed)); the rest keeps the trained ones.
+std::shared_ptr<nn::Module> randomised_copy(const nn::Module& model, const ModelBuilder& build,
+                                            int64_t steps, uint64_t seed);
+
 struct EvalOptions {
   std::vector<Method> methods = all_methods();
   Options explain;  // the methods' options (samples, steps, ...)
@@ -103,6 +116,9 @@ struct EvalOptions {
   int64_t sanity_images = 100;  // the first images of the set; 0 skips the sanity checks
   int64_t chunk = 50;           // images explained at once
   uint64_t seed = 0;            // the random baseline and the randomised weights
+  /// A model other than a ViT, which has no patches: the side of the squares of pixels the maps
+  /// are ranked by and deleted in (4: a 7x7 grid on 28x28 images).
+  int64_t cell = 4;
 };
 
 /// Every row's per-image values (rows: the methods, then "random" and "centre").
@@ -125,6 +141,17 @@ struct EvalResult {
 /// progress(stage, done, total) is called as it goes (may be empty).
 EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
                     const std::vector<int64_t>& targets,
+                    const std::optional<std::vector<nn::data::Box>>& boxes,
+                    const EvalOptions& options,
+                    const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});
+
+/// The same for any image classifier (a ResNet, a model of your own): the methods of
+/// explain(model, layer, ...) (gradcam at the submodule named gradcam_layer, saliency, smoothgrad,
+/// integrated-gradients), each map ranked on the grid of options.cell-pixel squares; the sanity
+/// checks re-initialise randomisation_steps(model) from a fresh build(gen) (an empty build skips
+/// them).
+EvalResult evaluate(nn::Module& model, const std::string& gradcam_layer, const ModelBuilder& build,
+                    const Tensor& images, const std::vector<int64_t>& targets,
                     const std::optional<std::vector<nn::data::Box>>& boxes,
                     const EvalOptions& options,
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});

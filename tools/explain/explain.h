@@ -254,9 +254,14 @@ Tensor gradcam(nn::Module& model, nn::Module& layer, const Tensor& images,
 /// raw map is at image resolution (Grad-CAM's upsampled bilinearly), its grid the mean over
 /// cells of cell x cell pixels for the input-gradient methods (what the evaluation ranks) and
 /// the layer's own h x w for Grad-CAM.
+/// resolved: receives the targets with -1 replaced by the predicted class.
 std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, const Tensor& images,
                                  const std::vector<int64_t>& targets,
                                  const std::vector<Method>& methods, const Options& options,
-                                 int64_t cell = 4);
+                                 int64_t cell = 4, std::vector<int64_t>* resolved = nullptr);
+
+/// The submodule of model at a dotted name, as named_modules() lists it ("layer3",
+/// "layer3.2.conv2"); an Error naming the model's top-level children otherwise.
+nn::Module& submodule(nn::Module& model, const std::string& name);
 
 }  // namespace vitrine::explain

@@ -1,10 +1,13 @@
-// vitrine-explain: why did a ViT give an image its class? Runs the explanation methods of
-// explain.h on images (files, a data set's test images, or a raw model-input .npy) and writes
-// heatmap overlays, the maps as .npy, and a self-contained index.html report.
+// vitrine-explain: why did a ViT (or another image classifier, as a ResNet) give an image its
+// class? Runs the explanation methods of explain.h on images (files, a data set's test images, or
+// a raw model-input .npy) and writes heatmap overlays, the maps as .npy, and a self-contained
+// index.html report. A model other than a ViT gets the methods that need no attention: gradcam
+// (at --gradcam-layer), saliency, smoothgrad, integrated-gradients.
 //
 //   vitrine-explain --checkpoint runs/demo/best.safetensors --dataset fashion-mnist --count 12
 //   vitrine-explain --checkpoint vit.safetensors --model-config vit_small_patch16_224 cat.jpg
 //   vitrine-explain --checkpoint runs/cifar/best.safetensors --dataset cifar10 --sample 16
+//   vitrine-explain --checkpoint runs/resnet/best.safetensors --dataset fashion-mnist --evaluate
 //   vitrine-explain --checkpoint dino.safetensors --model-config vit_small_patch8_224
 //       --method attention --pos-interp dino --resize none --crop topleft --threshold 0.6 photo.jpg
 //
@@ -19,6 +22,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "models/classifier.h"
 #include "nn/data/image_folder.h"
 #include "nn/data/pasted.h"
 #include "nn/data/transforms.h"
@@ -50,6 +54,8 @@ struct Cli {
   std::string pos_interp = "size";
   std::string head_fusion = "mean", ig_method = "gausslegendre", baseline = "black";
   std::string colormap = "inferno";
+  std::string gradcam_layer;  // a model other than a ViT: the submodule Grad-CAM reads
+  int64_t cell = 4;           // a model other than a ViT: the grid's cell in pixels
   double alpha = 0.5;
   std::vector<float> mean, std;
   ex::Options opt;
@@ -70,9 +76,13 @@ struct Sample {
 
 /// The model, its class names and the input normalisation it was trained with.
 struct Loaded {
-  std::shared_ptr<models::VisionTransformer> model;
-  nn::Metadata meta;                 // the checkpoint's metadata
-  bool headless = false;             // no classification head: attention methods only
+  std::shared_ptr<nn::Module> model;               // any image classifier
+  std::shared_ptr<models::VisionTransformer> vit;  // the same model when it is a ViT, else null
+  models::ClassifierSpec spec;                     // channels, classes, input size
+  int64_t patch = 1;          // a ViT's patch; 1 for a model that takes any size
+  std::string gradcam_layer;  // another model: the submodule Grad-CAM reads (a ResNet's layer3)
+  nn::Metadata meta;          // the checkpoint's metadata
+  bool headless = false;      // no classification head: attention methods only
   std::vector<std::string> classes;  // empty without a head
   std::vector<float> mean, std;
   std::string normalisation;  // where mean/std came from, for the report
@@ -90,9 +100,32 @@ void check_headless(const Cli& cli, const std::vector<ex::Method>& methods) {
            cli.checkpoint, fmt::join(need, ", "));
 }
 
+/// The methods for a model other than a ViT: "all" is every method that needs no attention
+/// (gradcam only with a layer); an attention method asked by name is an Error.
+std::vector<ex::Method> methods_for_any_model(const Cli& cli, const Loaded& l,
+                                              const std::vector<ex::Method>& asked) {
+  if (cli.methods == "all") {
+    std::vector<ex::Method> out;
+    for (ex::Method m : asked)
+      if (ex::is_input_gradient(m) || (m == ex::Method::GradCam && !l.gradcam_layer.empty()))
+        out.push_back(m);
+    return out;
+  }
+  for (ex::Method m : asked) {
+    VT_CHECK(ex::is_input_gradient(m) || m == ex::Method::GradCam,
+             "--method {}: {} reads a Vision Transformer's attention, and {} holds a {} ({}); "
+             "for this model: gradcam, saliency, smoothgrad, integrated-gradients",
+             cli.methods, ex::method_name(m), cli.checkpoint, l.model->type_name(),
+             l.spec.describe());
+    VT_CHECK(m != ex::Method::GradCam || !l.gradcam_layer.empty(),
+             "--method gradcam: name the layer whose activations Grad-CAM weighs with "
+             "--gradcam-layer (a submodule of the {}, as a convolutional stage)",
+             l.model->type_name());
+  }
+  return asked;
+}
+
 Loaded load(const Cli& cli) {
-  std::optional<models::ViTConfig> config;
-  if (!cli.model_config.empty()) config = models::resolve_config(cli.model_config);
   Loaded l;
   l.meta = nn::read_safetensors_metadata(cli.checkpoint);
   const double mb = static_cast<double>(fs::file_size(cli.checkpoint)) / 1e6;
@@ -100,8 +133,30 @@ Loaded load(const Cli& cli) {
     fmt::print("reading {} ({:.0f} MB) ...\n", cli.checkpoint, mb);
     std::fflush(stdout);
   }
-  l.model = models::load_vit(cli.checkpoint, config);
-  const auto& c = l.model->config();
+  const json stored = nn::metadata_json(l.meta, nn::kConfigKey);
+  if (!stored.is_null() && models::arch_of(stored) != "vit") {
+    // Another architecture: its checkpoint holds its config; no --model-config to resolve.
+    VT_CHECK(cli.model_config.empty(),
+             "--model-config {}: {} is a {} checkpoint, which names its own architecture "
+             "(--model-config is for ViT checkpoints without one)",
+             cli.model_config, cli.checkpoint, models::arch_of(stored));
+    l.model = models::load_classifier(cli.checkpoint, {}, &l.spec);
+    l.gradcam_layer =
+        cli.gradcam_layer.empty() && l.spec.arch == "resnet" ? "layer3" : cli.gradcam_layer;
+    if (!l.gradcam_layer.empty()) (void)ex::submodule(*l.model, l.gradcam_layer);  // checked
+  } else {
+    std::optional<models::ViTConfig> config;
+    if (!cli.model_config.empty()) config = models::resolve_config(cli.model_config);
+    l.vit = models::load_vit(cli.checkpoint, config);
+    l.model = l.vit;
+    l.spec = models::ClassifierSpec::of(l.vit->config());
+    l.patch = l.vit->config().patch;
+    VT_CHECK(cli.gradcam_layer.empty(),
+             "--gradcam-layer {}: a ViT's Grad-CAM reads a block's tokens; choose the block with "
+             "--layer",
+             cli.gradcam_layer);
+  }
+  const models::ClassifierSpec& c = l.spec;
   l.headless = c.num_classes == 0;
   if (json v = nn::metadata_json(l.meta, nn::kClassesKey); v.is_array())
     l.classes = v.get<std::vector<std::string>>();
@@ -171,10 +226,11 @@ double resize_factor(const std::string& resize) {
 /// normalised.
 Sample prepare(const std::string& name, const nn::data::Image& raw, int64_t label, const Cli& cli,
                const Loaded& l) {
-  const auto& c = l.model->config();
-  VT_CHECK(raw.height >= c.patch && raw.width >= c.patch,
+  const models::ClassifierSpec& c = l.spec;
+  const int64_t patch = l.patch;
+  VT_CHECK(raw.height >= patch && raw.width >= patch,
            "{}: the image is {}x{}, smaller than one {}x{} patch", name, raw.height, raw.width,
-           c.patch, c.patch);
+           patch, patch);
   nn::data::Image im = raw;
   if (cli.resize == "model") {
     if (im.height != c.image_h || im.width != c.image_w)
@@ -183,11 +239,11 @@ Sample prepare(const std::string& name, const nn::data::Image& raw, int64_t labe
     if (const double f = resize_factor(cli.resize); f > 0)
       im = nn::data::resize(im, std::max<int64_t>(1, std::llround(f * im.height)),
                             std::max<int64_t>(1, std::llround(f * im.width)));
-    VT_CHECK(im.height >= c.patch && im.width >= c.patch,
+    VT_CHECK(im.height >= patch && im.width >= patch,
              "{}: the image is {}x{}{}, smaller than one {}x{} patch", name, im.height, im.width,
-             cli.resize == "none" ? "" : fmt::format(" after --resize {}", cli.resize), c.patch,
-             c.patch);
-    const int64_t h = im.height / c.patch * c.patch, w = im.width / c.patch * c.patch;
+             cli.resize == "none" ? "" : fmt::format(" after --resize {}", cli.resize), patch,
+             patch);
+    const int64_t h = im.height / patch * patch, w = im.width / patch * patch;
     if (cli.crop == "topleft") {
       nn::data::Image out{im.channels, h, w, {}};
       out.pixels.resize(static_cast<size_t>(im.channels * h * w));
@@ -212,9 +268,9 @@ struct TestSet {
 };
 
 TestSet open_test_set(const Cli& cli, const Loaded& l) {
-  const auto& c = l.model->config();
+  const models::ClassifierSpec& c = l.spec;
   TestSet t;
-  json config = train::config_for_checkpoint(cli.checkpoint, c.to_json(), l.meta, &t.config_source);
+  json config = train::config_for_checkpoint(cli.checkpoint, c.config, l.meta, &t.config_source);
   json& d = config["data"];
   if (d["dataset"] != cli.dataset) {
     d["dataset"] = cli.dataset;
@@ -238,7 +294,8 @@ TestSet open_test_set(const Cli& cli, const Loaded& l) {
 
 std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
                                  std::vector<std::string>& label_names) {
-  const auto& c = l.model->config();
+  const models::ClassifierSpec& c = l.spec;
+  const int64_t patch = l.patch;
   std::vector<Sample> out;
   if (!cli.input.empty()) {  // the model's input, exactly
     Tensor x = ex::read_npy(cli.input);
@@ -246,10 +303,10 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
     VT_CHECK(x.dim() == 4 && x.size(1) == c.channels,
              "--input {}: expected [N, {}, H, W] or [{}, H, W], got {}", cli.input, c.channels,
              c.channels, x.shape());
-    VT_CHECK(x.size(2) >= c.patch && x.size(3) >= c.patch && x.size(2) % c.patch == 0 &&
-                 x.size(3) % c.patch == 0,
+    VT_CHECK(x.size(2) >= patch && x.size(3) >= patch && x.size(2) % patch == 0 &&
+                 x.size(3) % patch == 0,
              "--input {}: the image size {}x{} must be a positive multiple of the patch size {}",
-             cli.input, x.size(2), x.size(3), c.patch);
+             cli.input, x.size(2), x.size(3), patch);
     for (int64_t i = 0; i < x.size(0); ++i) {
       Tensor in = x.select(0, i).contiguous();
       // What a person sees: the input scaled to [0, 1] (its normalisation is unknown).
@@ -414,11 +471,11 @@ std::string percent(double p) { return fmt::format("{:.1f}%", 100 * p); }
 
 int run(const Cli& cli) {
   using clock = std::chrono::steady_clock;
-  const auto methods = ex::parse_methods(cli.methods);
+  auto methods = ex::parse_methods(cli.methods);
   ex::parse_colormap(cli.colormap);  // checked before any work
   Loaded l = load(cli);
   if (l.headless) check_headless(cli, methods);
-  const auto& c = l.model->config();
+  if (!l.vit) methods = methods_for_any_model(cli, l, methods);
   const Device device = Device::parse(cli.device);
   l.model->to(device);
   l.model->eval();
@@ -430,34 +487,61 @@ int run(const Cli& cli) {
   const ex::Options opt = options_of(cli, l);
   const std::vector<int64_t> targets = targets_for(cli, samples, l.classes);
 
-  fmt::print(
-      "explaining {} image{} ({}x{}) with {} on {} ({}x{} patches of {}, {} blocks, {} "
-      "heads)\n",
-      N, N == 1 ? "" : "s", H, W, cli.methods, cli.checkpoint, H / c.patch, W / c.patch, c.patch,
-      c.depth, c.heads);
+  if (l.vit) {
+    const auto& c = l.vit->config();
+    fmt::print(
+        "explaining {} image{} ({}x{}) with {} on {} ({}x{} patches of {}, {} blocks, {} "
+        "heads)\n",
+        N, N == 1 ? "" : "s", H, W, cli.methods, cli.checkpoint, H / c.patch, W / c.patch, c.patch,
+        c.depth, c.heads);
+  } else {
+    fmt::print("explaining {} image{} ({}x{}) with {} on {} ({}; Grad-CAM at {})\n", N,
+               N == 1 ? "" : "s", H, W, cli.methods, cli.checkpoint, l.spec.describe(),
+               l.gradcam_layer.empty() ? "no layer" : l.gradcam_layer);
+  }
   std::fflush(stdout);
   const std::string tmp = temp_folder_for(cli.out);
   try {
-    // One forward and backward for the attention, token and saliency methods; then each
-    // method on its own, timed.
     std::vector<std::pair<std::string, double>> seconds;
-    auto t0 = clock::now();
-    const bool gradients = std::any_of(methods.begin(), methods.end(),
-                                       [](ex::Method m) { return ex::needs_gradients(m); });
-    const ex::Pass pass =
-        ex::run_pass(*l.model, batch, targets, opt.layer, gradients, opt.pos_interp);
-    seconds.emplace_back(gradients ? "forward + backward" : "forward",
-                         std::chrono::duration<double>(clock::now() - t0).count());
     std::vector<ex::Explanation> results;
     std::vector<std::string> skipped;  // outputs left out, said at the end
-    for (ex::Method m : methods) {
-      t0 = clock::now();
-      results.push_back(ex::explain_method(*l.model, batch, pass, m, opt));
-      seconds.emplace_back(ex::method_name(m),
+    ex::Pass pass;                     // a ViT's: attention, tokens, gradients
+    Tensor logits;                     // [N, K] (a model without a head: its features)
+    std::vector<int64_t> resolved;     // the targets, -1 replaced by the predicted class
+    auto t0 = clock::now();
+    if (l.vit) {
+      // One forward and backward for the attention, token and saliency methods; then each
+      // method on its own, timed.
+      const bool gradients = std::any_of(methods.begin(), methods.end(),
+                                         [](ex::Method m) { return ex::needs_gradients(m); });
+      pass = ex::run_pass(*l.vit, batch, targets, opt.layer, gradients, opt.pos_interp);
+      seconds.emplace_back(gradients ? "forward + backward" : "forward",
                            std::chrono::duration<double>(clock::now() - t0).count());
+      for (ex::Method m : methods) {
+        t0 = clock::now();
+        results.push_back(ex::explain_method(*l.vit, batch, pass, m, opt));
+        seconds.emplace_back(ex::method_name(m),
+                             std::chrono::duration<double>(clock::now() - t0).count());
+      }
+      logits = pass.logits;
+      resolved = pass.targets;
+    } else {
+      // Any other classifier: each method runs its own passes through the model.
+      logits = ex::logits_of(*l.model)(batch);
+      seconds.emplace_back("forward", std::chrono::duration<double>(clock::now() - t0).count());
+      nn::Module* layer =
+          l.gradcam_layer.empty() ? nullptr : &ex::submodule(*l.model, l.gradcam_layer);
+      for (ex::Method m : methods) {
+        t0 = clock::now();
+        results.push_back(
+            ex::explain(*l.model, layer, batch, targets, {m}, opt, cli.cell, &resolved).front());
+        seconds.emplace_back(ex::method_name(m),
+                             std::chrono::duration<double>(clock::now() - t0).count());
+      }
+      if (methods.empty()) resolved = targets;
     }
     // Class probabilities; a model without a head has none (its "logits" are its features).
-    const Tensor probs = l.headless ? Tensor() : ops::softmax(pass.logits.to(kFloat32), -1);
+    const Tensor probs = l.headless ? Tensor() : ops::softmax(logits.to(kFloat32), -1);
 
     // The arrays.
     for (const auto& e : results) {
@@ -467,14 +551,17 @@ int run(const Cli& cli) {
       if (e.heads.defined()) ex::write_npy(tmp + "/" + name + ".heads.npy", e.heads);
       if (e.mask.defined()) ex::write_npy(tmp + "/" + name + ".mask.npy", e.mask);
     }
-    const Tensor distance = ex::attention_distance(pass, c.patch);
-    ex::write_npy(tmp + "/attention-distance.npy", distance);
-    ex::write_npy(tmp + (l.headless ? "/features.npy" : "/logits.npy"), pass.logits);
+    const Tensor distance = l.vit ? ex::attention_distance(pass, l.patch) : Tensor();
+    if (l.vit) ex::write_npy(tmp + "/attention-distance.npy", distance);
+    ex::write_npy(tmp + (l.headless ? "/features.npy" : "/logits.npy"), logits);
     // The first image's attention probabilities of every layer [L, heads, N, N], unless that is
     // over 512 MB (a photo at its own size: 4801 tokens make 6.6 GB for ViT-S/8).
-    const int64_t probs_bytes = static_cast<int64_t>(pass.attentions.size()) *
-                                pass.attentions[0].numel() / pass.attentions[0].size(0) * 4;
-    if (probs_bytes <= (int64_t{512} << 20)) {
+    const int64_t probs_bytes = l.vit ? static_cast<int64_t>(pass.attentions.size()) *
+                                            pass.attentions[0].numel() /
+                                            pass.attentions[0].size(0) * 4
+                                      : 0;
+    if (!l.vit) {
+    } else if (probs_bytes <= (int64_t{512} << 20)) {
       std::vector<Tensor> first;
       for (const Tensor& a : pass.attentions) first.push_back(a.select(0, 0));
       ex::write_npy(tmp + "/attention_probs.npy", ops::stack(first, 0));
@@ -488,11 +575,13 @@ int run(const Cli& cli) {
     ex::ReportData report;
     report.title = "vitrine-explain";
     report.checkpoint = cli.checkpoint;
-    report.patch = c.patch;
+    report.patch = l.patch;
     report.settings = {
+        {"model", l.spec.describe()},
         {"methods", cli.methods},
         {"target", cli.target},
-        {"layer (attention, gradcam)", std::to_string(opt.layer)},
+        {"layer (attention, gradcam)",
+         l.vit ? std::to_string(opt.layer) : fmt::format("{} (gradcam)", l.gradcam_layer)},
         {"head (attention)", opt.head == -1 ? "mean" : std::to_string(opt.head)},
         {"threshold (attention)", fmt::format("{}", opt.threshold)},
         {"head fusion (rollout)", cli.head_fusion},
@@ -505,8 +594,8 @@ int run(const Cli& cli) {
                                                        cli.resize, cli.crop, cli.pos_interp)},
         {"colormap, alpha", fmt::format("{}, {}", cli.colormap, cli.alpha)},
     };
-    const auto dist = distance.to_vector<double>();
-    for (int64_t layer = 0; layer < distance.size(0); ++layer)
+    const auto dist = l.vit ? distance.to_vector<double>() : std::vector<double>();
+    for (int64_t layer = 0; l.vit && layer < distance.size(0); ++layer)
       report.attention_distance.emplace_back(dist.begin() + layer * distance.size(1),
                                              dist.begin() + (layer + 1) * distance.size(1));
     const int64_t enlarge = std::max<int64_t>(1, (112 + std::max(H, W) - 1) / std::max(H, W));
@@ -520,7 +609,7 @@ int run(const Cli& cli) {
         std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(N)))));
     const std::vector<int64_t> shown_heads = [&] {
       std::vector<int64_t> v;
-      for (int64_t h = 0; h < c.heads; ++h) v.push_back(h);
+      for (int64_t h = 0; l.vit && h < l.vit->config().heads; ++h) v.push_back(h);
       return v;
     }();
     std::vector<std::string> head_labels;
@@ -545,7 +634,7 @@ int run(const Cli& cli) {
       if (!l.headless) {
         const int64_t pred =
             std::max_element(p.begin() + i * K, p.begin() + (i + 1) * K) - (p.begin() + i * K);
-        const int64_t target = pass.targets[i];
+        const int64_t target = resolved[i];
         ri.predicted = l.classes[pred];
         ri.probability = p[i * K + pred];
         ri.target = l.classes[target];
@@ -648,8 +737,9 @@ int run(const Cli& cli) {
 /// --evaluate: every method's faithfulness (and localisation, on the pasted benchmark) and the
 /// sanity checks, as tables (printed, evaluation.md, evaluation.json) and a report.
 int run_evaluation(const Cli& cli) {
-  const auto methods = ex::parse_methods(cli.methods);
+  auto methods = ex::parse_methods(cli.methods);
   Loaded l = load(cli);
+  if (!l.vit) methods = methods_for_any_model(cli, l, methods);
   VT_CHECK(!l.headless,
            "--evaluate: the model {} has no classification head (a feature extractor): the "
            "faithfulness and sanity measures follow a class score",
@@ -672,6 +762,7 @@ int run_evaluation(const Cli& cli) {
   eo.curves.black = eo.explain.black;
   eo.sanity_images = cli.sanity_count;
   eo.seed = cli.opt.seed;
+  eo.cell = cli.cell;
   fmt::print(
       "evaluating {} on {} images{} ({} patches per step, removal {}), sanity checks on "
       "{}\n",
@@ -680,9 +771,10 @@ int run_evaluation(const Cli& cli) {
   std::fflush(stdout);
   const std::string tmp = temp_folder_for(cli.out);
   try {
+    const ex::ModelBuilder build = [&spec = l.spec](Generator& gen) { return spec.build(gen); };
     const ex::EvalResult r =
-        ex::evaluate(*l.model, batch, targets_for(cli, samples, l.classes), boxes, eo,
-                     [](const std::string& stage, int64_t done, int64_t total) {
+        ex::evaluate(*l.model, l.gradcam_layer, build, batch, targets_for(cli, samples, l.classes),
+                     boxes, eo, [](const std::string& stage, int64_t done, int64_t total) {
                        fmt::print("  {} {}/{}\n", stage, done, total);
                        std::fflush(stdout);
                      });
@@ -692,6 +784,7 @@ int run_evaluation(const Cli& cli) {
     ex::write_evaluation_report(
         tmp + "/index.html", r, "vitrine-explain --evaluate",
         {{"checkpoint", cli.checkpoint},
+         {"model", l.spec.describe()},
          {"images", fmt::format("{} ({} from {})", batch.size(0),
                                 cli.dataset.empty() ? "given" : cli.dataset, cli.first)},
          {"methods", cli.methods},
@@ -716,7 +809,8 @@ int main(int argc, char** argv) {
   Cli cli;
   CLI::App app{
       "vitrine-explain: attention maps, rollout, gradient rollout, Chefer relevance, "
-      "Grad-CAM and input gradients for a Vision Transformer",
+      "Grad-CAM and input gradients for a Vision Transformer; Grad-CAM and input gradients for "
+      "any other image classifier (a ResNet)",
       "vitrine-explain"};
   app.add_option("--checkpoint", cli.checkpoint,
                  "the model: a safetensors checkpoint (Vitrine's, timm's, torchvision's, Hugging "
@@ -777,7 +871,16 @@ int main(int argc, char** argv) {
                  "input normalisation mean per channel (default: the "
                  "checkpoint's)");
   app.add_option("--std", cli.std, "input normalisation std per channel");
-  app.add_option("--layer", cli.opt.layer, "attention, gradcam: the block (negative from the end)")
+  app.add_option("--layer", cli.opt.layer,
+                 "a ViT's attention, gradcam: the block (negative from the end)")
+      ->capture_default_str();
+  app.add_option("--gradcam-layer", cli.gradcam_layer,
+                 "a model other than a ViT: the submodule whose activations Grad-CAM weighs, by "
+                 "its dotted name (a ResNet: layer3, its last stage, by default)");
+  app.add_option("--cell", cli.cell,
+                 "a model other than a ViT (no patches): the side in pixels of the squares the "
+                 "grid maps average over and --evaluate deletes")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--head", cli.opt.head, "attention: the head, -1 for the mean")
       ->capture_default_str();
