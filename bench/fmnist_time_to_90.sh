@@ -14,6 +14,7 @@ mkdir -p "$OUT"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
 } > "$OUT/machine.txt"
+lscpu > "$OUT/lscpu.txt"
 OMP_NUM_THREADS=$THREADS "$BUILD/tools/train/vitrine-train" --set train.test_each_epoch=true \
   --out "$OUT/vitrine" "$@" 2>&1 | tee "$OUT/vitrine.log"
 # PyTorch at its best on this machine: without OMP_WAIT_POLICY=PASSIVE its OpenMP workers spin

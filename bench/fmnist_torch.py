@@ -1020,6 +1020,20 @@ def self_check():
     check("--set model.patch_kernel=8: logits shape",
           tuple(build_model(m8)(torch.zeros(2, 1, 28, 28)).shape), (2, 10))
 
+    # The ResNet of --set model.arch=resnet: ResNet-8 for 1x28x28 images, torchvision's names.
+    mr, _ = check_recipe(load_config(DEFAULT_CONFIG, ["model.arch=resnet"]))
+    check("--set model.arch=resnet: ResNet-8", (mr["depth"], mr["width"], mr["channels"]),
+          (8, 16, 1))
+    resnet = build_model(mr)
+    check("ResNet-8 parameters (vitrine-train --summary)",
+          sum(p.numel() for p in resnet.parameters()), 77754)
+    check("ResNet names", [n for n, _ in resnet.named_parameters()][:2] +
+          [n for n, _ in resnet.named_parameters()][-2:],
+          ["conv1.weight", "bn1.weight", "fc.weight", "fc.bias"])
+    check("ResNet logits shape", tuple(resnet(torch.zeros(2, 1, 28, 28)).shape), (2, 10))
+    mr20, _ = check_recipe(load_config(DEFAULT_CONFIG, ["model.arch=resnet", "model.depth=20"]))
+    check("--set model.depth=20 after model.arch=resnet", mr20["depth"], 20)
+
     # Augmentation: padding 2 then a 28x28 window is a shift of the image within zeros.
     g = torch.Generator().manual_seed(0)
     img = torch.arange(28 * 28, dtype=torch.float32).view(1, 1, 28, 28).to(torch.uint8)
