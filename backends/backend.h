@@ -10,6 +10,7 @@
 #include "backends/device.h"
 #include "backends/dtype.h"
 #include "backends/memory_stats.h"
+#include "backends/op_lists.h"
 #include "backends/shape.h"
 #include "backends/storage.h"
 
@@ -29,44 +30,11 @@ struct Strided {
   }
 };
 
-enum class UnaryOp : uint8_t {
-  Neg,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Abs,
-  Tanh,
-  Sigmoid,
-  Relu,
-  Gelu,
-  GeluTanh,
-  Sign,
-  PowScalar,  // y = x ^ alpha
-  Clamp,      // y = min(max(x, alpha), beta)
-  AddScalar,  // y = x + alpha
-  MulScalar,  // y = x * alpha
-};
-
-enum class BinaryOp : uint8_t {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Maximum,
-  Minimum,
-  Eq,
-  Ne,
-  Lt,
-  Le,
-  Gt,
-  Ge,                // out: bool
-  GeluBackward,      // out = dy * gelu'(x)        (a = x, b = dy)
-  GeluTanhBackward,  // out = dy * gelu_tanh'(x)   (a = x, b = dy)
-};
-
-enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin };
+// The elementwise and reduction kernels' ops, from the lists of backends/op_lists.h (which the
+// CUDA backend's enums are built from too); the comments there say what each computes.
+enum class UnaryOp : uint8_t { VITRINE_UNARY_OPS(VITRINE_OP_ENUMERATOR) };
+enum class BinaryOp : uint8_t { VITRINE_BINARY_OPS(VITRINE_OP_ENUMERATOR) };
+enum class ReduceOp : uint8_t { VITRINE_REDUCE_OPS(VITRINE_OP_ENUMERATOR) };
 
 /// Parameters of a 2-D convolution as im2col sees one image.
 struct ConvGeometry {

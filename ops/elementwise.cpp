@@ -191,6 +191,13 @@ Tensor sigmoid(const Tensor& x) {
   });
 }
 
+Tensor softplus(const Tensor& x) {
+  Tensor y = unary_kernel(UnaryOp::Softplus, x, "softplus", true);
+  return record(y, "softplus", {x}, [sx = save(x)](const Tensor& dy, const Needs&) -> Grads {
+    return {mul(dy, sigmoid(sx.get()))};  // sigmoid(x)
+  });
+}
+
 Tensor relu(const Tensor& x) {
   Tensor y = unary_kernel(UnaryOp::Relu, x, "relu", true);
   return record(y, "relu", {x}, [sx = save(x)](const Tensor& dy, const Needs&) -> Grads {

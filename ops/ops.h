@@ -78,6 +78,8 @@ Tensor sign(const Tensor& x);
 Tensor tanh(const Tensor& x);
 /// 1 / (1 + e^-x)   (d/dx = s (1 - s))
 Tensor sigmoid(const Tensor& x);
+/// log(1 + e^x), and x itself above 20 as PyTorch's threshold   (d/dx = sigmoid(x))
+Tensor softplus(const Tensor& x);
 /// max(x, 0)   (gradient 1 where x > 0)
 Tensor relu(const Tensor& x);
 /// x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); approximate "tanh":
@@ -246,9 +248,9 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 /// mode: pass 0 in eval). probs: when given, receives the probabilities before dropout, a tensor
 /// of the graph (a hook on it sees their gradient).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& attn_mask = Tensor(), double dropout_p = 0,
-                                   bool is_causal = false,
-                                   std::optional<double> scale = std::nullopt,
-                                   Generator& gen = default_generator(), Tensor* probs = nullptr);
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0,
+                                    bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt,
+                                    Generator& gen = default_generator(), Tensor* probs = nullptr);
 
 }  // namespace vitrine::ops

@@ -46,6 +46,8 @@ T unary_value(UnaryOp op, T x, T alpha, T beta) {
         return std::tanh(x);
       case UnaryOp::Sigmoid:
         return T(1) / (T(1) + std::exp(-x));
+      case UnaryOp::Softplus:  // PyTorch's threshold 20; else max(x, 0) + log(1 + e^-|x|)
+        return x > T(20) ? x : (x > 0 ? x : T(0)) + std::log1p(std::exp(-std::abs(x)));
       case UnaryOp::Relu:
         return x > 0 ? x : T(0);
       case UnaryOp::Gelu:

@@ -27,10 +27,19 @@ namespace cuda {
 
 // The mirrored enums must keep the library's values (kernels.cuh).
 static_assert(static_cast<int>(Dt::F16) == static_cast<int>(DType::Float16));
-static_assert(static_cast<int>(Unary::MulScalar) == static_cast<int>(UnaryOp::MulScalar));
-static_assert(static_cast<int>(Binary::GeluTanhBackward) ==
-              static_cast<int>(BinaryOp::GeluTanhBackward));
-static_assert(static_cast<int>(Reduce::ArgMin) == static_cast<int>(ReduceOp::ArgMin));
+// (The op enums come from the same lists, backends/op_lists.h; checked all the same.)
+#define VITRINE_SAME_UNARY(name) \
+  static_assert(static_cast<int>(Unary::name) == static_cast<int>(UnaryOp::name));
+#define VITRINE_SAME_BINARY(name) \
+  static_assert(static_cast<int>(Binary::name) == static_cast<int>(BinaryOp::name));
+#define VITRINE_SAME_REDUCE(name) \
+  static_assert(static_cast<int>(Reduce::name) == static_cast<int>(ReduceOp::name));
+VITRINE_UNARY_OPS(VITRINE_SAME_UNARY)
+VITRINE_BINARY_OPS(VITRINE_SAME_BINARY)
+VITRINE_REDUCE_OPS(VITRINE_SAME_REDUCE)
+#undef VITRINE_SAME_UNARY
+#undef VITRINE_SAME_BINARY
+#undef VITRINE_SAME_REDUCE
 static_assert(static_cast<int>(InterpMode::Bicubic) == 2);
 
 namespace {

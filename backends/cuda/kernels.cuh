@@ -1,6 +1,7 @@
 // Launchers of the CUDA kernels: plain C++ signatures, so that the Backend class (a .cpp built by
 // the host compiler) can call them without seeing CUDA syntax, and the .cu files need none of the
-// library's headers (nvcc does not compile fmt's). Each launcher enqueues its kernels on `stream`
+// library's headers (nvcc does not compile fmt's; backends/op_lists.h, plain macros, is the
+// exception). Each launcher enqueues its kernels on `stream`
 // and returns the launch status; none synchronises. The enums and structs mirror those of
 // backends/backend.h and backends/dtype.h value for value (cuda_backend.cpp static_asserts it and
 // converts); each launcher's semantics are those of the Backend method of the same name, which
@@ -10,6 +11,8 @@
 
 #include <cstdint>
 
+#include "backends/op_lists.h"
+
 namespace vitrine::cuda {
 
 constexpr int kMaxDims = 8;
@@ -17,47 +20,10 @@ constexpr int kMaxDims = 8;
 /// vitrine::DType, value for value.
 enum class Dt : uint8_t { F32, F64, I64, Bool, BF16, F16 };
 
-/// vitrine::UnaryOp, value for value.
-enum class Unary : uint8_t {
-  Neg,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Abs,
-  Tanh,
-  Sigmoid,
-  Relu,
-  Gelu,
-  GeluTanh,
-  Sign,
-  PowScalar,
-  Clamp,
-  AddScalar,
-  MulScalar,
-};
-
-/// vitrine::BinaryOp, value for value.
-enum class Binary : uint8_t {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Maximum,
-  Minimum,
-  Eq,
-  Ne,
-  Lt,
-  Le,
-  Gt,
-  Ge,
-  GeluBackward,
-  GeluTanhBackward,
-};
-
-/// vitrine::ReduceOp, value for value.
-enum class Reduce : uint8_t { Sum, Mean, Max, Min, ArgMax, ArgMin };
+/// vitrine::UnaryOp, vitrine::BinaryOp, vitrine::ReduceOp: the same lists (backends/op_lists.h).
+enum class Unary : uint8_t { VITRINE_UNARY_OPS(VITRINE_OP_ENUMERATOR) };
+enum class Binary : uint8_t { VITRINE_BINARY_OPS(VITRINE_OP_ENUMERATOR) };
+enum class Reduce : uint8_t { VITRINE_REDUCE_OPS(VITRINE_OP_ENUMERATOR) };
 
 /// A kernel's view of a tensor (vitrine::Strided): data points at element [0, ..., 0]; strides
 /// in elements. Passed to kernels by value.

@@ -96,6 +96,7 @@ TEST_CASE("cuda ops: unary, forward and backward against the CPU") {
   both("abs", [](auto v) { return ops::abs(v[0]); }, {x});
   both("tanh", [](auto v) { return ops::tanh(v[0]); }, {x});
   both("sigmoid", [](auto v) { return ops::sigmoid(v[0]); }, {x});
+  both("softplus", [](auto v) { return ops::softplus(v[0] * 12.0); }, {x});  // both sides of 20
   both("relu", [](auto v) { return ops::relu(v[0]); }, {x});
   both("gelu", [](auto v) { return ops::gelu(v[0]); }, {x});
   both("gelu tanh", [](auto v) { return ops::gelu(v[0], true); }, {x});

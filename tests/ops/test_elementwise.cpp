@@ -34,8 +34,22 @@ OP_CASE("gelu_tanh", [](const V& x) { return ops::gelu(x[0], true); })
 OP_CASE("clamp", [](const V& x) { return ops::clamp(x[0], -0.5, 0.75); })
 OP_CASE("maximum", [](const V& x) { return ops::maximum(x[0], x[1]); })
 OP_CASE("minimum", [](const V& x) { return ops::minimum(x[0], x[1]); })
+OP_CASE("softplus", [](const V& x) { return ops::softplus(x[0]); })
 OP_CASE("where",
         [](const V& x) { return ops::where(ops::gt(x[0], ops::zeros_like(x[0])), x[0], x[1]); })
+
+TEST_CASE("softplus: large inputs, PyTorch's threshold, second derivative, bad input") {
+  // log(1 + e^x) without overflow at +-100; above 20 it is x itself (PyTorch's threshold), and
+  // just below it the formula: log(1 + e^20) = 20 + 2.06e-9.
+  check_close(ops::softplus(ops::tensor({-100, 0, 100, 20.5})), {0, std::log(2.0), 100, 20.5});
+  check_close(ops::softplus(ops::tensor({19.0}, kFloat64)), {19.0 + std::log1p(std::exp(-19.0))},
+              1e-15, 1e-15);
+  check_grad(
+      [](const V& v) { return grad({ops::sum(ops::softplus(v[0]))}, {v[0]}, {}, true, true)[0]; },
+      {rand64({3}, 10)});
+  Tensor i = ops::from_vector(std::vector<int64_t>{1, 2});
+  CHECK_ERROR_CONTAINS(ops::softplus(i), "softplus", "int64", "float32 or float64");
+}
 
 TEST_CASE("add: alpha and scalar forms") {
   Tensor a = ops::tensor({1, 2, 3}), b = ops::tensor({10, 20, 30});
