@@ -1,6 +1,8 @@
-// A small CNN built, trained and explained from an installed Vitrine (find_package(vitrine)):
-// the new layers, Fashion-MNIST through the library's data, AdamW, then saliency, integrated
-// gradients and Grad-CAM on one test image. Usage: cnn FASHION_MNIST_DIR
+// A small CNN built, trained and explained with an installed Vitrine (find_package(vitrine), then
+// vitrine::vitrine and vitrine::explain): Conv2d, BatchNorm2d, MaxPool2d, AdaptiveAvgPool2d,
+// Flatten, Fashion-MNIST through the library's data, AdamW, then saliency, integrated gradients
+// and Grad-CAM on one test image. docs/nn.md walks through it; the install test builds it against
+// an installed prefix and runs it (ctest -R install). Usage: cnn_explain FASHION_MNIST_DIR
 #include <vitrine.h>
 
 #include <cstdio>
@@ -10,6 +12,7 @@
 using namespace vitrine;
 
 int main(int argc, char** argv) {
+  if (argc != 2) return std::fprintf(stderr, "usage: cnn_explain FASHION_MNIST_DIR\n"), 2;
   auto net = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(16),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
