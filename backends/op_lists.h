@@ -11,42 +11,42 @@
 #pragma once
 
 /// y = f(x, alpha, beta) per element (backends/backend.h: UnaryOp).
-#define VITRINE_UNARY_OPS(X)                        \
-  X(Neg)                                            \
-  X(Exp)                                            \
-  X(Log)                                            \
-  X(Sqrt)                                           \
-  X(Rsqrt)                                          \
-  X(Abs)                                            \
-  X(Tanh)                                           \
-  X(Sigmoid)                                        \
-  X(Softplus)  /* y = log(1 + e^x) */               \
-  X(Relu)                                           \
-  X(Gelu)                                           \
-  X(GeluTanh)                                       \
-  X(Sign)                                           \
-  X(PowScalar) /* y = x ^ alpha */                  \
-  X(Clamp)     /* y = min(max(x, alpha), beta) */   \
-  X(AddScalar) /* y = x + alpha */                  \
+#define VITRINE_UNARY_OPS(X)                      \
+  X(Neg)                                          \
+  X(Exp)                                          \
+  X(Log)                                          \
+  X(Sqrt)                                         \
+  X(Rsqrt)                                        \
+  X(Abs)                                          \
+  X(Tanh)                                         \
+  X(Sigmoid)                                      \
+  X(Softplus) /* y = log(1 + e^x) */              \
+  X(Relu)                                         \
+  X(Gelu)                                         \
+  X(GeluTanh)                                     \
+  X(Sign)                                         \
+  X(PowScalar) /* y = x ^ alpha */                \
+  X(Clamp)     /* y = min(max(x, alpha), beta) */ \
+  X(AddScalar) /* y = x + alpha */                \
   X(MulScalar) /* y = x * alpha */
 
 /// out = f(a, b) per element with broadcasting (backends/backend.h: BinaryOp). Eq..Ge write bool
 /// and must stay together, in this order.
-#define VITRINE_BINARY_OPS(X)                                          \
-  X(Add)                                                               \
-  X(Sub)                                                               \
-  X(Mul)                                                               \
-  X(Div)                                                               \
-  X(Pow)                                                               \
-  X(Maximum)                                                           \
-  X(Minimum)                                                           \
-  X(Eq)                                                                \
-  X(Ne)                                                                \
-  X(Lt)                                                                \
-  X(Le)                                                                \
-  X(Gt)                                                                \
-  X(Ge)                                                                \
-  X(GeluBackward)     /* out = dy * gelu'(x)       (a = x, b = dy) */  \
+#define VITRINE_BINARY_OPS(X)                                         \
+  X(Add)                                                              \
+  X(Sub)                                                              \
+  X(Mul)                                                              \
+  X(Div)                                                              \
+  X(Pow)                                                              \
+  X(Maximum)                                                          \
+  X(Minimum)                                                          \
+  X(Eq)                                                               \
+  X(Ne)                                                               \
+  X(Lt)                                                               \
+  X(Le)                                                               \
+  X(Gt)                                                               \
+  X(Ge)                                                               \
+  X(GeluBackward)     /* out = dy * gelu'(x)       (a = x, b = dy) */ \
   X(GeluTanhBackward) /* out = dy * gelu_tanh'(x)  (a = x, b = dy) */
 
 /// Reductions over a set of dims (backends/backend.h: ReduceOp).

@@ -34,6 +34,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   VT_CHECK(x.dim() == 4, "BatchNorm2d: expected x [B, C, H, W], got shape {}", x.shape());
   VT_CHECK(x.size(1) == num_features, "BatchNorm2d({}): x has {} channels (shape {})", num_features,
            x.size(1), x.shape());
+  // The batch's statistics in training, and always without running ones (whose buffers are then
+  // undefined, so ops::batch_norm updates nothing).
   const bool batch_stats = is_training() || !track_running_stats;
   double m = momentum.value_or(0);
   if (is_training() && track_running_stats) {
@@ -41,10 +43,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     num_batches_tracked.add_(1.0);
     if (!momentum) m = 1.0 / num_batches_tracked.item<int64_t>();  // the cumulative average
   }
-  const bool update = is_training() && track_running_stats;
-  return ops::batch_norm(x, update || !batch_stats ? running_mean : Tensor(),
-                         update || !batch_stats ? running_var : Tensor(), weight, bias, batch_stats,
-                         m, eps);
+  return ops::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, m, eps);
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -41,14 +41,17 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       n *= x.size(d);
     }
 
-  Tensor mu, s2;
+  // The statistics are per channel ([1, C, 1, ...]); weight is folded into the per-channel
+  // scale first, so the full-size work is a subtraction, a multiplication and an addition.
+  Tensor centered, s2;
   if (training) {
     VT_CHECK(n > 1,
              "batch_norm: expected more than 1 value per channel when training, got input shape "
              "{}",
              x.shape());
-    mu = mean(x, reduce, true);
-    s2 = var(x, reduce, false, true);
+    const Tensor mu = mean(x, reduce, true);
+    centered = sub(x, mu);
+    s2 = mean(mul(centered, centered), reduce, true);  // the biased variance
     if (running_mean.defined()) {
       NoGradGuard no_grad;
       Tensor rm = running_mean, rv = running_var;
@@ -58,11 +61,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                 momentum * static_cast<double>(n) / static_cast<double>(n - 1));
     }
   } else {
-    mu = reshape(running_mean, stat_shape);
+    centered = sub(x, reshape(running_mean, stat_shape));
     s2 = reshape(running_var, stat_shape);
   }
-  Tensor y = mul(sub(x, mu), rsqrt(add(s2, eps)));
-  if (weight.defined()) y = mul(y, reshape(weight, stat_shape));
+  Tensor scale = rsqrt(add(s2, eps));
+  if (weight.defined()) scale = mul(scale, reshape(weight, stat_shape));
+  Tensor y = mul(centered, scale);
   if (bias.defined()) y = add(y, reshape(bias, stat_shape));
   return y;
 }
