@@ -673,54 +673,20 @@ def build_model(m):
 
 def build_resnet(m):
     """models/resnet.{h,cpp}: the CIFAR ResNet (He et al. 2016), torchvision's BasicBlock with
-    option-B shortcuts and torchvision's init (convs kaiming_normal fan_out, BatchNorm 1 and 0, fc
+    option-B shortcuts, as tests/fixtures/make_resnet_fixtures.py writes it (the network of the
+    parity fixture), with torchvision's init (convs kaiming_normal fan_out, BatchNorm 1 and 0, fc
     PyTorch's Linear default)."""
-    import torch
+    import importlib.util
     from torch import nn
-
-    class BasicBlock(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.downsample = None
-            if stride != 1 or cin != cout:
-                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False),
-                                                nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            y = torch.relu(self.bn1(self.conv1(x)))
-            y = self.bn2(self.conv2(y))
-            return torch.relu(y + (self.downsample(x) if self.downsample is not None else x))
-
-    class ResNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            n, w = (m["depth"] - 2) // 6, m["width"]
-            self.conv1 = nn.Conv2d(m["channels"], w, 3, 1, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(w)
-
-            def stage(cin, cout, stride):
-                return nn.Sequential(*[BasicBlock(cin if i == 0 else cout, cout,
-                                                  stride if i == 0 else 1) for i in range(n)])
-
-            self.layer1 = stage(w, w, 1)
-            self.layer2 = stage(w, 2 * w, 2)
-            self.layer3 = stage(2 * w, 4 * w, 2)
-            self.avgpool = nn.AdaptiveAvgPool2d(1)
-            self.fc = nn.Linear(4 * w, m["num_classes"])
-            for mod in self.modules():
-                if isinstance(mod, nn.Conv2d):
-                    nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
-
-        def forward(self, x):
-            y = torch.relu(self.bn1(self.conv1(x)))
-            y = self.layer3(self.layer2(self.layer1(y)))
-            return self.fc(torch.flatten(self.avgpool(y), 1))
-
-    return ResNet()
+    spec = importlib.util.spec_from_file_location(
+        "make_resnet_fixtures", os.path.join(REPO, "tests", "fixtures", "make_resnet_fixtures.py"))
+    fixtures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixtures)
+    model = fixtures.ResNet(m["depth"], m["channels"], m["num_classes"], m["width"])
+    for mod in model.modules():
+        if isinstance(mod, nn.Conv2d):
+            nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
+    return model
 
 
 def param_groups_with_decay(model, lr, weight_decay,

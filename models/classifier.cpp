@@ -22,29 +22,25 @@ std::string arch_of(const json& j) {
        fmt::join(architectures(), ", "));
 }
 
-ClassifierSpec ClassifierSpec::of(const ViTConfig& c) {
+namespace {
+/// The spec of an architecture's config (every config has these fields).
+template <typename Config>
+ClassifierSpec spec_of(const std::string& arch, const Config& c, const std::string& head) {
   ClassifierSpec s;
-  s.arch = "vit";
+  s.arch = arch;
   s.config = c.to_json();
   s.channels = c.channels;
   s.num_classes = c.num_classes;
   s.image_h = c.image_h;
   s.image_w = c.image_w;
-  s.head = "head";
+  s.head = head;
   return s;
 }
+}  // namespace
 
-ClassifierSpec ClassifierSpec::of(const ResNetConfig& c) {
-  ClassifierSpec s;
-  s.arch = "resnet";
-  s.config = c.to_json();
-  s.channels = c.channels;
-  s.num_classes = c.num_classes;
-  s.image_h = c.image_h;
-  s.image_w = c.image_w;
-  s.head = "fc";
-  return s;
-}
+ClassifierSpec ClassifierSpec::of(const ViTConfig& c) { return spec_of("vit", c, "head"); }
+
+ClassifierSpec ClassifierSpec::of(const ResNetConfig& c) { return spec_of("resnet", c, "fc"); }
 
 ClassifierSpec ClassifierSpec::from_json(const json& j) {
   const std::string arch = arch_of(j);
@@ -86,6 +82,10 @@ std::shared_ptr<nn::Module> load_classifier(const std::string& path,
   const nn::Metadata meta = nn::read_safetensors_metadata(path);
   const json stored = nn::metadata_json(meta, nn::kConfigKey);
   const std::string arch = !stored.is_null() ? arch_of(stored) : given ? given->arch : "vit";
+  VT_CHECK(!given || given->arch == arch,
+           "{}: a {} checkpoint, which names its own architecture; the {} architecture given is "
+           "for checkpoints without one",
+           path, arch, given ? given->arch : "");
   if (arch == "vit") {
     std::optional<ViTConfig> vit;
     if (given) vit = given->vit(fmt::format("{} (no vitrine.config)", path));

@@ -45,7 +45,8 @@ std::string arch_of(const nlohmann::json& model_config);
 
 /// Reads a classifier checkpoint of any architecture: its vitrine.config's arch decides (a ViT,
 /// Vitrine's or a foreign one, through load_vit; a ResNet through its config). given: the
-/// architecture when the file names none (load_vit's config argument).
+/// architecture when the file names none (load_vit's config argument; for a ViT it also
+/// overrides the file's); an Error when it is another architecture than the file's.
 std::shared_ptr<nn::Module> load_classifier(const std::string& path,
                                             const std::optional<ClassifierSpec>& given = {},
                                             ClassifierSpec* spec_out = nullptr);

@@ -3,6 +3,7 @@
 // (pytorch-grad-cam's formula), SmoothGrad and integrated gradients through the same code as the
 // ViT's (IG's completeness), and the errors of methods that need a ViT.
 #include "models/resnet.h"
+#include "models/resnet_fixture.h"
 #include "test_util.h"
 #include "tools/explain/evaluate.h"
 #include "tools/explain/explain.h"
@@ -11,18 +12,8 @@ using namespace vitrine;
 using namespace vt_test;
 namespace ex = vitrine::explain;
 
-namespace {
-std::shared_ptr<models::ResNet> fixture_resnet() {
-  const auto& c = fixture_case("resnet_parity.json", "resnet14");
-  auto m = std::make_shared<models::ResNet>(models::ResNetConfig::from_json(c.at("config")));
-  m->to(kFloat64);
-  load_fixture_state(*m, c.at("state"));
-  return m;
-}
-}  // namespace
-
 TEST_CASE("explain any model: a ResNet's Grad-CAM and saliency equal PyTorch's") {
-  const auto& c = fixture_case("resnet_parity.json", "resnet14");
+  const auto& c = resnet_case();
   auto m = fixture_resnet();
   const Tensor x = fixture_tensor(c.at("input"));
   const auto want = c.at("explain").at("targets").get<std::vector<int64_t>>();

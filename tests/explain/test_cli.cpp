@@ -347,7 +347,7 @@ TEST_CASE("vitrine-explain on a ResNet: the methods that need no attention, --ev
   const std::vector<Case> cases = {
       {{"--method", "rollout"}, {"rollout reads a Vision Transformer's attention", "ResNet-8"}},
       {{"--gradcam-layer", "layer9"}, {"no submodule named 'layer9'", "layer1, layer2, layer3"}},
-      {{"--model-config", "fmnist"}, {"--model-config fmnist", "resnet checkpoint"}},
+      {{"--model-config", "fmnist"}, {"resnet checkpoint", "the vit architecture given"}},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"--checkpoint", ck, "a.png", "--out", s.dir / "out_rn_bad"};

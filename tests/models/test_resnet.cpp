@@ -3,27 +3,15 @@
 // input gradients in eval mode (running statistics) and in training mode (batch statistics, which
 // it updates as PyTorch does); names, presets, config errors.
 #include "models/resnet.h"
-#include "test_util.h"
+#include "resnet_fixture.h"
 
 using namespace vitrine;
 using namespace vt_test;
 namespace nn = vitrine::nn;
 
-namespace {
-const nlohmann::json& resnet_case() { return fixture_case("resnet_parity.json", "resnet14"); }
-
-std::shared_ptr<models::ResNet> fixture_model() {
-  const auto& c = resnet_case();
-  auto m = std::make_shared<models::ResNet>(models::ResNetConfig::from_json(c.at("config")));
-  m->to(kFloat64);
-  load_fixture_state(*m, c.at("state"));
-  return m;
-}
-}  // namespace
-
 TEST_CASE("resnet: PyTorch parity of logits and input gradients, eval and training mode") {
   const auto& c = resnet_case();
-  auto m = fixture_model();
+  auto m = fixture_resnet();
   for (const char* mode : {"eval", "train"}) {
     INFO(std::string(mode));
     m->train(std::string(mode) == "train");

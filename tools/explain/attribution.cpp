@@ -59,9 +59,8 @@ Attribution smoothgrad(nn::Module& model, const Tensor& images, const std::vecto
   }
   std::vector<int64_t> ts;
   for (int64_t b = 0; b < B; ++b) ts.insert(ts.end(), static_cast<size_t>(n), t[b]);
-  auto [g, scores] = input_gradients(model, X.to(dev), ts, options.chunk);
-  Dims gs = sample_shape;
-  return {ops::mean(g.reshape(gs), {1}), {}};
+  const Tensor g = input_gradients(model, X.to(dev), ts, options.chunk).first;
+  return {ops::mean(g.reshape(sample_shape), {1}), {}};
 }
 
 Tensor ig_baseline(const Tensor& images, const Options& options) {
@@ -183,7 +182,7 @@ Attribution integrated_gradients(nn::Module& model, const Tensor& images,
       points.push_back((base.select(0, b) + delta.select(0, b) * alphas[k]).unsqueeze(0));
       ts.push_back(t[b]);
     }
-  auto [g, scores] = input_gradients(model, ops::cat(points, 0).to(dev), ts, options.chunk);
+  const Tensor g = input_gradients(model, ops::cat(points, 0).to(dev), ts, options.chunk).first;
   Dims gs = x.shape();
   gs.insert(1, n);
   std::vector<double> w(weights.begin(), weights.end());
@@ -214,12 +213,7 @@ Attribution saliency(nn::Module& model, const Tensor& images, const std::vector<
   FrozenParameters frozen(model);
   VitForward vit(model, pos_interp);
   const Tensor x = images.detach().to(model_device(model)).to(model_dtype(model));
-  std::vector<int64_t> t;
-  {
-    NoGradGuard ng;
-    t = resolve_targets(model(x), targets);
-  }
-  auto [g, scores] = input_gradients(model, x, t, x.size(0));
+  auto [g, t] = input_gradients(model, x, targets, x.size(0));  // one forward and backward
   if (resolved) *resolved = t;
   return {ops::abs(g), {}};
 }

@@ -99,26 +99,26 @@ inline std::vector<int64_t> resolve_targets(const Tensor& logits,
   return out;
 }
 
-/// d y_c / d x for a batch of model inputs X [M, C, H, W] with targets [M], in chunks of at
-/// most `chunk` images; also returns y_c at each input.
-inline std::pair<Tensor, std::vector<double>> input_gradients(nn::Module& model, const Tensor& X,
-                                                              const std::vector<int64_t>& targets,
-                                                              int64_t chunk) {
+/// d y_c / d x for a batch of model inputs X [M, C, H, W] with targets [M] (-1: the class the
+/// model predicts for that input), in chunks of at most `chunk` images: the gradients [M, C, H, W]
+/// on the CPU and the targets with -1 resolved.
+inline std::pair<Tensor, std::vector<int64_t>> input_gradients(nn::Module& model, const Tensor& X,
+                                                               const std::vector<int64_t>& targets,
+                                                               int64_t chunk) {
   const int64_t M = X.size(0);
   std::vector<Tensor> grads;
-  std::vector<double> scores;
+  std::vector<int64_t> resolved;
   for (int64_t s = 0; s < M; s += chunk) {
     const int64_t n = std::min(chunk, M - s);
     Tensor x = X.narrow(0, s, n).detach().contiguous();
     x.requires_grad_(true);
     Tensor logits = model(x);
-    std::vector<int64_t> t(targets.begin() + s, targets.begin() + s + n);
-    Tensor sel = target_selector(logits, t);
-    const auto y = values(ops::sum(logits.detach() * sel, {1}));
-    scores.insert(scores.end(), y.begin(), y.end());
-    grads.push_back(grad({logits}, {x}, {sel})[0].to(kCPU));
+    const std::vector<int64_t> t =
+        resolve_targets(logits, std::vector<int64_t>(targets.begin() + s, targets.begin() + s + n));
+    resolved.insert(resolved.end(), t.begin(), t.end());
+    grads.push_back(grad({logits}, {x}, {target_selector(logits, t)})[0].to(kCPU));
   }
-  return {ops::cat(grads, 0), scores};
+  return {ops::cat(grads, 0), resolved};
 }
 
 /// A ViT's forward options (the position-embedding interpolation) for the lifetime of the guard,

@@ -8,6 +8,7 @@
 #include "autograd/grad_mode.h"
 #include "nn/state.h"
 #include "ops/ops.h"
+#include "tools/explain/detail.h"
 
 namespace vitrine::explain {
 
@@ -15,7 +16,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::vector<double> values(const Tensor& t) { return t.to(kCPU).contiguous().to_vector<double>(); }
+using detail::values;
 
 /// The removal baseline for images [B, C, H, W].
 Tensor removal_image(const Tensor& images, const CurveOptions& o) {
@@ -63,6 +64,28 @@ std::vector<double> ranks(const std::vector<double>& v) {
 /// Image b's raw map as doubles.
 std::vector<double> image_map(const Tensor& maps, int64_t b) { return values(maps.select(0, b)); }
 
+/// `fresh` holding the trained model's state except for the names randomise(name) picks (which
+/// keep fresh's initial values), on the trained model's device and dtype, in eval mode.
+template <typename M>
+std::shared_ptr<M> mix_state(const nn::Module& trained, std::shared_ptr<M> fresh,
+                             const std::function<bool(const std::string&)>& randomise) {
+  const auto kept = trained.state_dict();
+  const auto init = fresh->state_dict();
+  VT_CHECK(kept.size() == init.size(),
+           "explain: the fresh model has {} state entries, the trained one {} (it must be the "
+           "same architecture)",
+           init.size(), kept.size());
+  nn::NamedTensors state;
+  for (size_t i = 0; i < kept.size(); ++i)
+    state.emplace_back(kept[i].first,
+                       (randomise(kept[i].first) ? init[i] : kept[i]).second.to(kCPU));
+  nn::load_state_dict(*fresh, state);
+  fresh->to(detail::model_device(trained));
+  fresh->to(detail::model_dtype(trained));
+  fresh->eval();
+  return fresh;
+}
+
 }  // namespace
 
 std::string removal_name(Removal r) {
@@ -86,16 +109,14 @@ Removal parse_removal(const std::string& name) {
 LogitsFn logits_of(nn::Module& model, int64_t chunk) {
   return [&model, chunk](const Tensor& images) {
     NoGradGuard ng;
-    const bool training = model.is_training();
-    model.eval();
-    const Device dev = model.parameters().front().device();
-    const DType dt = model.parameters().front().dtype();
+    detail::EvalMode eval(model);
+    const Device dev = detail::model_device(model);
+    const DType dt = detail::model_dtype(model);
     std::vector<Tensor> out;
     for (int64_t s = 0; s < images.size(0); s += chunk) {
       const int64_t n = std::min(chunk, images.size(0) - s);
       out.push_back(model.forward(images.narrow(0, s, n).to(dev).to(dt)).to(kCPU));
     }
-    model.train(training);
     return ops::cat(out, 0);
   };
 }
@@ -235,8 +256,7 @@ std::shared_ptr<models::VisionTransformer> randomised_copy(const models::VisionT
   VT_CHECK(steps >= 0 && steps <= static_cast<int64_t>(names.size()),
            "explain: {} randomisation steps asked, the model has {}", steps, names.size());
   Generator gen(seed);
-  auto fresh = std::make_shared<models::VisionTransformer>(c, gen);
-  // Which parameter names each step re-initialises.
+  // Which step re-initialises each state name.
   auto step_of = [&](const std::string& name) -> int64_t {
     if (name.starts_with("blocks.")) {
       const int64_t l = std::stoll(name.substr(7, name.find('.', 7) - 7));
@@ -247,18 +267,8 @@ std::shared_ptr<models::VisionTransformer> randomised_copy(const models::VisionT
       return 1 + c.depth;
     return 0;  // head, norm, fc_norm, pre_logits
   };
-  nn::NamedTensors state;
-  const auto trained = model.state_dict();
-  const auto init = fresh->state_dict();
-  for (size_t i = 0; i < trained.size(); ++i) {
-    const bool randomise = step_of(trained[i].first) < steps;
-    state.emplace_back(trained[i].first, (randomise ? init[i] : trained[i]).second.to(kCPU));
-  }
-  nn::load_state_dict(*fresh, state);
-  fresh->to(model.parameters().front().device());
-  fresh->to(model.parameters().front().dtype());
-  fresh->eval();
-  return fresh;
+  return mix_state(model, std::make_shared<models::VisionTransformer>(c, gen),
+                   [&](const std::string& name) { return step_of(name) < steps; });
 }
 
 namespace {
@@ -451,28 +461,10 @@ std::shared_ptr<nn::Module> randomised_copy(const nn::Module& model, const Model
   VT_CHECK(steps >= 0 && steps <= static_cast<int64_t>(names.size()),
            "explain: {} randomisation steps asked, the model has {}", steps, names.size());
   Generator gen(seed);
-  std::shared_ptr<nn::Module> fresh = build(gen);
   const std::vector<std::string> randomise(names.begin(), names.begin() + steps);
-  nn::NamedTensors state;
-  const auto trained = model.state_dict();
-  const auto init = fresh->state_dict();
-  VT_CHECK(trained.size() == init.size(),
-           "explain: the fresh model has {} state entries, the trained one {} (build must make "
-           "the same architecture)",
-           init.size(), trained.size());
-  for (size_t i = 0; i < trained.size(); ++i) {
-    const bool r =
-        std::find(randomise.begin(), randomise.end(), step_of(trained[i].first)) != randomise.end();
-    state.emplace_back(trained[i].first, (r ? init[i] : trained[i]).second.to(kCPU));
-  }
-  nn::load_state_dict(*fresh, state);
-  const auto params = model.parameters();
-  if (!params.empty()) {
-    fresh->to(params.front().device());
-    fresh->to(params.front().dtype());
-  }
-  fresh->eval();
-  return fresh;
+  return mix_state(model, build(gen), [&](const std::string& name) {
+    return std::find(randomise.begin(), randomise.end(), step_of(name)) != randomise.end();
+  });
 }
 
 namespace {

@@ -133,28 +133,21 @@ Loaded load(const Cli& cli) {
     fmt::print("reading {} ({:.0f} MB) ...\n", cli.checkpoint, mb);
     std::fflush(stdout);
   }
-  const json stored = nn::metadata_json(l.meta, nn::kConfigKey);
-  if (!stored.is_null() && models::arch_of(stored) != "vit") {
-    // Another architecture: its checkpoint holds its config; no --model-config to resolve.
-    VT_CHECK(cli.model_config.empty(),
-             "--model-config {}: {} is a {} checkpoint, which names its own architecture "
-             "(--model-config is for ViT checkpoints without one)",
-             cli.model_config, cli.checkpoint, models::arch_of(stored));
-    l.model = models::load_classifier(cli.checkpoint, {}, &l.spec);
-    l.gradcam_layer =
-        cli.gradcam_layer.empty() && l.spec.arch == "resnet" ? "layer3" : cli.gradcam_layer;
-    if (!l.gradcam_layer.empty()) (void)ex::submodule(*l.model, l.gradcam_layer);  // checked
-  } else {
-    std::optional<models::ViTConfig> config;
-    if (!cli.model_config.empty()) config = models::resolve_config(cli.model_config);
-    l.vit = models::load_vit(cli.checkpoint, config);
-    l.model = l.vit;
-    l.spec = models::ClassifierSpec::of(l.vit->config());
+  std::optional<models::ClassifierSpec> given;  // --model-config: a ViT's architecture
+  if (!cli.model_config.empty())
+    given = models::ClassifierSpec::of(models::resolve_config(cli.model_config));
+  l.model = models::load_classifier(cli.checkpoint, given, &l.spec);
+  l.vit = std::dynamic_pointer_cast<models::VisionTransformer>(l.model);
+  if (l.vit) {
     l.patch = l.vit->config().patch;
     VT_CHECK(cli.gradcam_layer.empty(),
              "--gradcam-layer {}: a ViT's Grad-CAM reads a block's tokens; choose the block with "
              "--layer",
              cli.gradcam_layer);
+  } else {
+    l.gradcam_layer =
+        cli.gradcam_layer.empty() && l.spec.arch == "resnet" ? "layer3" : cli.gradcam_layer;
+    if (!l.gradcam_layer.empty()) (void)ex::submodule(*l.model, l.gradcam_layer);  // checked
   }
   const models::ClassifierSpec& c = l.spec;
   l.headless = c.num_classes == 0;
@@ -556,19 +549,19 @@ int run(const Cli& cli) {
     ex::write_npy(tmp + (l.headless ? "/features.npy" : "/logits.npy"), logits);
     // The first image's attention probabilities of every layer [L, heads, N, N], unless that is
     // over 512 MB (a photo at its own size: 4801 tokens make 6.6 GB for ViT-S/8).
-    const int64_t probs_bytes = l.vit ? static_cast<int64_t>(pass.attentions.size()) *
-                                            pass.attentions[0].numel() /
-                                            pass.attentions[0].size(0) * 4
-                                      : 0;
-    if (!l.vit) {
-    } else if (probs_bytes <= (int64_t{512} << 20)) {
-      std::vector<Tensor> first;
-      for (const Tensor& a : pass.attentions) first.push_back(a.select(0, 0));
-      ex::write_npy(tmp + "/attention_probs.npy", ops::stack(first, 0));
-    } else {
-      skipped.push_back(fmt::format(
-          "attention_probs.npy (the first image's attention of every layer would take {:.1f} GB)",
-          static_cast<double>(probs_bytes) / 1e9));
+    if (l.vit) {
+      const int64_t probs_bytes = static_cast<int64_t>(pass.attentions.size()) *
+                                  pass.attentions[0].numel() / pass.attentions[0].size(0) * 4;
+      if (probs_bytes <= (int64_t{512} << 20)) {
+        std::vector<Tensor> first;
+        for (const Tensor& a : pass.attentions) first.push_back(a.select(0, 0));
+        ex::write_npy(tmp + "/attention_probs.npy", ops::stack(first, 0));
+      } else {
+        skipped.push_back(fmt::format(
+            "attention_probs.npy (the first image's attention of every layer would take {:.1f} "
+            "GB)",
+            static_cast<double>(probs_bytes) / 1e9));
+      }
     }
 
     // The pictures and the report.
