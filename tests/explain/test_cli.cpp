@@ -324,6 +324,18 @@ TEST_CASE("vitrine-explain on a ResNet: the methods that need no attention, --ev
   const json pred = json::parse(read_text(out + "/predictions.json"));
   CHECK(pred[1]["target_name"] == "bag");
 
+  // An image of another size kept as it is (--resize none): cropped to a multiple of the 4-pixel
+  // cell, 57x45 -> 56x44; the ResNet takes any size.
+  write_png(s.dir / "odd.png", 57, 45, 1, std::vector<uint8_t>(57 * 45, 100));
+  const std::string odd_out = s.dir / "out_resnet_odd";
+  const auto odd = explain_run({"--checkpoint", ck, "odd.png", "--resize", "none", "--method",
+                                "gradcam,saliency", "--out", odd_out},
+                               "resnet_odd");
+  INFO(odd.output);
+  REQUIRE(odd.code == 0);
+  CHECK(ex::read_npy(odd_out + "/saliency.npy").shape() == Dims{1, 44, 56});
+  CHECK(ex::read_npy(odd_out + "/saliency.grid.npy").shape() == Dims{1, 11, 14});
+
   // --evaluate: every method on the 4x4-pixel cells, sanity steps from fc down to conv1.
   const std::string eval_out = s.dir / "out_resnet_eval";
   const auto e =

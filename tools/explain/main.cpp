@@ -79,7 +79,9 @@ struct Loaded {
   std::shared_ptr<nn::Module> model;               // any image classifier
   std::shared_ptr<models::VisionTransformer> vit;  // the same model when it is a ViT, else null
   models::ClassifierSpec spec;                     // channels, classes, input size
-  int64_t patch = 1;          // a ViT's patch; 1 for a model that takes any size
+  /// A ViT's patch; for another model --cell, the squares its grid maps average over: images
+  /// are cropped to (--resize none) or must be (--input) a multiple of it.
+  int64_t patch = 1;
   std::string gradcam_layer;  // another model: the submodule Grad-CAM reads (a ResNet's layer3)
   nn::Metadata meta;          // the checkpoint's metadata
   bool headless = false;      // no classification head: attention methods only
@@ -145,6 +147,7 @@ Loaded load(const Cli& cli) {
              "--layer",
              cli.gradcam_layer);
   } else {
+    l.patch = cli.cell;
     l.gradcam_layer =
         cli.gradcam_layer.empty() && l.spec.arch == "resnet" ? "layer3" : cli.gradcam_layer;
     if (!l.gradcam_layer.empty()) (void)ex::submodule(*l.model, l.gradcam_layer);  // checked
