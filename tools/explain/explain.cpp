@@ -65,104 +65,74 @@ class CaptureAttention {
   std::vector<std::pair<bool, bool>> was_;
 };
 
-/// The n x n matrix of the CLS row over the patches, read from a vector over the tokens.
-Tensor cls_row_grid(const std::vector<std::vector<double>>& rows, const Pass& pass) {
-  const int64_t B = static_cast<int64_t>(rows.size()), P = pass.prefix;
-  std::vector<double> out;
-  for (const auto& r : rows) out.insert(out.end(), r.begin() + P, r.end());
-  return make(out, {B, pass.grid_h, pass.grid_w});
-}
+// Rollout, gradient rollout and Chefer's relevance are products of per-layer N x N matrices, of
+// which only the CLS row is kept. They are computed with tensor ops on the attention's device, in
+// float64 (as the references, whose maps they match to 1e-6): each layer's matrix [B, N, N], and
+// the CLS row of the product from the left, v = e_0^T M_L, then v M_{L-1}, ... (a [B, 1, N] times
+// [B, N, N] product per layer, O(N^2) instead of the full product's O(N^3)).
 
-/// Sets the floor(N^2 * ratio) smallest entries of an N x N matrix to zero, never entry [0, 0]
-/// (vit-explain: the k smallest flat indices, index 0 removed from them).
-void discard_smallest(std::vector<double>& m, double ratio) {
-  const size_t k = static_cast<size_t>(std::floor(static_cast<double>(m.size()) * ratio));
-  if (k == 0) return;
-  std::vector<size_t> order(m.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1), order.end(),
-                   [&](size_t a, size_t b) { return m[a] < m[b] || (m[a] == m[b] && a < b); });
-  for (size_t i = 0; i < k; ++i)
-    if (order[i] != 0) m[order[i]] = 0;
-}
-
-/// The CLS row of R_L ... R_1 for per-layer N x N matrices R_l: the row vector e_0^T times the
-/// product, computed from the left (e_0^T R_L, then times R_{L-1}, ...), O(N^2) per layer
-/// instead of the full product's O(N^3).
-std::vector<double> cls_row_of_product(const std::vector<std::vector<double>>& layers, int64_t N) {
-  std::vector<double> v(static_cast<size_t>(N), 0.0), next(static_cast<size_t>(N));
-  v[0] = 1;
-  for (auto l = layers.rbegin(); l != layers.rend(); ++l) {
-    std::fill(next.begin(), next.end(), 0.0);
-    for (int64_t i = 0; i < N; ++i) {
-      const double vi = v[i];
-      if (vi == 0) continue;
-      const double* row = l->data() + i * N;
-      for (int64_t j = 0; j < N; ++j) next[j] += vi * row[j];
-    }
-    v.swap(next);
-  }
-  return v;
-}
-
-/// Per image and layer, heads fused into one N x N matrix: fuse(A) for rollout, or
-/// max(0, mean_h G * A) when grads are given.
-std::vector<double> fuse_heads(const double* A, const double* G, int64_t H, int64_t N,
-                               HeadFusion fusion) {
-  const int64_t NN = N * N;
-  std::vector<double> f(static_cast<size_t>(NN));
-  for (int64_t e = 0; e < NN; ++e) {
-    double acc = G ? 0.0 : (fusion == HeadFusion::Mean ? 0.0 : A[e]);
-    for (int64_t h = 0; h < H; ++h) {
-      const double a = A[h * NN + e];
-      if (G)
-        acc += a * G[h * NN + e];
-      else if (fusion == HeadFusion::Mean)
-        acc += a;
-      else if (fusion == HeadFusion::Max)
-        acc = std::max(acc, a);
-      else
-        acc = std::min(acc, a);
-    }
-    if (G)
-      acc = std::max(0.0, acc / static_cast<double>(H));
-    else if (fusion == HeadFusion::Mean)
-      acc /= static_cast<double>(H);
-    f[e] = acc;
-  }
-  return f;
-}
-
-/// Every layer's attention (and, with grads, its gradient) as doubles, with the sizes.
-struct Layers {
-  int64_t B = 0, H = 0, N = 0;
-  std::vector<std::vector<double>> A, G;
-};
-/// t's values into out, reusing out's memory.
-void values_into(const Tensor& t, std::vector<double>& out) {
-  const Tensor c = t.to(kCPU).to(kFloat64).contiguous();
-  out.assign(c.data<double>(), c.data<double>() + c.numel());
-}
-/// The layers, in one instance per thread whose vectors keep their memory from call to call. With
-/// fresh vectors, each map allocated 24 blocks of 1.9 MB for ViT-S/16 (12 layers of [6, 197, 197],
-/// probabilities and gradients), which glibc mapped, faulted in and returned every time: about
-/// 40 ms of a 170 ms Chefer or grad-rollout map (docs/benchmarks.md).
-const Layers& read_layers(const Pass& pass, bool grads) {
+/// The layers' attention A_l [B, H, N, N] (and G_l with grads), checked.
+void check_layers(const Pass& pass, bool grads) {
   VT_CHECK(!pass.attentions.empty(), "explain: the pass holds no attention probabilities");
   VT_CHECK(!grads || pass.attention_grads.size() == pass.attentions.size(),
            "explain: the pass holds no attention gradients");
-  thread_local Layers l;
-  l.B = pass.attentions[0].size(0);
-  l.H = pass.attentions[0].size(1);
-  l.N = pass.attentions[0].size(2);
-  const size_t L = pass.attentions.size();
-  l.A.resize(L);
-  l.G.resize(grads ? L : 0);
-  for (size_t i = 0; i < L; ++i) {
-    values_into(pass.attentions[i], l.A[i]);
-    if (grads) values_into(pass.attention_grads[i], l.G[i]);
+}
+
+Tensor f64(const Tensor& t) { return t.dtype() == kFloat64 ? t : t.to(kFloat64); }
+
+/// The N x N identity, float64, on `device`.
+Tensor identity(int64_t N, Device device) {
+  const Tensor i = ops::arange(static_cast<double>(N), kInt64).to(device);
+  return ops::to_dtype(ops::eq(i.unsqueeze(1), i.unsqueeze(0)), kFloat64);
+}
+
+/// Heads fused into one matrix per image [B, N, N]: fuse_h A for rollout, or max(0, mean_h G * A)
+/// when G is given (gradient rollout).
+Tensor fuse_heads(const Tensor& A, const Tensor& G, HeadFusion fusion) {
+  if (G.defined()) return ops::relu(ops::mean(f64(A) * f64(G), {1}));
+  switch (fusion) {
+    case HeadFusion::Max:
+      return ops::max(f64(A), 1).values;
+    case HeadFusion::Min:
+      return ops::min(f64(A), 1).values;
+    default:
+      return ops::mean(f64(A), {1});
   }
-  return l;
+}
+
+/// f [B, N, N] with the floor(N^2 * ratio) smallest entries of each image's matrix set to zero,
+/// never entry [0, 0] (vit-explain: the k smallest flat indices, index 0 removed from them; ties
+/// broken by index). Vitrine has no sort op yet, so the selection is made on the host and applied
+/// as a 0/1 mask on f's device.
+Tensor discard_smallest(const Tensor& f, double ratio) {
+  const int64_t B = f.size(0), NN = f.size(1) * f.size(2);
+  const auto k = static_cast<size_t>(std::floor(static_cast<double>(NN) * ratio));
+  if (k == 0) return f;
+  const std::vector<double> m = detail::values(f);
+  std::vector<double> keep(m.size(), 1.0);
+  std::vector<size_t> order(static_cast<size_t>(NN));
+  for (int64_t b = 0; b < B; ++b) {
+    const double* v = m.data() + b * NN;
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1), order.end(),
+                     [&](size_t x, size_t y) { return v[x] < v[y] || (v[x] == v[y] && x < y); });
+    for (size_t i = 0; i < k; ++i)
+      if (order[i] != 0) keep[static_cast<size_t>(b * NN) + order[i]] = 0;
+  }
+  return f * ops::from_vector(keep, f.shape(), kFloat64).to(f.device());
+}
+
+/// The CLS row of M_L ... M_1 over the patches as [B, gh, gw] float32, for layer(l) = M_l
+/// [B, N, N].
+template <class Layer>
+Tensor cls_row_of_product(const Pass& pass, Layer layer) {
+  const Tensor& a0 = pass.attentions[0];
+  const int64_t B = a0.size(0), N = a0.size(2), P = pass.prefix;
+  Tensor v = ops::narrow(identity(N, a0.device()), 0, 0, 1);  // e_0^T [1, N]
+  for (auto l = static_cast<int64_t>(pass.attentions.size()) - 1; l >= 0; --l)
+    v = ops::matmul(v, layer(static_cast<size_t>(l)));  // [B, 1, N]
+  v = ops::narrow(v.reshape({B, N}), 1, P, N - P);
+  return v.reshape({B, pass.grid_h, pass.grid_w}).to(kFloat32).to(kCPU);
 }
 
 /// Shared by rollout and grad-rollout: per layer fuse, discard, add I and halve, re-normalise
@@ -170,29 +140,15 @@ const Layers& read_layers(const Pass& pass, bool grads) {
 Tensor rollout_impl(const Pass& pass, HeadFusion fusion, double discard_ratio, bool gradients) {
   VT_CHECK(discard_ratio >= 0 && discard_ratio < 1,
            "explain: discard ratio must be in [0, 1), got {}", discard_ratio);
-  const Layers& ls = read_layers(pass, gradients);
-  const int64_t B = ls.B, H = ls.H, N = ls.N, NN = N * N;
-  const auto &A = ls.A, &G = ls.G;
-  std::vector<std::vector<double>> rows;
-  for (int64_t b = 0; b < B; ++b) {
-    std::vector<std::vector<double>> layers;
-    for (size_t l = 0; l < A.size(); ++l) {
-      const double* a = A[l].data() + b * H * NN;
-      const double* g = gradients ? G[l].data() + b * H * NN : nullptr;
-      std::vector<double> f = fuse_heads(a, g, H, N, fusion);
-      discard_smallest(f, discard_ratio);
-      for (int64_t i = 0; i < N; ++i) {  // (F + I) / 2, then each row divided by its sum
-        double* row = f.data() + i * N;
-        row[i] += 1;
-        double s = 0;
-        for (int64_t j = 0; j < N; ++j) s += row[j] /= 2;
-        for (int64_t j = 0; j < N; ++j) row[j] /= s;
-      }
-      layers.push_back(std::move(f));
-    }
-    rows.push_back(cls_row_of_product(layers, N));
-  }
-  return cls_row_grid(rows, pass);
+  check_layers(pass, gradients);
+  NoGradGuard no_grad;
+  const Tensor eye = identity(pass.attentions[0].size(2), pass.attentions[0].device());
+  return cls_row_of_product(pass, [&](size_t l) {
+    Tensor f =
+        fuse_heads(pass.attentions[l], gradients ? pass.attention_grads[l] : Tensor(), fusion);
+    f = (discard_smallest(f, discard_ratio) + eye) * 0.5;  // (F + I) / 2,
+    return f / ops::sum(f, {2}, true);                     // each row divided by its sum
+  });
 }
 
 }  // namespace
@@ -380,28 +336,15 @@ Tensor grad_rollout(const Pass& pass, double discard_ratio) {
 }
 
 Tensor chefer(const Pass& pass) {
-  const Layers& ls = read_layers(pass, true);
-  const int64_t B = ls.B, H = ls.H, N = ls.N, NN = N * N;
-  const auto &A = ls.A, &G = ls.G;
-  // R = I; R = R + Abar_l R = (I + Abar_l) R per layer, so R = (I + Abar_L) ... (I + Abar_1).
-  std::vector<std::vector<double>> rows;
-  for (int64_t b = 0; b < B; ++b) {
-    std::vector<std::vector<double>> layers;
-    for (size_t l = 0; l < A.size(); ++l) {
-      // Abar = mean_h max(0, G * A): clamped per head, then averaged (grad-rollout clamps the
-      // average instead).
-      const double* a = A[l].data() + b * H * NN;
-      const double* g = G[l].data() + b * H * NN;
-      std::vector<double> f(static_cast<size_t>(NN), 0.0);
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t e = 0; e < NN; ++e)
-          f[e] += std::max(0.0, a[h * NN + e] * g[h * NN + e]) / static_cast<double>(H);
-      for (int64_t i = 0; i < N; ++i) f[i * N + i] += 1;
-      layers.push_back(std::move(f));
-    }
-    rows.push_back(cls_row_of_product(layers, N));
-  }
-  return cls_row_grid(rows, pass);
+  check_layers(pass, true);
+  NoGradGuard no_grad;
+  // R = I; R = R + Abar_l R = (I + Abar_l) R per layer, so R = (I + Abar_L) ... (I + Abar_1),
+  // with Abar = mean_h max(0, G * A): clamped per head, then averaged (grad-rollout clamps the
+  // average instead).
+  const Tensor eye = identity(pass.attentions[0].size(2), pass.attentions[0].device());
+  return cls_row_of_product(pass, [&](size_t l) {
+    return ops::mean(ops::relu(f64(pass.attentions[l]) * f64(pass.attention_grads[l])), {1}) + eye;
+  });
 }
 
 Tensor gradcam(const Pass& pass) {
