@@ -384,6 +384,12 @@ void VisionTransformer::capture(bool attention, bool grads) {
   capture_tokens_ = attention || grads;
 }
 
+std::vector<nn::MultiheadSelfAttention*> VisionTransformer::attention_layers() {
+  std::vector<nn::MultiheadSelfAttention*> out;
+  for (const auto& b : *blocks) out.push_back(std::static_pointer_cast<ViTBlock>(b)->attn.get());
+  return out;
+}
+
 std::vector<Tensor> VisionTransformer::attentions() const {
   std::vector<Tensor> out;
   for (const auto& b : *blocks)

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/attention_model.h"
 #include "nn/nn.h"
 
 namespace vitrine::models {
@@ -90,7 +91,7 @@ class ViTBlock : public nn::Module {
   Tensor ls1, ls2;  // LayerScale gammas [dim] (registered as ls1.gamma / ls2.gamma), or undefined
 };
 
-class VisionTransformer : public nn::Module {
+class VisionTransformer : public nn::Module, public AttentionModel {
  public:
   explicit VisionTransformer(const ViTConfig& config, Generator& gen = default_generator());
   std::string type_name() const override { return "VisionTransformer"; }
@@ -118,7 +119,10 @@ class VisionTransformer : public nn::Module {
   std::vector<Tensor> attention_grads() const;
   const std::vector<Tensor>& block_outputs() const { return block_outputs_; }
   /// The patch grid of the last forward (height, width in patches).
-  std::pair<int64_t, int64_t> last_grid() const { return last_grid_; }
+  std::pair<int64_t, int64_t> last_grid() const override { return last_grid_; }
+  /// AttentionModel: each block's attn, and the class and register tokens.
+  std::vector<nn::MultiheadSelfAttention*> attention_layers() override;
+  int64_t prefix_tokens() const override { return config_.prefix_tokens(); }
   /// The last block's attention probabilities [B, heads, N, N], without running the head or the
   /// last MLP (DINO's get_last_selfattention).
   Tensor get_last_selfattention(const Tensor& images, const ViTForwardOptions& options = {});

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <optional>
 
 #include <fmt/ranges.h>
 
@@ -266,6 +267,7 @@ std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, c
   }
   if (resolved) *resolved = t;
   std::vector<Explanation> out;
+  std::optional<Pass> pass;
   for (Method m : methods) {
     Explanation e{m, {}, {}, {}, {}, {}, {}};
     switch (m) {
@@ -288,11 +290,22 @@ std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, c
         e.completeness_gap = a.completeness_gap;
         break;
       }
-      default:
-        fail(
-            "explain: {} needs a Vision Transformer's attention (this model is a {}); for any "
-            "model: gradcam, saliency, smoothgrad, integrated-gradients",
-            method_name(m), model.type_name());
+      default: {  // an attention method: one pass for all of them
+        if (!pass) {
+          const bool gradients = std::any_of(methods.begin(), methods.end(), [](Method k) {
+            return !is_input_gradient(k) && k != Method::GradCam && needs_gradients(k);
+          });
+          pass = run_pass(model, images, t, gradients);
+        }
+        e.grid = m == Method::Attention
+                     ? attention_map(*pass, options.layer, options.head, &e.heads)
+                 : m == Method::Rollout ? rollout(*pass, options.head_fusion, options.discard_ratio)
+                 : m == Method::GradRollout ? grad_rollout(*pass, options.discard_ratio)
+                                            : chefer(*pass);
+        if (m == Method::Attention && options.threshold > 0)
+          e.mask = threshold_mask(e.grid, options.threshold);
+        e.raw = upsample(e.grid, H, W);
+      }
     }
     e.map = minmax(e.raw);
     out.push_back(std::move(e));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
 #include <numeric>
 
@@ -42,28 +43,85 @@ int64_t resolve_layer(int64_t layer, int64_t depth, const char* what) {
   return layer < 0 ? layer + depth : layer;
 }
 
-/// Every block's attention capturing its probabilities for the lifetime of the guard, then each
-/// block's capture state as it was.
+/// Every attention layer of the model capturing its probabilities for the
+/// lifetime of the guard, then each layer's capture state as it was.
 class CaptureAttention {
  public:
-  explicit CaptureAttention(models::VisionTransformer& m) : m_(m) {
-    for (const auto& b : *m.blocks) {
-      auto& attn = *std::static_pointer_cast<models::ViTBlock>(b)->attn;
-      was_.emplace_back(attn.capturing_probs(), attn.capturing_grads());
+  explicit CaptureAttention(models::AttentionModel& m) : layers_(m.attention_layers()) {
+    VT_CHECK(!layers_.empty(), "explain: the model lists no attention layers");
+    for (auto* a : layers_) {
+      was_.emplace_back(a->capturing_probs(), a->capturing_grads());
+      a->capture(true);  // the probabilities as tensors of the graph: grad() reaches them
     }
-    m.capture(true);
   }
   ~CaptureAttention() {
-    for (size_t l = 0; l < was_.size(); ++l)
-      m_.blocks->at<models::ViTBlock>(l)->attn->capture(was_[l].first, was_[l].second);
+    for (size_t l = 0; l < was_.size(); ++l) layers_[l]->capture(was_[l].first, was_[l].second);
   }
   CaptureAttention(const CaptureAttention&) = delete;
   CaptureAttention& operator=(const CaptureAttention&) = delete;
 
  private:
-  models::VisionTransformer& m_;
+  std::vector<nn::MultiheadSelfAttention*> layers_;
   std::vector<std::pair<bool, bool>> was_;
 };
+
+/// The pass of any AttentionModel: `forward` runs the model on x; tokens, when given, is a tensor
+/// the forward fills (Grad-CAM's activation, through a hook) whose gradient is kept too.
+Pass attention_pass(nn::Module& model, models::AttentionModel& am, const Tensor& images,
+                    const std::vector<int64_t>& targets, bool gradients, bool headless,
+                    const std::function<Tensor(const Tensor&)>& forward,
+                    const Tensor* tokens = nullptr) {
+  const int64_t P = am.prefix_tokens();
+  VT_CHECK(P >= 1,
+           "explain: the attention methods read the class token's row (token 0), but the {} has "
+           "{} tokens before its patches",
+           model.type_name(), P);
+  EvalMode eval(model);
+  FrozenParameters frozen(model);
+  CaptureAttention capture(am);
+  const auto layers = am.attention_layers();
+  Pass pass;
+  Tensor x = images.to(model_device(model)).to(model_dtype(model)).detach().contiguous();
+  pass.prefix = P;
+  auto check_grid = [&](const Tensor& a) {
+    std::tie(pass.grid_h, pass.grid_w) = am.last_grid();
+    VT_CHECK(a.defined() && a.dim() == 4 && a.size(2) == P + pass.grid_h * pass.grid_w,
+             "explain: the {}'s attention {} does not cover its {} prefix tokens and {}x{} patches",
+             model.type_name(), a.defined() ? a.shape().str() : std::string("is undefined:"), P,
+             pass.grid_h, pass.grid_w);
+  };
+  if (!gradients) {
+    NoGradGuard no_grad;
+    Tensor logits = forward(x);
+    if (!headless) pass.targets = resolve_targets(logits, targets);
+    pass.logits = logits.to(kCPU);
+    for (auto* a : layers) pass.attentions.push_back(a->attention().to(kCPU));
+    check_grid(pass.attentions.front());
+    return pass;
+  }
+  x.requires_grad_(true);
+  Tensor logits = forward(x);
+  pass.targets = resolve_targets(logits, targets);
+  std::vector<Tensor> inputs{x};
+  if (tokens) inputs.push_back(*tokens);
+  for (auto* a : layers) inputs.push_back(a->attention());
+  // One backward of sum_b y_{c_b}: every image's gradients at once.
+  const auto grads = grad({logits}, inputs, {target_selector(logits, pass.targets)}, false, false,
+                          /*allow_unused=*/true);
+  pass.logits = logits.detach().to(kCPU);
+  pass.input_grad = grads[0].to(kCPU);
+  const size_t first = tokens ? 2 : 1;
+  if (tokens) {
+    pass.tokens = tokens->detach().to(kCPU);
+    pass.tokens_grad = grads[1].to(kCPU);
+  }
+  for (size_t l = 0; l < layers.size(); ++l) {
+    pass.attentions.push_back(layers[l]->attention().detach().to(kCPU));
+    pass.attention_grads.push_back(grads[first + l].to(kCPU));
+  }
+  check_grid(pass.attentions.front());
+  return pass;
+}
 
 // Rollout, gradient rollout and Chefer's relevance are products of per-layer N x N matrices, of
 // which only the CLS row is kept. They are computed with tensor ops on the attention's device, in
@@ -225,17 +283,12 @@ Pass run_pass(models::VisionTransformer& model, const Tensor& images,
               const std::vector<int64_t>& targets, int64_t gradcam_layer, bool gradients,
               models::PosInterp pos_interp) {
   check_images(model, images);
-  const auto& c = model.config();
   const bool headless = !model.head;
   VT_CHECK(!headless || !gradients,
            "explain: the model has no classification head (a feature extractor), so there is no "
            "class score to take gradients of: only attention and rollout apply");
   const models::ViTForwardOptions fwd{pos_interp, false};
-  const int64_t gl = resolve_layer(gradcam_layer, c.depth, "gradcam");
-  EvalMode eval(model);
-  FrozenParameters frozen(model);
-  CaptureAttention capture(model);
-
+  const int64_t gl = resolve_layer(gradcam_layer, model.config().depth, "gradcam");
   // Grad-CAM's activation: the chosen block's norm1 output, kept by a forward hook.
   Tensor tokens;
   ForwardHook hook(*model.blocks->at<models::ViTBlock>(gl)->norm1,
@@ -243,38 +296,24 @@ Pass run_pass(models::VisionTransformer& model, const Tensor& images,
                      tokens = out;
                      return Tensor();
                    });
+  return attention_pass(
+      model, model, images, targets, gradients, headless,
+      [&](const Tensor& x) { return model.forward(x, fwd); }, gradients ? &tokens : nullptr);
+}
 
-  Pass pass;
-  Tensor x = images.to(model_device(model)).to(model_dtype(model)).detach().contiguous();
-  pass.prefix = c.prefix_tokens();
-  if (!gradients) {
-    NoGradGuard no_grad;
-    Tensor logits = model.forward(x, fwd);
-    if (!headless) pass.targets = resolve_targets(logits, targets);
-    pass.logits = logits.to(kCPU);
-    for (const Tensor& a : model.attentions()) pass.attentions.push_back(a.to(kCPU));
-    std::tie(pass.grid_h, pass.grid_w) = model.last_grid();
-    return pass;
-  }
-  x.requires_grad_(true);
-  Tensor logits = model.forward(x, fwd);
-  pass.targets = resolve_targets(logits, targets);
-  std::vector<Tensor> inputs{x, tokens};
-  const auto attn = model.attentions();
-  inputs.insert(inputs.end(), attn.begin(), attn.end());
-  // One backward of sum_b y_{c_b}: every image's gradients at once.
-  const auto grads = grad({logits}, inputs, {target_selector(logits, pass.targets)}, false, false,
-                          /*allow_unused=*/true);
-  pass.logits = logits.detach().to(kCPU);
-  pass.input_grad = grads[0].to(kCPU);
-  pass.tokens = tokens.detach().to(kCPU);
-  pass.tokens_grad = grads[1].to(kCPU);
-  for (size_t l = 0; l < attn.size(); ++l) {
-    pass.attentions.push_back(attn[l].detach().to(kCPU));
-    pass.attention_grads.push_back(grads[2 + l].to(kCPU));
-  }
-  std::tie(pass.grid_h, pass.grid_w) = model.last_grid();
-  return pass;
+Pass run_pass(nn::Module& model, const Tensor& images, const std::vector<int64_t>& targets,
+              bool gradients) {
+  if (auto* vit = dynamic_cast<models::VisionTransformer*>(&model))
+    return run_pass(*vit, images, targets, -1, gradients);
+  auto* am = dynamic_cast<models::AttentionModel*>(&model);
+  VT_CHECK(am != nullptr,
+           "explain: the attention methods need a model that exposes its attention layers "
+           "(models::AttentionModel); this {} does not: gradcam, saliency, smoothgrad and "
+           "integrated-gradients apply to any model",
+           model.type_name());
+  check_images(model, images);
+  return attention_pass(model, *am, images, targets, gradients, false,
+                        [&](const Tensor& x) { return model.forward(x); });
 }
 
 // ---- attention-based methods -----------------------------------------------------------------

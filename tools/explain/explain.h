@@ -1,7 +1,8 @@
-// Explanation methods: why did the model give this image this class? The attention methods and
-// the token Grad-CAM read a Vitrine VisionTransformer's attention (a Pass); the input-gradient
-// methods and the convolutional Grad-CAM take any nn::Module mapping images to logits (the end
-// of this header). Every method returns a map over the patch grid (its raw values, kept as they
+// Explanation methods: why did the model give this image this class? The attention methods read
+// the attention of any model that exposes it through models::AttentionModel (the
+// VisionTransformer does; a Pass), the token Grad-CAM a ViT's tokens; the input-gradient methods
+// and the convolutional Grad-CAM take any nn::Module mapping images to logits (the end of this
+// header). Every method returns a map over the patch grid (its raw values, kept as they
 // come) and the same map at image resolution (the grid upsampled bilinearly, align_corners=False,
 // then min-max scaled to [0, 1]); the input-gradient methods work at pixel resolution directly.
 //
@@ -115,6 +116,13 @@ struct Pass {
 Pass run_pass(models::VisionTransformer& model, const Tensor& images,
               const std::vector<int64_t>& targets, int64_t gradcam_layer = -1,
               bool gradients = true, models::PosInterp pos_interp = models::PosInterp::Size);
+
+/// The same pass for any model that exposes its attention (models::AttentionModel: a ViT, or a
+/// transformer of your own with a class token), with the model's own forward. The Pass then holds
+/// no Grad-CAM tokens (gradcam(model, layer, ...) below takes any model). An Error for a model
+/// that is not an AttentionModel, naming the methods that apply to it.
+Pass run_pass(nn::Module& model, const Tensor& images, const std::vector<int64_t>& targets,
+              bool gradients = true);
 
 // ---- the methods on the patch grid, as pure functions of what a Pass holds -------------------
 // Each returns [B, gh, gw] (float32). They are the library's building blocks and what the
@@ -250,7 +258,9 @@ Tensor gradcam(nn::Module& model, nn::Module& layer, const Tensor& images,
                const std::vector<int64_t>& targets, std::vector<int64_t>* resolved = nullptr);
 
 /// The methods that apply to any model (gradcam with gradcam_layer, saliency, smoothgrad,
-/// integrated-gradients; an attention method is an Error naming them) on a batch. Each result's
+/// integrated-gradients) on a batch, and the attention methods (attention, rollout, grad-rollout,
+/// chefer) when the model is a models::AttentionModel (else an Error naming the others); those
+/// share one run_pass(model, ...) and their maps are on the patch grid, as a ViT's. Each result's
 /// raw map is at image resolution (Grad-CAM's upsampled bilinearly), its grid the mean over
 /// cells of cell x cell pixels for the input-gradient methods (what the evaluation ranks) and
 /// the layer's own h x w for Grad-CAM.
