@@ -39,6 +39,9 @@ inline constexpr const char* kStdKey = "vitrine.std";
 inline constexpr const char* kClassesKey = "vitrine.classes";
 inline constexpr const char* kOptimizerKey = "vitrine.optimizer";
 inline constexpr const char* kStateKey = "vitrine.state";
+/// The data section a model was trained with (vitrine-train's, nn::data::dataset_options_from_json
+/// reads it back): what evaluating or explaining the checkpoint later opens as its test set.
+inline constexpr const char* kDataKey = "vitrine.data";
 
 struct SafetensorsFile {
   NamedTensors tensors;  // sorted by name; CPU, contiguous

@@ -6,5 +6,6 @@
 #include "nn/data/idx.h"
 #include "nn/data/image_folder.h"
 #include "nn/data/loader.h"
+#include "nn/data/open.h"
 #include "nn/data/pasted.h"
 #include "nn/data/transforms.h"

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 #include "backends/generator.h"
 
@@ -340,6 +341,7 @@ Compose from_config(const nlohmann::json& config, int64_t channels, bool train) 
            kKnownKeys, config.dump());
   for (const auto& [key, value] : config.items()) {
     (void)value;
+    if (!key.empty() && key[0] == '_') continue;  // a comment ("_comment")
     VT_CHECK(key == "resize" || key == "center_crop" || key == "random_crop" || key == "hflip" ||
                  key == "mean" || key == "std",
              "transforms config: unknown key \"{}\" (known: {})", key, kKnownKeys);
@@ -395,6 +397,91 @@ Compose from_config(const nlohmann::json& config, int64_t channels, bool train) 
     out.add(std::make_shared<Normalize>(std::move(mean), std::move(std)));
   }
   return out;
+}
+
+// ---- fitting a pipeline to a model's input size -------------------------------------------------
+
+namespace {
+
+/// [h, w] of a size value: a number s or [h, w]; nullopt for anything else.
+std::optional<std::pair<int64_t, int64_t>> size_value(const nlohmann::json& v) {
+  if (v.is_number()) {
+    const auto s = static_cast<int64_t>(std::llround(v.get<double>()));
+    return std::pair{s, s};
+  }
+  if (v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number())
+    return std::pair{static_cast<int64_t>(std::llround(v[0].get<double>())),
+                     static_cast<int64_t>(std::llround(v[1].get<double>()))};
+  return std::nullopt;
+}
+
+/// Whether the evaluation pipeline of `t` yields [C, H, W] from the data set's images (native
+/// {0, 0}: from images of two unrelated sizes).
+bool yields_size(const nlohmann::json& t, int64_t C, std::pair<int64_t, int64_t> native, int64_t H,
+                 int64_t W) {
+  try {
+    const Compose pipeline = from_config(t, C, false);
+    const ImageShape want{C, H, W};
+    if (native.first > 0) return pipeline.output_shape({C, native.first, native.second}) == want;
+    for (const ImageShape& in :
+         {ImageShape{C, 2 * H + 7, 3 * W + 5}, ImageShape{C, 3 * H + 5, 2 * W + 7}})
+      if (pipeline.output_shape(in) != want) return false;
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> fit_to_size(nlohmann::json& t, int64_t channels,
+                                     std::pair<int64_t, int64_t> native, int64_t H, int64_t W) {
+  using nlohmann::json;
+  if (yields_size(t, channels, native, H, W)) return {};
+  VT_CHECK(t.is_object(), "transforms config: expected an object, got {}", t.dump());
+  const json before = t;
+  std::vector<std::string> notes;
+  auto hw = [](int64_t h, int64_t w) { return json::array({h, w}); };
+  auto note = [&](const std::string& key, const json& old, const json& now) {
+    notes.push_back(fmt::format("{} {} -> {}", key,
+                                old.is_null() ? std::string("(none)") : old.dump(), now.dump()));
+  };
+  // The crop: its key and its [h, w].
+  std::string crop_key;
+  json* crop_size = nullptr;
+  if (t.contains("random_crop")) {
+    crop_key = "random_crop";
+    crop_size = t["random_crop"].is_object() ? &t["random_crop"]["size"] : &t["random_crop"];
+  } else if (t.contains("center_crop")) {
+    crop_key = "center_crop";
+    crop_size = &t["center_crop"];
+  }
+  const bool native_fits = native.first == H && native.second == W;
+  if (crop_size) {
+    const auto crop = size_value(*crop_size);
+    if (t.contains("resize") && crop && crop->first > 0 && crop->second > 0) {
+      if (const auto r = size_value(t["resize"])) {
+        const json now = hw(std::llround(static_cast<double>(r->first) * H / crop->first),
+                            std::llround(static_cast<double>(r->second) * W / crop->second));
+        note("resize", t["resize"], now);
+        t["resize"] = now;
+      }
+    } else if (!native_fits) {
+      note("resize", nullptr, hw(H, W));
+      t["resize"] = hw(H, W);
+    }
+    note(crop_key == "random_crop" && t["random_crop"].is_object() ? "random_crop.size" : crop_key,
+         *crop_size, hw(H, W));
+    *crop_size = hw(H, W);
+  } else if (t.contains("resize") || !native_fits) {
+    note("resize", t.contains("resize") ? t["resize"] : json(nullptr), hw(H, W));
+    t["resize"] = hw(H, W);
+  }
+  if (!yields_size(t, channels, native, H, W)) {  // leave it to the caller to say what is wrong
+    t = before;
+    return {};
+  }
+  return notes;
 }
 
 }  // namespace vitrine::nn::data

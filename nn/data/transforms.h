@@ -179,4 +179,20 @@ class Compose {
 /// the training one (a random crop becomes a centre crop of its size, no padding).
 Compose from_config(const nlohmann::json& config, int64_t channels, bool train);
 
+/// The image-size keys of a transforms config (resize, center_crop, random_crop; mean, std and
+/// hflip untouched) brought to a model's input [height, width], for images of `channels` channels
+/// whose data set has the fixed size `native` ({0, 0}: images of any size):
+///   a crop of size S (centre or random) with a resize R before it:  R -> round(R * H / S_h),
+///                                                                   S -> [H, W] (padding kept);
+///   a crop without a resize:   S -> [H, W], and resize [H, W] added before it when the data
+///                              set's images are not [H, W] already (images of any size);
+///   a resize alone:            R -> [H, W];  neither: resize [H, W] added when needed.
+/// (timm's evaluation resizes to size / 0.875 and centre-crops; a config with resize 72 and crop
+/// 64 keeps that ratio at 224: resize 252, crop 224.) Nothing changes when the pipeline already
+/// yields [H, W], nor when no change would make it (from_config then says what is wrong). Returns
+/// what changed ("resize [72, 72] -> [252, 252]"), empty when nothing did.
+std::vector<std::string> fit_to_size(nlohmann::json& transforms, int64_t channels,
+                                     std::pair<int64_t, int64_t> native, int64_t height,
+                                     int64_t width);
+
 }  // namespace vitrine::nn::data

@@ -1,6 +1,6 @@
 // Dataset readers on small files written here (IDX raw and gzipped, CIFAR-10/100 binaries, PNG /
-// BMP / JPEG class folders, a tiny-imagenet-shaped folder), every bad-data message, and the real
-// Fashion-MNIST files when they are installed.
+// BMP / JPEG class folders, a tiny-imagenet-shaped folder), every bad-data message, the real
+// Fashion-MNIST files when they are installed, and data sets opened by name (open_dataset).
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +11,8 @@
 #include "nn/data/cifar.h"
 #include "nn/data/idx.h"
 #include "nn/data/image_folder.h"
+#include "nn/data/open.h"
+#include "nn/data/pasted.h"
 #include "test_util.h"
 
 using namespace vitrine::nn::data;
@@ -731,4 +733,122 @@ TEST_CASE("fashion-mnist: the installed files, when present") {
   CHECK(lo == 0.0f);
   CHECK(hi <= 1.0f);
   CHECK(hi > 0.5f);
+}
+
+// ---- data sets by name (open.h) ---------------------------------------------------------------
+
+namespace {
+
+/// A Fashion-MNIST-named folder of 28x28 IDX files: n_train and n_test images.
+void write_fmnist_folder(const std::string& dir, int n_train, int n_test) {
+  std::vector<uint8_t> train_labels, test_labels;
+  for (int i = 0; i < n_train; ++i) train_labels.push_back(static_cast<uint8_t>(i % 10));
+  for (int i = 0; i < n_test; ++i) test_labels.push_back(static_cast<uint8_t>((i + 3) % 10));
+  write_bytes(dir + "/train-images-idx3-ubyte", idx_images(n_train, 28, 28));
+  write_bytes(dir + "/train-labels-idx1-ubyte", idx_labels(train_labels));
+  write_gz(dir + "/t10k-images-idx3-ubyte.gz", idx_images(n_test, 28, 28));
+  write_gz(dir + "/t10k-labels-idx1-ubyte.gz", idx_labels(test_labels));
+}
+
+}  // namespace
+
+TEST_CASE("open_dataset: IDX data sets by name, their sizes and the pasted canvases") {
+  vt_test::TempDir tmp;
+  write_fmnist_folder(tmp / "fm", 12, 5);
+  DatasetOptions o;
+  o.path = tmp / "fm";
+  DatasetFiles f = open_dataset(o);
+  CHECK(f.path == tmp / "fm");
+  REQUIRE(f.train);
+  CHECK(f.train->size() == 12);
+  CHECK(f.test->size() == 5);
+  CHECK(f.test->classes().front() == "T-shirt/top");
+  CHECK(f.test->get(0).label == 3);
+  CHECK(image_size(o) == std::pair<int64_t, int64_t>{28, 28});
+  CHECK(open_dataset(o, false).train == nullptr);  // the test file alone
+
+  o.name = "mnist";
+  CHECK(open_dataset(o).test->classes().front() == "0");
+
+  o.name = "fashion-mnist-pasted";
+  o.pasted.canvas = 44;
+  o.pasted.seed = 7;
+  f = open_dataset(o);
+  CHECK(image_size(o) == std::pair<int64_t, int64_t>{44, 44});
+  const Example e = f.test->get(0);
+  CHECK(e.image.height == 44);
+  CHECK(e.image.width == 44);
+  // the test canvases are drawn with seed + 1: the same item pasted elsewhere than by seed 7
+  PastedOptions same = o.pasted;
+  same.seed = 8;
+  PastedObjects by_hand(fashion_mnist(tmp / "fm", false), same);
+  CHECK(by_hand.get(0).image.pixels == e.image.pixels);
+}
+
+TEST_CASE("open_dataset: an image folder, split 10% for its test set by a seed") {
+  vt_test::TempDir tmp;
+  const std::string root = tmp / "photos";
+  for (int i = 0; i < 10; ++i) {
+    write_png(root + "/cat/" + std::to_string(i) + ".png", 3, 2, 3, hwc_image(3, 2, 3, i));
+    write_png(root + "/dog/" + std::to_string(i) + ".png", 3, 2, 3, hwc_image(3, 2, 3, 50 + i));
+  }
+  DatasetOptions o;
+  o.name = "imagefolder";
+  o.path = root;
+  o.split_seed = 4;
+  const DatasetFiles f = open_dataset(o);
+  CHECK(f.train->size() == 18);
+  CHECK(f.test->size() == 2);
+  CHECK(f.test->classes() == std::vector<std::string>{"cat", "dog"});
+  CHECK(f.test->get(0).image.channels == 3);
+  CHECK(image_size(o) == std::pair<int64_t, int64_t>{0, 0});  // any size
+  // the same seed, the same split; grey when asked
+  o.channels = 1;
+  const DatasetFiles g = open_dataset(o);
+  CHECK(g.test->get(0).image.channels == 1);
+  CHECK(g.test->get(1).label == f.test->get(1).label);
+  // train/ and test/ folders are used as they are
+  write_png(tmp / "split/train/a/x.png", 2, 2, 3, hwc_image(2, 2, 3, 1));
+  write_png(tmp / "split/test/a/y.png", 2, 2, 3, hwc_image(2, 2, 3, 2));
+  o.path = tmp / "split";
+  CHECK(open_dataset(o).test->size() == 1);
+}
+
+TEST_CASE("open_dataset: bad names, folders and options say what was expected") {
+  vt_test::TempDir tmp;
+  DatasetOptions o;
+  o.name = "imagenet";
+  CHECK_ERROR_CONTAINS(open_dataset(o), "unknown data set \"imagenet\"",
+                       "fashion-mnist, mnist, cifar10, cifar100, imagefolder");
+  o.name = "cifar10";
+  CHECK_ERROR_CONTAINS(open_dataset(o), "cifar10 has no default folder",
+                       "data_batch_1.bin ... test_batch.bin");
+  o.path = tmp / "nowhere";
+  CHECK_ERROR_CONTAINS(open_dataset(o), "cifar10 folder", "does not exist");
+  o.name = "imagefolder";
+  o.path = tmp.dir.string();
+  o.channels = 4;
+  CHECK_ERROR_CONTAINS(open_dataset(o), "1 (grey) or 3 (RGB) channels, not 4");
+
+  CHECK_ERROR_CONTAINS(pasted_options_from_json({{"canvs", 64}}), "unknown key \"canvs\"",
+                       "canvas, min_scale");
+  CHECK_ERROR_CONTAINS(pasted_options_from_json({{"count", "many"}}), "data.pasted.count",
+                       "\"many\"");
+  CHECK_ERROR_CONTAINS(pasted_options_from_json(3), "data.pasted must be an object");
+  const PastedOptions p = pasted_options_from_json({{"canvas", 80}, {"_note", "x"}});
+  CHECK(p.canvas == 80);
+  CHECK(p.distractors == "fragments");  // defaults kept
+
+  // a data section as vitrine-train writes it
+  const DatasetOptions d = dataset_options_from_json({{"dataset", "fashion-mnist-pasted"},
+                                                      {"path", "/x"},
+                                                      {"pasted", {{"canvas", 50}}},
+                                                      {"batch_size", 64}},
+                                                     1, 9);
+  CHECK(d.name == "fashion-mnist-pasted");
+  CHECK(d.path == "/x");
+  CHECK(d.pasted.canvas == 50);
+  CHECK(d.split_seed == 9);
+  CHECK_ERROR_CONTAINS(dataset_options_from_json({{"path", "/x"}}, 1, 0),
+                       "a data section with a \"dataset\" name");
 }

@@ -1,11 +1,16 @@
-// Atomic file writes: temp file, rename (see files.h).
+// JSON files read with their faults located, and atomic file writes: temp file, rename (see
+// files.h).
 #include "tools/common/files.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -31,6 +36,39 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     std::remove(tmp.c_str());
     fail("cannot write {}: cannot rename {} to it: {}", path, tmp, std::strerror(e));
   }
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  using nlohmann::json;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  VT_CHECK(fs::exists(path, ec), "{} \"{}\": no such file", what, path);
+  VT_CHECK(!fs::is_directory(path, ec), "{} \"{}\": is a folder, expected a JSON file", what, path);
+  std::ifstream in(path, std::ios::binary);
+  VT_CHECK(in.good(), "{} \"{}\": cannot open it ({})", what, path, std::strerror(errno));
+  std::ostringstream text_stream;
+  text_stream << in.rdbuf();
+  VT_CHECK(!in.bad(), "{} \"{}\": cannot read it ({})", what, path, std::strerror(errno));
+  const std::string text = text_stream.str();
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // e.byte counts the characters read, the offending one included.
+    const size_t end = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
+    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + end, '\n'));
+    const size_t nl = text.rfind('\n', end == 0 ? std::string::npos : end - 1);
+    const size_t column = (end == 0 || nl == std::string::npos) ? end + 1 : end - nl;
+    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 1:
+    // syntax error while parsing ..."; keep what follows the position.
+    std::string detail = e.what();
+    if (size_t p = detail.find("parse error"); p != std::string::npos) {
+      const size_t colon = detail.find(": ", p);
+      if (colon != std::string::npos) detail = detail.substr(colon + 2);
+    }
+    fail("{} \"{}\": invalid JSON at line {}, column {}: {}", what, path, line, column, detail);
+  }
+  return j;
 }
 
 }  // namespace vitrine::tools

@@ -24,6 +24,7 @@
 
 #include "models/classifier.h"
 #include "nn/data/image_folder.h"
+#include "nn/data/open.h"
 #include "nn/data/pasted.h"
 #include "nn/data/transforms.h"
 #include "nn/state.h"
@@ -35,9 +36,6 @@
 #include "tools/explain/render.h"
 #include "tools/explain/report.h"
 #include "tools/explain/text.h"
-#include "tools/train/config.h"
-#include "tools/train/datasets.h"
-#include "tools/train/fit.h"
 
 namespace {
 
@@ -263,28 +261,50 @@ struct TestSet {
   std::string config_source;
 };
 
+/// The data section the checkpoint was trained with, and where it came from: the run folder's
+/// config.json beside the checkpoint, else the checkpoint's vitrine.data metadata, else
+/// Fashion-MNIST's. split_seed: the run's train.seed + 1 (an image folder's test split).
+json checkpoint_data(const std::string& checkpoint, const nn::Metadata& meta, std::string& source,
+                     uint64_t& split_seed) {
+  split_seed = 1;
+  const fs::path beside = fs::path(checkpoint).parent_path() / "config.json";
+  if (fs::exists(beside)) {
+    const json config = tools::read_json_file(beside.string(), "config file");
+    source = beside.string();
+    if (config.contains("train") && config["train"].contains("seed") &&
+        config["train"]["seed"].is_number_unsigned())
+      split_seed = config["train"]["seed"].get<uint64_t>() + 1;
+    if (config.contains("data") && config["data"].is_object()) return config["data"];
+    return json::object();
+  }
+  if (json data = nn::metadata_json(meta, nn::kDataKey); data.is_object()) {
+    source = fmt::format("{} (its {} metadata)", checkpoint, nn::kDataKey);
+    return data;
+  }
+  source = "Fashion-MNIST (the checkpoint names no data set)";
+  return json::object();
+}
+
 TestSet open_test_set(const Cli& cli, const Loaded& l) {
   const models::ClassifierSpec& c = l.spec;
   TestSet t;
-  json config = train::config_for_checkpoint(cli.checkpoint, c.config, l.meta, &t.config_source);
-  json& d = config["data"];
+  uint64_t split_seed = 1;
+  json d = checkpoint_data(cli.checkpoint, l.meta, t.config_source, split_seed);
+  if (!d.contains("dataset")) d["dataset"] = "fashion-mnist";
   if (d["dataset"] != cli.dataset) {
-    d["dataset"] = cli.dataset;
-    d["path"] = "";
-    d.erase("pasted");
-    json kept = json::object();
-    for (const char* k : {"mean", "std"})
-      if (d["transforms"].contains(k)) kept[k] = d["transforms"][k];
-    d["transforms"] = kept;
+    d = {{"dataset", cli.dataset}, {"path", ""}};
     t.config_source = fmt::format("--dataset {} (transforms fitted to the model)", cli.dataset);
   }
   if (!cli.data.empty()) d["path"] = cli.data;
-  train::fit_transforms_to_model(config);
-  json transforms = d["transforms"];
+  const nn::data::DatasetOptions o = nn::data::dataset_options_from_json(d, c.channels, split_seed);
+  // The geometry of the evaluation pipeline, fitted to the model; the normalisation is the
+  // checkpoint's (Loaded's mean and std), applied to each image later.
+  json transforms = d.value("transforms", json::object());
   transforms.erase("mean");
   transforms.erase("std");
-  t.display = nn::data::from_config(train::without_comments(transforms), c.channels, false);
-  t.data = train::load_test_set(config);
+  nn::data::fit_to_size(transforms, c.channels, nn::data::image_size(o), c.image_h, c.image_w);
+  t.display = nn::data::from_config(transforms, c.channels, false);
+  t.data = nn::data::open_dataset(o, false).test;
   return t;
 }
 

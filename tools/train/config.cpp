@@ -22,8 +22,10 @@
 #include "backends/device.h"
 #include "backends/error.h"
 #include "nn/data/dataset.h"
+#include "nn/data/open.h"
 #include "nn/data/pasted.h"
 #include "nn/data/transforms.h"
+#include "tools/common/files.h"
 
 namespace vitrine::train {
 
@@ -65,33 +67,9 @@ const std::vector<std::string> kSizeKeys = {
     "model.image_size", "data.transforms.resize", "data.transforms.center_crop",
     "data.transforms.random_crop", "data.transforms.random_crop.size"};
 
-struct DatasetSpec {
-  std::string name;
-  int64_t channels;    // 0: any (1 or 3)
-  int64_t classes;     // 0: from the folder
-  int64_t height = 0;  // 0: images of any size (fashion-mnist-pasted: data.pasted.canvas)
-  int64_t width = 0;
-  const char* holds;  // what data.path must name
-};
+using DatasetSpec = nn::data::DatasetInfo;
 
-const std::vector<DatasetSpec> kDatasets = {
-    {"fashion-mnist", 1, 10, 28, 28,
-     "the folder holding train-images-idx3-ubyte(.gz) and the other three IDX files"},
-    {"mnist", 1, 10, 28, 28,
-     "the folder holding train-images-idx3-ubyte(.gz) and the other three IDX files"},
-    {"cifar10", 3, 10, 32, 32,
-     "the folder holding data_batch_1.bin ... test_batch.bin, or its parent"},
-    {"cifar100", 3, 100, 32, 32, "the folder holding train.bin and test.bin, or its parent"},
-    {"imagefolder", 0, 0, 0, 0, "a folder with one sub-folder of images per class"},
-    {"fashion-mnist-pasted", 1, 10, 64, 64,
-     "the folder holding train-images-idx3-ubyte(.gz) and the other three IDX files"},
-};
-
-std::vector<std::string> dataset_names() {
-  std::vector<std::string> names;
-  for (const DatasetSpec& d : kDatasets) names.push_back(d.name);
-  return names;
-}
+std::vector<std::string> dataset_names() { return nn::data::dataset_names(); }
 
 /// The model section's keys for its architecture (model.arch, "vit" when absent).
 std::vector<std::string> model_keys(const std::string& arch) {
@@ -285,12 +263,7 @@ class Section {
   const json* j_ = nullptr;
 };
 
-const DatasetSpec& named_spec(const std::string& name) {
-  for (const DatasetSpec& d : kDatasets)
-    if (d.name == name) return d;
-  VT_ASSERT(false);
-  return kDatasets[0];
-}
+const DatasetSpec& named_spec(const std::string& name) { return nn::data::dataset_info(name); }
 
 /// data.pasted as PastedOptions: its keys checked, absent ones PastedOptions' defaults.
 nn::data::PastedOptions read_pasted(const Section& data) {
@@ -596,35 +569,7 @@ json with_defaults(const json& config) {
 }
 
 json load_config(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  VT_CHECK(fs::exists(path, ec), "config file \"{}\": no such file", path);
-  VT_CHECK(!fs::is_directory(path, ec), "config file \"{}\": is a folder, expected a JSON file",
-           path);
-  std::ifstream in(path, std::ios::binary);
-  VT_CHECK(in.good(), "config file \"{}\": cannot open it ({})", path, std::strerror(errno));
-  std::ostringstream text_stream;
-  text_stream << in.rdbuf();
-  VT_CHECK(!in.bad(), "config file \"{}\": cannot read it ({})", path, std::strerror(errno));
-  const std::string text = text_stream.str();
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.byte counts the characters read, the offending one included.
-    const size_t end = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + end, '\n'));
-    const size_t nl = text.rfind('\n', end == 0 ? std::string::npos : end - 1);
-    const size_t column = (end == 0 || nl == std::string::npos) ? end + 1 : end - nl;
-    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 1:
-    // syntax error while parsing ..."; keep what follows the position.
-    std::string detail = e.what();
-    if (size_t p = detail.find("parse error"); p != std::string::npos) {
-      const size_t colon = detail.find(": ", p);
-      if (colon != std::string::npos) detail = detail.substr(colon + 2);
-    }
-    fail("config file \"{}\": invalid JSON at line {}, column {}: {}", path, line, column, detail);
-  }
+  const json j = tools::read_json_file(path, "config file");
   VT_CHECK(j.is_object(), "config file \"{}\": expected a JSON object with the sections {}, got {}",
            path, join(kSections), a_type(j));
   return with_defaults(j);
@@ -796,11 +741,13 @@ std::string data_path(const json& config) {
   Section data(config, "data");
   const std::string path = data.string("path");
   if (!path.empty()) return path;
-  const DatasetSpec dataset = dataset_spec(data);
-  if (dataset.name == "fashion-mnist" || dataset.name == kPastedDataset)
-    return nn::data::fashion_mnist_dir();
-  fail("config: data.path is empty, and {} has no default folder; give --data DIR with DIR {}",
-       dataset.name, dataset.holds);
+  const DatasetSpec& dataset = dataset_spec(data);
+  VT_CHECK(dataset.has_default_folder,
+           "config: data.path is empty, and {} has no default folder; give --data DIR with DIR {}",
+           dataset.name, dataset.holds);
+  nn::data::DatasetOptions o;
+  o.name = dataset.name;
+  return nn::data::dataset_folder(o);
 }
 
 nn::data::PastedOptions pasted_options(const json& config) {

@@ -53,6 +53,6 @@ nlohmann::json config_for_checkpoint(const std::string& checkpoint, const nlohma
                                      const nn::Metadata& meta, std::string* source = nullptr);
 
 /// The metadata key of the data section a Trainer stores in its checkpoints.
-inline constexpr const char* kDataKey = "vitrine.data";
+using nn::kDataKey;
 
 }  // namespace vitrine::train

@@ -1,0 +1,165 @@
+// Data sets by name: see open.h.
+#include "nn/data/open.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "backends/error.h"
+#include "nn/data/cifar.h"
+#include "nn/data/idx.h"
+#include "nn/data/image_folder.h"
+
+namespace vitrine::nn::data {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+const char* const kIdxFiles =
+    "the folder holding train-images-idx3-ubyte(.gz) and the other three IDX files";
+}
+
+const std::vector<DatasetInfo>& datasets() {
+  static const std::vector<DatasetInfo> all = {
+      {"fashion-mnist", 1, 10, 28, 28, kIdxFiles, true},
+      {"mnist", 1, 10, 28, 28, kIdxFiles, false},
+      {"cifar10", 3, 10, 32, 32,
+       "the folder holding data_batch_1.bin ... test_batch.bin, or its parent", false},
+      {"cifar100", 3, 100, 32, 32, "the folder holding train.bin and test.bin, or its parent",
+       false},
+      {"imagefolder", 0, 0, 0, 0, "a folder with one sub-folder of images per class", false},
+      {"fashion-mnist-pasted", 1, 10, 64, 64, kIdxFiles, true},
+  };
+  return all;
+}
+
+std::vector<std::string> dataset_names() {
+  std::vector<std::string> names;
+  for (const DatasetInfo& d : datasets()) names.push_back(d.name);
+  return names;
+}
+
+const DatasetInfo& dataset_info(const std::string& name) {
+  for (const DatasetInfo& d : datasets())
+    if (d.name == name) return d;
+  fail("data: unknown data set \"{}\" (known: {})", name, fmt::join(dataset_names(), ", "));
+}
+
+std::string dataset_folder(const DatasetOptions& o) {
+  if (!o.path.empty()) return o.path;
+  const DatasetInfo& d = dataset_info(o.name);
+  VT_CHECK(d.has_default_folder,
+           "data: no folder given, and {} has no default folder; give --data DIR with DIR {}",
+           d.name, d.holds);
+  return fashion_mnist_dir();
+}
+
+std::pair<int64_t, int64_t> image_size(const DatasetOptions& o) {
+  const DatasetInfo& d = dataset_info(o.name);
+  if (d.name == "fashion-mnist-pasted") return {o.pasted.canvas, o.pasted.canvas};
+  return {d.height, d.width};
+}
+
+DatasetFiles open_dataset(const DatasetOptions& o, bool with_train) {
+  const std::string& name = dataset_info(o.name).name;
+  const std::string path = dataset_folder(o);
+  VT_CHECK(fs::is_directory(path),
+           "data: {} folder \"{}\" does not exist (give the data set's folder with --data DIR)",
+           name, path);
+  DatasetFiles p;
+  p.path = path;
+  if (name == "fashion-mnist") {
+    if (with_train) p.train = fashion_mnist(path, true);
+    p.test = fashion_mnist(path, false);
+  } else if (name == "fashion-mnist-pasted") {
+    PastedOptions po = o.pasted;
+    if (with_train) p.train = std::make_shared<PastedObjects>(fashion_mnist(path, true), po);
+    po.seed += 1;  // the test canvases draw other places, scales and fragments
+    p.test = std::make_shared<PastedObjects>(fashion_mnist(path, false), po);
+  } else if (name == "mnist") {
+    if (with_train) p.train = mnist(path, true);
+    p.test = mnist(path, false);
+  } else if (name == "cifar10") {
+    if (with_train) p.train = cifar10(path, true);
+    p.test = cifar10(path, false);
+  } else if (name == "cifar100") {
+    if (with_train) p.train = cifar100(path, true);
+    p.test = cifar100(path, false);
+  } else {  // imagefolder
+    VT_CHECK(o.channels == 1 || o.channels == 3,
+             "data: an image folder is read as 1 (grey) or 3 (RGB) channels, not {}", o.channels);
+    ImageFolderOptions io;
+    io.channels = static_cast<int>(o.channels);
+    if (fs::exists(fs::path(path) / "wnids.txt")) {
+      if (with_train) p.train = tiny_imagenet(path, true, io);
+      p.test = tiny_imagenet(path, false, io);
+    } else if (fs::is_directory(fs::path(path) / "train")) {
+      const fs::path test_dir = fs::is_directory(fs::path(path) / "test") ? fs::path(path) / "test"
+                                                                          : fs::path(path) / "val";
+      VT_CHECK(fs::is_directory(test_dir),
+               "data: {} has a train/ folder but no test/ or val/ folder beside it", path);
+      if (with_train) p.train = std::make_shared<ImageFolder>(path + "/train", io);
+      p.test = std::make_shared<ImageFolder>(test_dir.string(), io);
+    } else {
+      auto all = std::make_shared<ImageFolder>(path, io);
+      auto [rest, test] = split(all, 0.1, o.split_seed);
+      VT_CHECK(test->size() > 0, "data: {} holds {} images: too few to split off a test set (10%)",
+               path, all->size());
+      p.train = rest;
+      p.test = test;
+    }
+  }
+  return p;
+}
+
+PastedOptions pasted_options_from_json(const json& j) {
+  VT_CHECK(j.is_object(), "data.pasted must be an object, got {}", j.dump());
+  PastedOptions o;
+  for (const auto& [key, v] : j.items()) {
+    if (!key.empty() && key[0] == '_') continue;  // a comment
+    try {
+      if (key == "canvas")
+        o.canvas = v.get<int64_t>();
+      else if (key == "min_scale")
+        o.min_scale = v.get<double>();
+      else if (key == "max_scale")
+        o.max_scale = v.get<double>();
+      else if (key == "distractors")
+        o.distractors = v.get<std::string>();
+      else if (key == "count")
+        o.count = v.get<int64_t>();
+      else if (key == "noise")
+        o.noise = v.get<double>();
+      else if (key == "seed")
+        o.seed = v.get<uint64_t>();
+      else
+        fail(
+            "data.pasted: unknown key \"{}\" (canvas, min_scale, max_scale, distractors, count, "
+            "noise, seed)",
+            key);
+    } catch (const json::exception&) {
+      fail("data.pasted.{}: {} is not a value of the right type", key, v.dump());
+    }
+  }
+  return o;
+}
+
+DatasetOptions dataset_options_from_json(const json& data, int64_t channels, uint64_t split_seed) {
+  VT_CHECK(data.is_object() && data.contains("dataset") && data["dataset"].is_string(),
+           "data: expected a data section with a \"dataset\" name, got {}", data.dump());
+  DatasetOptions o;
+  o.name = data["dataset"].get<std::string>();
+  dataset_info(o.name);  // known
+  if (data.contains("path")) {
+    VT_CHECK(data["path"].is_string(), "data.path must be a string, got {}", data["path"].dump());
+    o.path = data["path"].get<std::string>();
+  }
+  if (data.contains("pasted")) o.pasted = pasted_options_from_json(data["pasted"]);
+  o.channels = channels;
+  o.split_seed = split_seed;
+  return o;
+}
+
+}  // namespace vitrine::nn::data
