@@ -2,7 +2,8 @@
 // bright square whose place gives the class, on noise) learns it; the same seed gives the same
 // metrics and weights; a run stopped by the flag, or "killed" between checkpoints, and resumed
 // ends bit for bit where an uninterrupted run ends; a resume without a usable run folder fails
-// with a message naming the file. Single-threaded (OpenMP and loader) for bitwise comparisons.
+// with a message naming the file; typed options and a CNN of the test's own train as well.
+// Single-threaded (OpenMP and loader) for bitwise comparisons.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,7 +13,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "nn/optim/adam.h"
 #include "nn/state.h"
+#include "ops/ops.h"
 #include "run_files.h"
 #include "test_util.h"
 #include "tools/train/config.h"
@@ -382,4 +385,73 @@ TEST_CASE("trainer: flip test-time augmentation averages each image's and its mi
   CHECK(plain.accuracy == doctest::Approx(static_cast<double>(correct_plain) / 60));
   // The class scores differ from the single view's (the squares are not mirror-symmetric).
   CHECK(tta.loss != doctest::Approx(plain.loss).epsilon(1e-6));
+}
+
+namespace {
+
+/// A small CNN of the test's own (not in models/): conv, ReLU, pool, linear.
+class SmallCnn : public nn::Module {
+ public:
+  explicit SmallCnn(Generator& gen) {
+    conv = register_module("conv", std::make_shared<nn::Conv2d>(1, 8, 3, 1, 1, true, gen));
+    fc = register_module("fc", std::make_shared<nn::Linear>(8 * 4 * 4, 3, true, gen));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = ops::max_pool2d(ops::relu((*conv)(x)), {2, 2}, {2, 2});  // [B, 8, 4, 4]
+    return (*fc)(h.flatten(1));
+  }
+  std::string type_name() const override { return "SmallCnn"; }
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::Linear> fc;
+};
+
+}  // namespace
+
+TEST_CASE("trainer: typed options and a model of the caller's own") {
+  SingleThread st;
+  TempDir dir;
+  Sets s;
+  // Typed options read once from the JSON: every section's values.
+  tr::TrainConfig cfg = tr::TrainConfig::from_json(tiny_config({"optim.name=\"sgd\""}));
+  CHECK(cfg.optim.name == "sgd");
+  CHECK(cfg.optim.lr == 5e-3);
+  CHECK(cfg.optim.momentum == 0.9);
+  CHECK(cfg.schedule.warmup_epochs == 0.5);
+  CHECK(cfg.train.epochs == 3);
+  CHECK(cfg.data.batch_size == 16);
+  CHECK(cfg.data.dataset.name == "imagefolder");
+  CHECK(cfg.data.dataset.split_seed == 1);  // train.seed + 1
+  CHECK(cfg.model.channels == 1);
+  // A config built in C++: the factory's model trains; config.model says its channels, classes
+  // and head. Without a JSON source, the run's config.json is rebuilt from the fields.
+  cfg.config_json = nullptr;
+  cfg.optim.name = "adamw";
+  cfg.optim.lr = 1e-2;
+  cfg.train.epochs = 4;
+  cfg.model.arch = "custom";
+  cfg.model.config = {{"arch", "custom"}};
+  cfg.model.head = "fc";
+  int builds = 0;
+  tr::Trainer t(cfg, s.train, s.val, s.test, dir.dir.string(), [&builds](Generator& g) {
+    ++builds;
+    return std::make_shared<SmallCnn>(g);
+  });
+  CHECK(builds == 1);
+  CHECK(t.model().type_name() == "SmallCnn");
+  CHECK(dynamic_cast<nn::optim::AdamW*>(&t.optimizer()) != nullptr);
+  const tr::TrainResult r = t.run();
+  REQUIRE(r.test.has_value());
+  CHECK(r.test->accuracy > 0.9);
+  const json written = json::parse(read_text(dir / "config.json"));
+  CHECK(written.at("optim").at("lr") == 1e-2);
+  CHECK(written.at("train").at("epochs") == 4);
+  CHECK(written.at("model") == json{{"arch", "custom"}});
+  // its checkpoints load back into the same class
+  SmallCnn again(default_generator());
+  nn::load_checkpoint(dir / "last.safetensors", again);
+  CHECK(state_bytes(again) == state_bytes(t.model()));
+  // and a TrainConfig round-trips through to_json
+  const tr::TrainConfig back =
+      tr::TrainConfig::from_json(tr::TrainConfig::from_json(tiny_config()).to_json());
+  CHECK(back.to_json() == tr::TrainConfig::from_json(tiny_config()).to_json());
 }

@@ -26,6 +26,7 @@
 #include "nn/data/pasted.h"
 #include "nn/data/transforms.h"
 #include "tools/common/files.h"
+#include "tools/train/options.h"
 
 namespace vitrine::train {
 
@@ -755,21 +756,17 @@ nn::data::PastedOptions pasted_options(const json& config) {
 }
 
 std::unique_ptr<nn::optim::Schedule> make_schedule(const json& config, int64_t updates_per_epoch) {
-  VT_CHECK(updates_per_epoch >= 1, "make_schedule: updates_per_epoch must be >= 1, got {}",
-           updates_per_epoch);
   Section schedule(config, "schedule");
-  Section train(config, "train");
-  const std::string name = schedule.choice("name", {"constant", "step", "warmup_cosine"});
+  Section train(config, "train");  // checked as validate_config checks them
+  schedule.choice("name", {"constant", "step", "warmup_cosine"});
   const int64_t epochs = train.integer("epochs", 1);
-  if (name == "constant") return std::make_unique<nn::optim::ConstantSchedule>();
-  if (name == "step")
-    return std::make_unique<nn::optim::StepSchedule>(
-        schedule.integer("step_epochs", 1) * updates_per_epoch,
-        schedule.number("gamma", 0, true, 1, false));
-  const double warmup = schedule.number("warmup_epochs", 0, false, static_cast<double>(epochs));
-  return std::make_unique<nn::optim::WarmupCosineSchedule>(
-      std::llround(warmup * static_cast<double>(updates_per_epoch)), epochs * updates_per_epoch,
-      schedule.number("min_lr_factor", 0, false, 1, false));
+  if (schedule.has("step_epochs")) schedule.integer("step_epochs", 1);
+  if (schedule.has("gamma")) schedule.number("gamma", 0, true, 1, false);
+  if (schedule.has("warmup_epochs"))
+    schedule.number("warmup_epochs", 0, false, static_cast<double>(epochs));
+  if (schedule.has("min_lr_factor")) schedule.number("min_lr_factor", 0, false, 1, false);
+  return make_schedule(ScheduleOptions::from_json(config.at("schedule")), epochs,
+                       updates_per_epoch);
 }
 
 }  // namespace vitrine::train

@@ -4,6 +4,7 @@
 #include "backends/error.h"
 #include "nn/data/open.h"
 #include "tools/train/config.h"
+#include "tools/train/options.h"
 
 namespace vitrine::train {
 
@@ -26,27 +27,29 @@ data::DatasetFiles open_parts(const json& config, bool need_train) {
 
 }  // namespace
 
-Datasets load_datasets(const json& config) {
-  data::DatasetFiles p = open_parts(config, true);
+Datasets load_datasets(const DataOptions& d, uint64_t seed) {
+  data::DatasetFiles p = data::open_dataset(d.dataset, true);
   Datasets s;
   s.path = p.path;
   s.test = p.test;
-  const double fraction = config.at("data").at("validation_fraction").get<double>();
-  if (fraction > 0) {
-    const uint64_t seed = config.at("train").at("seed").get<uint64_t>();
-    auto [train, validation] = data::split(p.train, fraction, seed);
+  if (d.validation_fraction > 0) {
+    auto [train, validation] = data::split(p.train, d.validation_fraction, seed);
     s.train = train;
     s.validation = validation;
   } else {
     s.train = p.train;
   }
-  const int64_t subset = config.at("data").value("subset", int64_t{0});
-  if (subset > 0 && subset < s.train->size()) {  // the first N training images (a smoke run)
-    std::vector<int64_t> first(static_cast<size_t>(subset));
-    for (int64_t i = 0; i < subset; ++i) first[static_cast<size_t>(i)] = i;
+  if (d.subset > 0 && d.subset < s.train->size()) {  // the first N training images (a smoke run)
+    std::vector<int64_t> first(static_cast<size_t>(d.subset));
+    for (int64_t i = 0; i < d.subset; ++i) first[static_cast<size_t>(i)] = i;
     s.train = std::make_shared<data::Subset>(s.train, std::move(first));
   }
   return s;
+}
+
+Datasets load_datasets(const json& config) {
+  const TrainConfig c = TrainConfig::from_json(config);
+  return load_datasets(c.data, c.train.seed);
 }
 
 std::shared_ptr<const data::Dataset> load_test_set(const json& config) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/data/dataset.h"
+#include "tools/train/options.h"
 
 namespace vitrine::train {
 
@@ -33,6 +34,9 @@ struct Datasets {
 /// Images are read with the model's channel count (model.channels). data.subset N > 0 keeps the
 /// first N images of the training split (after validation is split off).
 Datasets load_datasets(const nlohmann::json& config);
+/// The same from typed options: data.dataset opened, its training file split by
+/// data.validation_fraction with `seed` (train.seed), data.subset applied.
+Datasets load_datasets(const DataOptions& data, uint64_t seed);
 
 /// The test part of load_datasets alone (vitrine-train --eval).
 std::shared_ptr<const nn::data::Dataset> load_test_set(const nlohmann::json& config);

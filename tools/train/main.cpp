@@ -213,15 +213,15 @@ int evaluate_checkpoint(const Options& o) {
   VT_CHECK(static_cast<int64_t>(classes.size()) == spec.num_classes,
            "--eval {}: the model has {} classes, the test set {} has {}", o.eval, spec.num_classes,
            test->source(), classes.size());
-  const Device device = Device::parse(config["train"]["device"].get<std::string>());
+  const tr::TrainConfig cfg = tr::TrainConfig::from_json(config);
+  const Device device = Device::parse(cfg.train.device);
   model->to(device);
-  const auto& d = config["data"];
-  const bool tta = config["train"]["tta_hflip"].get<bool>();
+  const bool tta = cfg.train.tta_hflip;
   fmt::print("evaluating {} ({}) on {} ({} images{}; config from {})\n", o.eval, spec.describe(),
              test->source(), test->size(), tta ? ", with flip test-time augmentation" : "", source);
   tr::Evaluation e =
-      tr::evaluate(*model, test, nn::data::from_config(d["transforms"], spec.channels, false),
-                   d["batch_size"].get<int64_t>(), d["workers"].get<int64_t>(), device, tta);
+      tr::evaluate(*model, test, nn::data::from_config(cfg.data.transforms, spec.channels, false),
+                   cfg.data.batch_size, cfg.data.workers, device, tta);
   fmt::print("\n{}\n", e.table(classes));
   return 0;
 }
@@ -286,40 +286,36 @@ int run_training(const Options& o) {
       resuming ? o.resume : fresh_run_dir(config["train"]["out"].get<std::string>());
   config["train"]["out"] = run_dir;
 
-  tr::Datasets data = tr::load_datasets(config);
-  tr::Trainer trainer(config, data.train, data.validation, data.test, run_dir);
+  const tr::TrainConfig cfg = tr::TrainConfig::from_json(config);
+  tr::Datasets data = tr::load_datasets(cfg.data, cfg.train.seed);
+  tr::Trainer trainer(cfg, data.train, data.validation, data.test, run_dir);
   const models::ClassifierSpec& mc = trainer.spec();
-  const json& t = config["train"];
-  const json& op = config["optim"];
+  const tr::TrainOptions& t = trainer.config().train;
+  const tr::OptimOptions& op = trainer.config().optim;
   const int64_t trainable = trainer.model().num_parameters(true);
   fmt::print("vitrine-train: {} ({:.2f}M parameters{})\n", mc.describe(),
              static_cast<double>(trainer.model().num_parameters()) / 1e6,
-             t["freeze_backbone"].get<bool>() ? fmt::format(", {} trainable", trainable) : "");
+             t.freeze_backbone ? fmt::format(", {} trainable", trainable) : "");
   fmt::print("  data:  {} from {}: {} train, {} validation, {} test images, {} classes\n",
-             config["data"]["dataset"].get<std::string>(), data.path, data.train->size(),
+             trainer.config().data.dataset.name, data.path, data.train->size(),
              data.validation ? data.validation->size() : 0, data.test->size(), mc.num_classes);
   fmt::print(
       "  train: {} epochs of {} steps (batch {}), {} lr {:g} weight decay {:g}, {} on {}{}\n",
-      t["epochs"].get<int64_t>(), trainer.steps_per_epoch(),
-      config["data"]["batch_size"].get<int64_t>() * t["accum_steps"].get<int64_t>(),
-      op["name"].get<std::string>(), op["lr"].get<double>(), op["weight_decay"].get<double>(),
-      config["schedule"]["name"].get<std::string>(), t["device"].get<std::string>(),
-      t["max_steps"].get<int64_t>() > 0
-          ? fmt::format(", at most {} steps", t["max_steps"].get<int64_t>())
-          : "");
-  if (t["tta_hflip"].get<bool>())
+      t.epochs, trainer.steps_per_epoch(), trainer.config().data.batch_size * t.accum_steps,
+      op.name, op.lr, op.weight_decay, trainer.config().schedule.name, t.device,
+      t.max_steps > 0 ? fmt::format(", at most {} steps", t.max_steps) : "");
+  if (t.tta_hflip)
     fmt::print("  eval:  flip test-time augmentation (each image and its mirror image)\n");
-  if (!t["finetune"].get<std::string>().empty())
-    fmt::print("  from:  {}{}\n", t["finetune"].get<std::string>(),
-               t["freeze_backbone"].get<bool>()
+  if (!t.finetune.empty())
+    fmt::print("  from:  {}{}\n", t.finetune,
+               t.freeze_backbone
                    ? fmt::format(" (backbone frozen: {} parameters of the head train)", trainable)
                    : "");
   fmt::print("  run folder: {}{}\n", run_dir, resuming ? " (resuming)" : "");
   print_notes(trainer.notes());
   std::fflush(stdout);
 
-  tr::Progress progress(stdout, isatty(STDOUT_FILENO) != 0, t["epochs"].get<int64_t>(),
-                        t["log_every"].get<int64_t>());
+  tr::Progress progress(stdout, isatty(STDOUT_FILENO) != 0, t.epochs, t.log_every);
   trainer.set_on_step([&](const tr::StepInfo& info) { progress.on_step(info); });
   trainer.set_stop_flag(&g_stop);
   std::signal(SIGINT, on_signal);

@@ -28,31 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::unique_ptr<nn::optim::Optimizer> make_optimizer(const json& o, const nn::Module& model) {
-  auto groups = nn::optim::param_groups_with_decay(model, o.at("lr").get<double>(),
-                                                   o.at("weight_decay").get<double>());
-  const std::string name = o.at("name").get<std::string>();
-  if (name == "sgd") {
-    nn::optim::SGDOptions opt;
-    opt.momentum = o.at("momentum").get<double>();
-    opt.nesterov = o.at("nesterov").get<bool>();
-    return std::make_unique<nn::optim::SGD>(std::move(groups), opt);
-  }
-  nn::optim::AdamOptions opt;
-  opt.beta1 = o.at("betas").at(0).get<double>();
-  opt.beta2 = o.at("betas").at(1).get<double>();
-  opt.eps = o.at("eps").get<double>();
-  if (name == "adamw") {
-    nn::optim::AdamWOptions w;
-    w.beta1 = opt.beta1;
-    w.beta2 = opt.beta2;
-    w.eps = opt.eps;
-    return std::make_unique<nn::optim::AdamW>(std::move(groups), w);
-  }
-  VT_CHECK(name == "adam", "trainer: unknown optimizer \"{}\" (adamw, adam, sgd)", name);
-  return std::make_unique<nn::optim::Adam>(std::move(groups), opt);
-}
-
 /// Every Dropout and DropPath of the model draws from gen.
 void set_dropout_generator(nn::Module& model, Generator& gen) {
   for (auto& [name, m] : model.named_modules()) {
@@ -101,48 +76,46 @@ int64_t correct_count(const Tensor& logits, const Tensor& labels) {
 
 }  // namespace
 
-Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set,
+Trainer::Trainer(const json& config, std::shared_ptr<const nn::data::Dataset> train_set,
                  std::shared_ptr<const nn::data::Dataset> validation_set,
                  std::shared_ptr<const nn::data::Dataset> test_set, std::string run_dir)
-    : config_(std::move(config)),
+    : Trainer(TrainConfig::from_json(config), std::move(train_set), std::move(validation_set),
+              std::move(test_set), std::move(run_dir)) {}
+
+Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> train_set,
+                 std::shared_ptr<const nn::data::Dataset> validation_set,
+                 std::shared_ptr<const nn::data::Dataset> test_set, std::string run_dir,
+                 ModelFactory build)
+    : cfg_(std::move(config)),
       train_set_(std::move(train_set)),
       validation_set_(std::move(validation_set)),
       test_set_(std::move(test_set)),
       run_dir_(std::move(run_dir)),
-      device_(Device::parse(config_.at("train").at("device").get<std::string>())) {
+      device_(Device::parse(cfg_.train.device)) {
   VT_CHECK(train_set_ && train_set_->size() > 0, "trainer: the training set is empty");
   VT_CHECK(test_set_ && test_set_->size() > 0, "trainer: the test set is empty");
-  const json& t = config_.at("train");
-  const json& d = config_.at("data");
-  const json& o = config_.at("optim");
-  const uint64_t seed = t.at("seed").get<uint64_t>();
-  accum_ = t.at("accum_steps").get<int64_t>();
-  eval_every_ = t.at("eval_every").get<int64_t>();
-  log_every_ = t.at("log_every").get<int64_t>();
-  patience_ = t.at("early_stopping_patience").get<int64_t>();
-  epochs_ = t.at("epochs").get<int64_t>();
-  ema_decay_ = t.at("ema_decay").get<double>();
-  test_each_epoch_ = t.at("test_each_epoch").get<bool>();
-  tta_hflip_ = t.at("tta_hflip").get<bool>();
-  label_smoothing_ = o.at("label_smoothing").get<double>();
-  grad_clip_ = o.at("grad_clip").get<double>();
+  if (cfg_.config_json.is_null()) cfg_.config_json = cfg_.to_json();  // a config built in C++
+  const TrainOptions& t = cfg_.train;
+  const uint64_t seed = t.seed;
+  VT_CHECK(t.accum_steps >= 1, "trainer: accum_steps must be >= 1, got {}", t.accum_steps);
   classes_ = train_set_->classes();
-  max_steps_ = t.value("max_steps", int64_t{0});
   // train.precision: the GPU's float32 products in float32, TF32 or bfloat16 (with float32
   // accumulation and master weights); the CPU computes in float32 whatever it says.
-  const std::string precision = t.value("precision", std::string("fp32"));
-  set_float32_matmul_precision(precision == "bf16"   ? "medium"
-                               : precision == "tf32" ? "high"
-                                                     : "highest");
+  set_float32_matmul_precision(t.precision == "bf16"   ? "medium"
+                               : t.precision == "tf32" ? "high"
+                                                       : "highest");
 
-  spec_ = model_spec(config_);
-  VT_CHECK(classes_.empty() || static_cast<int64_t>(classes_.size()) == spec_.num_classes,
-           "trainer: the training set {} has {} classes, but model.num_classes is {}",
-           train_set_->source(), classes_.size(), spec_.num_classes);
+  spec_ = cfg_.model;
+  if (!build) build = [this](Generator& g) { return spec_.build(g); };
   init_gen_ = Generator(seed);
   dropout_gen_ = Generator(seed + 1);
-  model_ = spec_.build(init_gen_);
-  if (t.at("freeze_backbone").get<bool>()) {  // before the optimizer takes the parameters
+  model_ = build(init_gen_);
+  VT_CHECK(model_ != nullptr, "trainer: the model factory returned no model");
+  VT_CHECK(classes_.empty() || spec_.num_classes <= 0 ||
+               static_cast<int64_t>(classes_.size()) == spec_.num_classes,
+           "trainer: the training set {} has {} classes, but model.num_classes is {}",
+           train_set_->source(), classes_.size(), spec_.num_classes);
+  if (t.freeze_backbone) {  // before the optimizer takes the parameters
     VT_CHECK(spec_.num_classes > 0,
              "finetune: --freeze-backbone needs a head to train (model.num_classes > 0)");
     model_->requires_grad_(false);
@@ -151,36 +124,37 @@ Trainer::Trainer(json config, std::shared_ptr<const nn::data::Dataset> train_set
   set_dropout_generator(*model_, dropout_gen_);
   model_->to(device_);
   model_->train();
-  if (ema_decay_ > 0) {
+  if (t.ema_decay > 0) {
     ema_gen_ = Generator(seed);
-    ema_ = spec_.build(ema_gen_);
+    ema_ = build(ema_gen_);
     ema_->to(device_);
     ema_->eval();
     ema_->requires_grad_(false);
     nn::load_state_dict(*ema_, model_->state_dict());
   }
-  optimizer_ = make_optimizer(o, *model_);
+  optimizer_ = make_optimizer(cfg_.optim, *model_);
 
   const int64_t channels = spec_.channels;
+  const DataOptions& d = cfg_.data;
   nn::data::LoaderOptions lo;
-  lo.batch_size = d.at("batch_size").get<int64_t>();
+  lo.batch_size = d.batch_size;
   lo.shuffle = true;
   lo.seed = seed;
-  lo.workers = d.at("workers").get<int64_t>();
+  lo.workers = d.workers;
   train_loader_ = std::make_unique<nn::data::DataLoader>(
-      train_set_, nn::data::from_config(d.at("transforms"), channels, true), lo);
-  eval_transforms_ = nn::data::from_config(d.at("transforms"), channels, false);
+      train_set_, nn::data::from_config(d.transforms, channels, true), lo);
+  eval_transforms_ = nn::data::from_config(d.transforms, channels, false);
   batches_per_epoch_ = train_loader_->batches_per_epoch();
-  steps_per_epoch_ = (batches_per_epoch_ + accum_ - 1) / accum_;
-  schedule_ = make_schedule(config_, steps_per_epoch_);
+  steps_per_epoch_ = (batches_per_epoch_ + t.accum_steps - 1) / t.accum_steps;
+  schedule_ = make_schedule(cfg_.schedule, t.epochs, steps_per_epoch_);
 
-  const int64_t run_steps = max_steps_ > 0 ? std::min(max_steps_, epochs_ * steps_per_epoch_)
-                                           : epochs_ * steps_per_epoch_;
-  if (validation_set_ && validation_set_->size() > 0 && eval_every_ > run_steps)
+  const int64_t run_steps = t.max_steps > 0 ? std::min(t.max_steps, t.epochs * steps_per_epoch_)
+                                            : t.epochs * steps_per_epoch_;
+  if (validation_set_ && validation_set_->size() > 0 && t.eval_every > run_steps)
     notes_.push_back(fmt::format(
         "train.eval_every {} is longer than the run ({} steps): the run validates once, at its "
         "end (best.safetensors and early stopping see that one validation only)",
-        eval_every_, run_steps));
+        t.eval_every, run_steps));
 }
 
 Trainer::~Trainer() = default;
@@ -189,8 +163,8 @@ nn::Metadata Trainer::metadata() const {
   nn::Metadata m;
   nn::set_metadata_json(m, nn::kConfigKey, spec_.config);
   nn::set_metadata_json(m, nn::kClassesKey, classes_);
-  nn::set_metadata_json(m, kDataKey, without_comments(config_.at("data")));
-  const json& tr = config_.at("data").at("transforms");
+  nn::set_metadata_json(m, kDataKey, cfg_.config_json.at("data"));
+  const json& tr = cfg_.data.transforms;
   if (tr.contains("mean")) nn::set_metadata_json(m, nn::kMeanKey, tr.at("mean"));
   if (tr.contains("std")) nn::set_metadata_json(m, nn::kStdKey, tr.at("std"));
   return m;
@@ -212,7 +186,7 @@ json Trainer::resume_state() const {
             {"count", log_count_},
             {"steps", log_steps_}}},
           {"metrics_bytes", fs::exists(metrics) ? fs::file_size(metrics) : 0},
-          {"config", without_comments(config_)}};
+          {"config", cfg_.config_json}};
 }
 
 void Trainer::save_last() {
@@ -275,15 +249,15 @@ json finetune_config(json config, const models::ViTConfig& pretrained,
 Evaluation Trainer::evaluate(const std::shared_ptr<const nn::data::Dataset>& dataset) {
   return train::evaluate(eval_model(), dataset, eval_transforms_,
                          train_loader_->options().batch_size, train_loader_->options().workers,
-                         device_, tta_hflip_);
+                         device_, cfg_.train.tta_hflip);
 }
 
 void Trainer::train_step(StepInfo& info) {
   const auto start = std::chrono::steady_clock::now();
   schedule_->apply(*optimizer_, global_step_);
   optimizer_->zero_grad();
-  const int64_t first = step_ * accum_;
-  const int64_t n = std::min(accum_, batches_per_epoch_ - first);
+  const int64_t first = step_ * cfg_.train.accum_steps;
+  const int64_t n = std::min(cfg_.train.accum_steps, batches_per_epoch_ - first);
   double loss_sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     auto b = train_loader_->next();
@@ -291,13 +265,15 @@ void Trainer::train_step(StepInfo& info) {
              batches_per_epoch_, epoch_);
     Tensor labels = b->labels.to(device_);
     Tensor logits = model_->forward(b->images.to(device_));
-    Tensor loss = ops::cross_entropy(logits, labels, ops::Reduction::Mean, label_smoothing_);
+    Tensor loss =
+        ops::cross_entropy(logits, labels, ops::Reduction::Mean, cfg_.optim.label_smoothing);
     (loss * (1.0 / static_cast<double>(n))).backward();
     loss_sum += loss.item();
     info.correct += correct_count(logits, labels);
     info.examples += labels.numel();
   }
-  if (grad_clip_ > 0) nn::optim::clip_grad_norm_(model_->parameters(), grad_clip_);
+  if (cfg_.optim.grad_clip > 0)
+    nn::optim::clip_grad_norm_(model_->parameters(), cfg_.optim.grad_clip);
   optimizer_->step();
   if (ema_) {
     NoGradGuard no_grad;
@@ -309,7 +285,7 @@ void Trainer::train_step(StepInfo& info) {
         s.copy_(live[i].second);
         continue;
       }
-      s.mul_(ema_decay_).add_(live[i].second, 1 - ema_decay_);
+      s.mul_(cfg_.train.ema_decay).add_(live[i].second, 1 - cfg_.train.ema_decay);
     }
   }
   ++step_;
@@ -324,7 +300,7 @@ void Trainer::train_step(StepInfo& info) {
   info.lr = optimizer_->param_groups().front().lr;
   log_loss_sum_ += info.loss;
   ++log_steps_;
-  if (log_every_ > 0 && global_step_ % log_every_ == 0) {
+  if (cfg_.train.log_every > 0 && global_step_ % cfg_.train.log_every == 0) {
     log({{"type", "train"},
          {"epoch", epoch_},
          {"step", step_},
@@ -348,7 +324,8 @@ bool Trainer::validate(StepInfo& info) {
       nn::save_checkpoint(run_dir_ + "/best.safetensors", eval_model(), metadata());
     } else {
       ++bad_evals_;
-      out_of_patience = patience_ > 0 && bad_evals_ >= patience_;
+      out_of_patience = cfg_.train.early_stopping_patience > 0 &&
+                        bad_evals_ >= cfg_.train.early_stopping_patience;
     }
     log({{"type", "eval"},
          {"epoch", epoch_},
@@ -368,7 +345,7 @@ bool Trainer::validate(StepInfo& info) {
 }
 
 void Trainer::end_epoch(StepInfo& info) {
-  if (test_each_epoch_) {
+  if (cfg_.train.test_each_epoch) {
     Evaluation e = evaluate(test_set_);
     log({{"type", "test"},
          {"epoch", epoch_},
@@ -385,8 +362,9 @@ void Trainer::end_epoch(StepInfo& info) {
 
 TrainResult Trainer::loop() {
   TrainResult r;
-  while (epoch_ < epochs_) {
-    train_loader_->start_epoch(epoch_, std::min(step_ * accum_, batches_per_epoch_));
+  while (epoch_ < cfg_.train.epochs) {
+    train_loader_->start_epoch(epoch_,
+                               std::min(step_ * cfg_.train.accum_steps, batches_per_epoch_));
     while (step_ < steps_per_epoch_) {
       if (stop_flag_ && stop_flag_->load()) {
         save_last();
@@ -406,8 +384,8 @@ TrainResult Trainer::loop() {
       train_step(info);
       info.step = step_;
       info.global_step = global_step_;
-      const bool eval_now =
-          eval_every_ > 0 ? global_step_ % eval_every_ == 0 : step_ == steps_per_epoch_;
+      const bool eval_now = cfg_.train.eval_every > 0 ? global_step_ % cfg_.train.eval_every == 0
+                                                      : step_ == steps_per_epoch_;
       bool done = false;
       if (eval_now) {
         done = validate(info);
@@ -418,18 +396,18 @@ TrainResult Trainer::loop() {
       if (done) {
         r.early_stopped = true;
         r.message = fmt::format("early stopping: no better validation accuracy in {} evaluations",
-                                patience_);
+                                cfg_.train.early_stopping_patience);
         return finish(std::move(r));
       }
-      if (max_steps_ > 0 && global_step_ >= max_steps_) {
+      if (cfg_.train.max_steps > 0 && global_step_ >= cfg_.train.max_steps) {
         r.message = fmt::format("stopped after train.max_steps = {} steps (epoch {}, step {})",
-                                max_steps_, epoch_ + (step_ == 0 ? 0 : 1), step_);
+                                cfg_.train.max_steps, epoch_ + (step_ == 0 ? 0 : 1), step_);
         return finish(std::move(r));
       }
       if (step_ == 0) break;  // the epoch ended
     }
   }
-  r.message = fmt::format("finished {} epochs ({} steps)", epochs_, global_step_);
+  r.message = fmt::format("finished {} epochs ({} steps)", cfg_.train.epochs, global_step_);
   return finish(std::move(r));
 }
 
@@ -445,7 +423,7 @@ TrainResult Trainer::finish(TrainResult r) {
   // kTrainSample images: set beside the test accuracy, it shows over- or under-fitting.
   {
     const int64_t n = train_set_->size(), k = std::min<int64_t>(n, kTrainSample);
-    std::vector<int64_t> order = nn::data::permutation(n, config_["train"]["seed"].get<uint64_t>(),
+    std::vector<int64_t> order = nn::data::permutation(n, cfg_.train.seed,
                                                        /*stream=*/1u << 20);
     order.resize(static_cast<size_t>(k));
     std::sort(order.begin(), order.end());
@@ -478,7 +456,7 @@ TrainResult Trainer::finish(TrainResult r) {
 }
 
 TrainResult Trainer::run(const nn::Module* pretrained) {
-  const std::string finetune = config_.at("train").at("finetune").get<std::string>();
+  const std::string& finetune = cfg_.train.finetune;
   if (!finetune.empty()) {
     std::shared_ptr<nn::Module> loaded;
     if (!pretrained) pretrained = (loaded = models::load_classifier(finetune)).get();
@@ -490,7 +468,7 @@ TrainResult Trainer::run(const nn::Module* pretrained) {
   {
     std::ofstream f(run_dir_ + "/config.json");
     VT_CHECK(f, "trainer: cannot write {}/config.json", run_dir_);
-    f << config_.dump(2) << '\n';
+    f << cfg_.config_json.dump(2) << '\n';
   }
   return loop();
 }
@@ -504,7 +482,8 @@ TrainResult Trainer::resume(const std::string& run_dir) {
   const json state = nn::metadata_json(meta, nn::kStateKey);
   VT_CHECK(state.is_object() && state.contains("global_step"),
            "trainer: cannot resume: {} holds no training state (vitrine.state)", path);
-  const json diff = json::diff(resumable_part(state.at("config")), resumable_part(config_));
+  const json diff =
+      json::diff(resumable_part(state.at("config")), resumable_part(cfg_.config_json));
   VT_CHECK(diff.empty(), "trainer: cannot resume {}: config key {} differs from the saved run's",
            path, diff.empty() ? "" : diff.at(0).at("path").get<std::string>());
   if (ema_) {

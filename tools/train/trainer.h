@@ -50,6 +50,7 @@
 #include "nn/optim/optimizer.h"
 #include "nn/optim/schedule.h"
 #include "tools/train/metrics.h"
+#include "tools/train/options.h"
 
 namespace vitrine::train {
 
@@ -104,13 +105,25 @@ struct TrainResult {
 /// The most training images finish() evaluates in eval mode (a seeded sample).
 inline constexpr int64_t kTrainSample = 2000;
 
+/// Makes the model to train from a Generator (its initialisation's randomness).
+using ModelFactory = std::function<std::shared_ptr<nn::Module>(Generator&)>;
+
 class Trainer {
  public:
-  /// config: validated (validate_config); with train.freeze_backbone only the head is trained
-  /// (the others have requires_grad false and are not given to the optimizer). datasets: the
-  /// validation one may be empty or null (no validation: best.safetensors is then never written,
-  /// nor early stopping); run_dir is created.
-  Trainer(nlohmann::json config, std::shared_ptr<const nn::data::Dataset> train_set,
+  /// config: the run's options; with train.freeze_backbone only the head is trained (the others
+  /// have requires_grad false and are not given to the optimizer). datasets: the validation one
+  /// may be empty or null (no validation: best.safetensors is then never written, nor early
+  /// stopping); run_dir is created. build: the model, made from a Generator seeded with
+  /// train.seed (and again for the EMA copy); by default config.model.build. Any image
+  /// classifier (images [B, C, H, W] -> logits [B, K]) trains: config.model then only says what
+  /// the Trainer needs of it (channels for the transforms, num_classes, the head's child name for
+  /// fine-tuning and freezing) and what its checkpoints record.
+  Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> train_set,
+          std::shared_ptr<const nn::data::Dataset> validation_set,
+          std::shared_ptr<const nn::data::Dataset> test_set, std::string run_dir,
+          ModelFactory build = {});
+  /// The same from a config JSON (TrainConfig::from_json validates it).
+  Trainer(const nlohmann::json& config, std::shared_ptr<const nn::data::Dataset> train_set,
           std::shared_ptr<const nn::data::Dataset> validation_set,
           std::shared_ptr<const nn::data::Dataset> test_set, std::string run_dir);
   ~Trainer();
@@ -146,6 +159,8 @@ class Trainer {
   /// What the user should know before the first step (an eval_every longer than the run, ...).
   const std::vector<std::string>& notes() const { return notes_; }
   const std::string& run_dir() const { return run_dir_; }
+  /// The options it runs with.
+  const TrainConfig& config() const { return cfg_; }
 
  private:
   TrainResult loop();
@@ -160,7 +175,7 @@ class Trainer {
   void log(const nlohmann::json& line);
   TrainResult finish(TrainResult r);
 
-  nlohmann::json config_;
+  TrainConfig cfg_;
   std::shared_ptr<const nn::data::Dataset> train_set_, validation_set_, test_set_;
   std::string run_dir_;
   Device device_;
@@ -173,12 +188,7 @@ class Trainer {
   nn::data::Compose eval_transforms_;
   std::vector<std::string> classes_;
 
-  int64_t accum_ = 1, batches_per_epoch_ = 0, steps_per_epoch_ = 0;
-  double label_smoothing_ = 0, grad_clip_ = 0, ema_decay_ = 0;
-  bool test_each_epoch_ = false;
-  bool tta_hflip_ = false;  // evaluations average each image's and its mirror's probabilities
-  int64_t eval_every_ = 0, log_every_ = 0, patience_ = 0, epochs_ = 0;
-  int64_t max_steps_ = 0;        // train.max_steps: stop after this many steps (0: off)
+  int64_t batches_per_epoch_ = 0, steps_per_epoch_ = 0;
   int64_t last_eval_step_ = -1;  // global step of the last validation
   std::vector<std::string> notes_;
 

@@ -1,0 +1,104 @@
+// vitrine-train's config as typed options, read once from the JSON (config.h says what each key
+// means). The Trainer and the program read these fields, never the JSON's string keys; a C++
+// program can fill them itself and train a model of its own:
+//
+//   train::TrainConfig cfg = train::TrainConfig::from_json(train::default_config());
+//   cfg.train.epochs = 2;
+//   cfg.optim.lr = 3e-4;
+//   train::Trainer trainer(cfg, data.train, data.validation, data.test, "runs/mine",
+//                          [](Generator& g) { return std::make_shared<MyCnn>(g); });
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/classifier.h"
+#include "nn/data/open.h"
+#include "nn/module.h"
+#include "nn/optim/optimizer.h"
+#include "nn/optim/schedule.h"
+
+namespace vitrine::train {
+
+/// The "optim" section.
+struct OptimOptions {
+  std::string name = "adamw";  // adamw, adam, sgd
+  double lr = 1e-3, weight_decay = 0.05;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+  double momentum = 0.9;                          // sgd
+  bool nesterov = false;                          // sgd
+  double label_smoothing = 0;
+  double grad_clip = 0;  // max global gradient norm, 0 = off
+  static OptimOptions from_json(const nlohmann::json& optim);
+};
+
+/// The optimizer over the model's trainable parameters in two groups
+/// (nn::optim::param_groups_with_decay: weight decay on matrices and kernels, none on biases and
+/// norms).
+std::unique_ptr<nn::optim::Optimizer> make_optimizer(const OptimOptions& o,
+                                                     const nn::Module& model);
+
+/// The "schedule" section; times in epochs (fractions allowed).
+struct ScheduleOptions {
+  std::string name = "warmup_cosine";  // constant, step, warmup_cosine
+  double warmup_epochs = 0.25, min_lr_factor = 0;
+  int64_t step_epochs = 1;
+  double gamma = 0.1;
+  static ScheduleOptions from_json(const nlohmann::json& schedule);
+};
+
+/// The learning-rate schedule in optimizer steps for `epochs` epochs of updates_per_epoch steps:
+///   constant:       factor 1
+///   step:           StepSchedule(step_epochs * updates_per_epoch, gamma)
+///   warmup_cosine:  WarmupCosineSchedule(round(warmup_epochs * updates_per_epoch),
+///                                        epochs * updates_per_epoch, min_lr_factor)
+std::unique_ptr<nn::optim::Schedule> make_schedule(const ScheduleOptions& o, int64_t epochs,
+                                                   int64_t updates_per_epoch);
+
+/// The "data" section.
+struct DataOptions {
+  nn::data::DatasetOptions dataset;  // name, folder ("" = its default), pasted options
+  double validation_fraction = 0.1;
+  int64_t subset = 0;  // the first N training images only, 0 = all
+  int64_t batch_size = 128;
+  int64_t workers = -1;  // -1 = a default, 0 = none
+  /// nn::data::from_config's object: the training pipeline, and the evaluation one from it.
+  nlohmann::json transforms = nlohmann::json::object();
+};
+
+/// The "train" section.
+struct TrainOptions {
+  int64_t epochs = 16;
+  uint64_t seed = 0;
+  int64_t eval_every = 0, log_every = 50, early_stopping_patience = 0, accum_steps = 1;
+  double ema_decay = 0;
+  bool test_each_epoch = false, tta_hflip = false;
+  int64_t max_steps = 0;
+  std::string finetune;  // "" = from scratch
+  bool freeze_backbone = false;
+  std::string device = "cpu", precision = "fp32", out = "runs/run";
+};
+
+/// A whole config, typed.
+struct TrainConfig {
+  /// The architecture the Trainer builds (or, with a model factory, what it says of the model:
+  /// channels, classes, input size, the head's name).
+  models::ClassifierSpec model;
+  DataOptions data;
+  OptimOptions optim;
+  ScheduleOptions schedule;
+  TrainOptions train;
+  /// The JSON it was read from, without comments (written as the run's config.json, compared on
+  /// --resume, stored in checkpoints): from_json fills it; to_json() rebuilds it from the fields.
+  nlohmann::json config_json;
+
+  /// Validates the config (validate_config) and reads every section.
+  static TrainConfig from_json(const nlohmann::json& config);
+  /// The fields as a config JSON (the model section is model.config): what a config built in C++
+  /// writes as its config.json.
+  nlohmann::json to_json() const;
+};
+
+}  // namespace vitrine::train
