@@ -45,7 +45,7 @@ struct DatasetOptions {
   int64_t channels = 3;
   /// fashion-mnist-pasted: the training file's canvases with these options, the test file's
   /// with pasted.seed + 1 (other places, scales and fragments).
-  PastedOptions pasted;
+  PastedOptions pasted{};
   /// imagefolder with one folder per class and no train/ test/ split: the seed of the 10% of the
   /// images split off as the test set.
   uint64_t split_seed = 1;

@@ -407,7 +407,8 @@ TrainResult Trainer::loop() {
       if (step_ == 0) break;  // the epoch ended
     }
   }
-  r.message = fmt::format("finished {} epochs ({} steps)", cfg_.train.epochs, global_step_);
+  r.message = fmt::format("finished {} epoch{} ({} steps)", cfg_.train.epochs,
+                          cfg_.train.epochs == 1 ? "" : "s", global_step_);
   return finish(std::move(r));
 }
 
