@@ -51,7 +51,7 @@ std::string dataset_folder(const DatasetOptions& o) {
   if (!o.path.empty()) return o.path;
   const DatasetInfo& d = dataset_info(o.name);
   VT_CHECK(d.has_default_folder,
-           "data: no folder given, and {} has no default folder; give --data DIR with DIR {}",
+           "data: data.path is empty, and {} has no default folder; give --data DIR with DIR {}",
            d.name, d.holds);
   return fashion_mnist_dir();
 }

@@ -403,16 +403,13 @@ Compose from_config(const nlohmann::json& config, int64_t channels, bool train) 
 
 namespace {
 
-/// [h, w] of a size value: a number s or [h, w]; nullopt for anything else.
+/// [h, w] of a size value as from_config reads it; nullopt for a value it refuses.
 std::optional<std::pair<int64_t, int64_t>> size_value(const nlohmann::json& v) {
-  if (v.is_number()) {
-    const auto s = static_cast<int64_t>(std::llround(v.get<double>()));
-    return std::pair{s, s};
+  try {
+    return size_pair(v, "size");
+  } catch (const Error&) {
+    return std::nullopt;
   }
-  if (v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number())
-    return std::pair{static_cast<int64_t>(std::llround(v[0].get<double>())),
-                     static_cast<int64_t>(std::llround(v[1].get<double>()))};
-  return std::nullopt;
 }
 
 /// Whether the evaluation pipeline of `t` yields [C, H, W] from the data set's images (native

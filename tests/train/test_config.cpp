@@ -9,6 +9,7 @@
 #include "nn/data/dataset.h"
 #include "test_util.h"
 #include "tools/train/config.h"
+#include "tools/train/options.h"
 
 using namespace vitrine;
 using namespace vt_test;
@@ -532,9 +533,14 @@ TEST_CASE("train config: fashion-mnist-pasted and its optional data.pasted secti
 
 TEST_CASE("train config: make_schedule counts epochs in optimizer steps") {
   json c = tr::default_config();  // cosine to 0 over train.epochs
+  // the config's schedule, read as the Trainer reads it
+  auto make_schedule = [](const json& config, int64_t updates_per_epoch) {
+    const tr::TrainConfig t = tr::TrainConfig::from_json(config);
+    return tr::make_schedule(t.schedule, t.train.epochs, updates_per_epoch);
+  };
   tr::apply_override(c, "train.epochs=10");
   tr::apply_override(c, "schedule.warmup_epochs=1");
-  auto s = tr::make_schedule(c, 100);
+  auto s = make_schedule(c, 100);
   CHECK(s->type_name() == "warmup_cosine");
   CHECK(s->state_json()["warmup_steps"] == 100);
   CHECK(s->state_json()["total_steps"] == 1000);
@@ -546,20 +552,20 @@ TEST_CASE("train config: make_schedule counts epochs in optimizer steps") {
 
   tr::apply_override(c, "schedule.warmup_epochs=0.25");
   tr::apply_override(c, "schedule.min_lr_factor=0.1");
-  s = tr::make_schedule(c, 10);
+  s = make_schedule(c, 10);
   CHECK(s->state_json()["warmup_steps"] == 3);  // round(2.5) away from zero
   CHECK(s->factor(100) == doctest::Approx(0.1));
 
   tr::apply_override(c, "schedule.name=step");
   tr::apply_override(c, "schedule.step_epochs=2");
   tr::apply_override(c, "schedule.gamma=0.5");
-  s = tr::make_schedule(c, 100);
+  s = make_schedule(c, 100);
   CHECK(s->type_name() == "step");
   CHECK(s->factor(199) == 1.0);
   CHECK(s->factor(200) == 0.5);
   CHECK(s->factor(400) == 0.25);
 
   tr::apply_override(c, "schedule.name=constant");
-  CHECK(tr::make_schedule(c, 7)->factor(12345) == 1.0);
-  CHECK_ERROR_CONTAINS(tr::make_schedule(c, 0), "updates_per_epoch must be >= 1");
+  CHECK(make_schedule(c, 7)->factor(12345) == 1.0);
+  CHECK_ERROR_CONTAINS(make_schedule(c, 0), "updates_per_epoch must be >= 1");
 }

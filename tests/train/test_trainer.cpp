@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -422,9 +423,9 @@ TEST_CASE("trainer: typed options and a model of the caller's own") {
   CHECK(cfg.data.dataset.name == "imagefolder");
   CHECK(cfg.data.dataset.split_seed == 1);  // train.seed + 1
   CHECK(cfg.model.channels == 1);
-  // A config built in C++: the factory's model trains; config.model says its channels, classes
-  // and head. Without a JSON source, the run's config.json is rebuilt from the fields.
-  cfg.config_json = nullptr;
+  CHECK(cfg.optim.betas == std::array<double, 2>{0.9, 0.999});
+  // Edited in C++: the factory's model trains; config.model says its channels, classes and head.
+  // The run's config.json records the fields as they ran.
   cfg.optim.name = "adamw";
   cfg.optim.lr = 1e-2;
   cfg.train.epochs = 4;

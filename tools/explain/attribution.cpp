@@ -293,7 +293,7 @@ std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, c
       default: {  // an attention method: one pass for all of them
         if (!pass) {
           const bool gradients = std::any_of(methods.begin(), methods.end(), [](Method k) {
-            return !is_input_gradient(k) && k != Method::GradCam && needs_gradients(k);
+            return k == Method::GradRollout || k == Method::Chefer;
           });
           pass = run_pass(model, images, t, gradients);
         }

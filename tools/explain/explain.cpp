@@ -181,12 +181,11 @@ Tensor discard_smallest(const Tensor& f, double ratio) {
 }
 
 /// The CLS row of M_L ... M_1 over the patches as [B, gh, gw] float32, for layer(l) = M_l
-/// [B, N, N].
+/// [B, N, N]; eye: the N x N identity (its row 0 is e_0).
 template <class Layer>
-Tensor cls_row_of_product(const Pass& pass, Layer layer) {
-  const Tensor& a0 = pass.attentions[0];
-  const int64_t B = a0.size(0), N = a0.size(2), P = pass.prefix;
-  Tensor v = ops::narrow(identity(N, a0.device()), 0, 0, 1);  // e_0^T [1, N]
+Tensor cls_row_of_product(const Pass& pass, const Tensor& eye, Layer layer) {
+  const int64_t B = pass.attentions[0].size(0), N = eye.size(0), P = pass.prefix;
+  Tensor v = ops::narrow(eye, 0, 0, 1);  // e_0^T [1, N]
   for (auto l = static_cast<int64_t>(pass.attentions.size()) - 1; l >= 0; --l)
     v = ops::matmul(v, layer(static_cast<size_t>(l)));  // [B, 1, N]
   v = ops::narrow(v.reshape({B, N}), 1, P, N - P);
@@ -201,7 +200,7 @@ Tensor rollout_impl(const Pass& pass, HeadFusion fusion, double discard_ratio, b
   check_layers(pass, gradients);
   NoGradGuard no_grad;
   const Tensor eye = identity(pass.attentions[0].size(2), pass.attentions[0].device());
-  return cls_row_of_product(pass, [&](size_t l) {
+  return cls_row_of_product(pass, eye, [&](size_t l) {
     Tensor f =
         fuse_heads(pass.attentions[l], gradients ? pass.attention_grads[l] : Tensor(), fusion);
     f = (discard_smallest(f, discard_ratio) + eye) * 0.5;  // (F + I) / 2,
@@ -381,7 +380,7 @@ Tensor chefer(const Pass& pass) {
   // with Abar = mean_h max(0, G * A): clamped per head, then averaged (grad-rollout clamps the
   // average instead).
   const Tensor eye = identity(pass.attentions[0].size(2), pass.attentions[0].device());
-  return cls_row_of_product(pass, [&](size_t l) {
+  return cls_row_of_product(pass, eye, [&](size_t l) {
     return ops::mean(ops::relu(f64(pass.attentions[l]) * f64(pass.attention_grads[l])), {1}) + eye;
   });
 }

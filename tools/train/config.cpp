@@ -70,8 +70,6 @@ const std::vector<std::string> kSizeKeys = {
 
 using DatasetSpec = nn::data::DatasetInfo;
 
-std::vector<std::string> dataset_names() { return nn::data::dataset_names(); }
-
 /// The model section's keys for its architecture (model.arch, "vit" when absent).
 std::vector<std::string> model_keys(const std::string& arch) {
   std::vector<std::string> keys = {"arch", "preset"};
@@ -264,8 +262,6 @@ class Section {
   const json* j_ = nullptr;
 };
 
-const DatasetSpec& named_spec(const std::string& name) { return nn::data::dataset_info(name); }
-
 /// data.pasted as PastedOptions: its keys checked, absent ones PastedOptions' defaults.
 nn::data::PastedOptions read_pasted(const Section& data) {
   nn::data::PastedOptions o;
@@ -287,7 +283,7 @@ nn::data::PastedOptions read_pasted(const Section& data) {
   if (s.has("count")) o.count = s.integer("count", 0, nn::data::kMaxFragments);
   if (s.has("noise")) o.noise = s.number("noise", 0, false, 1, false);
   if (s.has("seed")) o.seed = static_cast<uint64_t>(s.integer("seed", 0));
-  const DatasetSpec& items = named_spec("fashion-mnist");
+  const DatasetSpec& items = nn::data::dataset_info("fashion-mnist");
   const int64_t h = nn::data::scaled_size(items.height, o.max_scale);
   const int64_t w = nn::data::scaled_size(items.width, o.max_scale);
   VT_CHECK(o.canvas >= h && o.canvas >= w,
@@ -299,7 +295,7 @@ nn::data::PastedOptions read_pasted(const Section& data) {
 
 /// The data set's spec; fashion-mnist-pasted's image size is data.pasted.canvas.
 DatasetSpec dataset_spec(const Section& data) {
-  DatasetSpec d = named_spec(data.choice("dataset", dataset_names()));
+  DatasetSpec d = nn::data::dataset_info(data.choice("dataset", nn::data::dataset_names()));
   if (d.name == kPastedDataset) d.height = d.width = read_pasted(data).canvas;
   return d;
 }
@@ -738,35 +734,23 @@ models::ViTConfig model_config(const json& config) {
   }
 }
 
-std::string data_path(const json& config) {
+nn::data::DatasetOptions dataset_options(const json& config) {
   Section data(config, "data");
-  const std::string path = data.string("path");
-  if (!path.empty()) return path;
-  const DatasetSpec& dataset = dataset_spec(data);
-  VT_CHECK(dataset.has_default_folder,
-           "config: data.path is empty, and {} has no default folder; give --data DIR with DIR {}",
-           dataset.name, dataset.holds);
   nn::data::DatasetOptions o;
-  o.name = dataset.name;
-  return nn::data::dataset_folder(o);
+  o.name = dataset_spec(data).name;
+  o.path = data.string("path");
+  if (o.name == kPastedDataset) o.pasted = read_pasted(data);
+  if (o.name == "imagefolder") o.channels = model_spec(config).channels;
+  o.split_seed = static_cast<uint64_t>(Section(config, "train").integer("seed", 0)) + 1;
+  return o;
+}
+
+std::string data_path(const json& config) {
+  return nn::data::dataset_folder(dataset_options(config));
 }
 
 nn::data::PastedOptions pasted_options(const json& config) {
   return read_pasted(Section(config, "data"));
-}
-
-std::unique_ptr<nn::optim::Schedule> make_schedule(const json& config, int64_t updates_per_epoch) {
-  Section schedule(config, "schedule");
-  Section train(config, "train");  // checked as validate_config checks them
-  schedule.choice("name", {"constant", "step", "warmup_cosine"});
-  const int64_t epochs = train.integer("epochs", 1);
-  if (schedule.has("step_epochs")) schedule.integer("step_epochs", 1);
-  if (schedule.has("gamma")) schedule.number("gamma", 0, true, 1, false);
-  if (schedule.has("warmup_epochs"))
-    schedule.number("warmup_epochs", 0, false, static_cast<double>(epochs));
-  if (schedule.has("min_lr_factor")) schedule.number("min_lr_factor", 0, false, 1, false);
-  return make_schedule(ScheduleOptions::from_json(config.at("schedule")), epochs,
-                       updates_per_epoch);
 }
 
 }  // namespace vitrine::train

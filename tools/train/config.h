@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/classifier.h"
+#include "nn/data/open.h"
 #include "nn/data/pasted.h"
 #include "nn/optim/schedule.h"
 
@@ -82,6 +83,10 @@ models::ClassifierSpec model_spec(const nlohmann::json& config);
 /// The model section as a ViTConfig (model_spec's; an Error for another architecture).
 models::ViTConfig model_config(const nlohmann::json& config);
 
+/// The data section as nn::data::open_dataset takes it: data.dataset, data.path ("" = the data
+/// set's default folder), data.pasted (checked as validate_config checks it), the model's channels
+/// for an image folder and train.seed + 1 for its test split.
+nn::data::DatasetOptions dataset_options(const nlohmann::json& config);
 /// data.path, or the data set's default folder when it is "" (Fashion-MNIST:
 /// nn::data::fashion_mnist_dir()); an Error for an empty path of a data set without a default.
 std::string data_path(const nlohmann::json& config);
@@ -90,14 +95,5 @@ std::string data_path(const nlohmann::json& config);
 /// the section is absent). Checks what validate_config checks of it; errors name the key
 /// ("config: data.pasted.count must be ...").
 nn::data::PastedOptions pasted_options(const nlohmann::json& config);
-
-/// The learning-rate schedule, in optimizer steps, for updates_per_epoch optimizer steps per
-/// epoch (batches per epoch / accum_steps, rounded up):
-///   constant:       factor 1
-///   step:           StepSchedule(step_epochs * updates_per_epoch, gamma)
-///   warmup_cosine:  WarmupCosineSchedule(round(warmup_epochs * updates_per_epoch),
-///                                        epochs * updates_per_epoch, min_lr_factor)
-std::unique_ptr<nn::optim::Schedule> make_schedule(const nlohmann::json& config,
-                                                   int64_t updates_per_epoch);
 
 }  // namespace vitrine::train

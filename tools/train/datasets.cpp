@@ -11,22 +11,6 @@ namespace vitrine::train {
 using nlohmann::json;
 namespace data = nn::data;
 
-namespace {
-
-/// The config's data set, as nn::data::open_dataset opens it: an image folder read with the
-/// model's channels, its test split (when it has no test folder) seeded with train.seed + 1.
-data::DatasetFiles open_parts(const json& config, bool need_train) {
-  data::DatasetOptions o;
-  o.name = config.at("data").at("dataset").get<std::string>();
-  o.path = data_path(config);
-  if (o.name == "fashion-mnist-pasted") o.pasted = pasted_options(config);
-  if (o.name == "imagefolder") o.channels = model_spec(config).channels;
-  o.split_seed = config.at("train").at("seed").get<uint64_t>() + 1;
-  return data::open_dataset(o, need_train);
-}
-
-}  // namespace
-
 Datasets load_datasets(const DataOptions& d, uint64_t seed) {
   data::DatasetFiles p = data::open_dataset(d.dataset, true);
   Datasets s;
@@ -53,7 +37,7 @@ Datasets load_datasets(const json& config) {
 }
 
 std::shared_ptr<const data::Dataset> load_test_set(const json& config) {
-  return open_parts(config, false).test;
+  return data::open_dataset(dataset_options(config), false).test;
 }
 
 }  // namespace vitrine::train

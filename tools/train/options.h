@@ -2,12 +2,13 @@
 // means). The Trainer and the program read these fields, never the JSON's string keys; a C++
 // program can fill them itself and train a model of its own:
 //
-//   train::TrainConfig cfg = train::TrainConfig::from_json(train::default_config());
+//   train::TrainConfig cfg;  // each field's default below, or TrainConfig::from_json(json)
 //   cfg.train.epochs = 2;
 //   cfg.optim.lr = 3e-4;
 //   train::Trainer trainer(cfg, data.train, data.validation, data.test, "runs/mine",
 //                          [](Generator& g) { return std::make_shared<MyCnn>(g); });
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,12 +27,12 @@ namespace vitrine::train {
 struct OptimOptions {
   std::string name = "adamw";  // adamw, adam, sgd
   double lr = 1e-3, weight_decay = 0.05;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
-  double momentum = 0.9;                          // sgd
-  bool nesterov = false;                          // sgd
+  std::array<double, 2> betas = {0.9, 0.999};  // adam, adamw
+  double eps = 1e-8;                           // adam, adamw
+  double momentum = 0.9;                       // sgd
+  bool nesterov = false;                       // sgd
   double label_smoothing = 0;
   double grad_clip = 0;  // max global gradient norm, 0 = off
-  static OptimOptions from_json(const nlohmann::json& optim);
 };
 
 /// The optimizer over the model's trainable parameters in two groups
@@ -46,7 +47,6 @@ struct ScheduleOptions {
   double warmup_epochs = 0.25, min_lr_factor = 0;
   int64_t step_epochs = 1;
   double gamma = 0.1;
-  static ScheduleOptions from_json(const nlohmann::json& schedule);
 };
 
 /// The learning-rate schedule in optimizer steps for `epochs` epochs of updates_per_epoch steps:
@@ -81,6 +81,17 @@ struct TrainOptions {
   std::string device = "cpu", precision = "fp32", out = "runs/run";
 };
 
+// The sections' fields are their JSON keys: nlohmann's to_json / from_json for each (a key absent
+// from the JSON keeps the field's default).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimOptions, name, lr, weight_decay, betas, eps,
+                                                momentum, nesterov, label_smoothing, grad_clip)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ScheduleOptions, name, warmup_epochs, min_lr_factor,
+                                                step_epochs, gamma)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainOptions, epochs, seed, eval_every, log_every,
+                                                early_stopping_patience, accum_steps, ema_decay,
+                                                test_each_epoch, tta_hflip, max_steps, finetune,
+                                                freeze_backbone, device, precision, out)
+
 /// A whole config, typed.
 struct TrainConfig {
   /// The architecture the Trainer builds (or, with a model factory, what it says of the model:
@@ -90,14 +101,11 @@ struct TrainConfig {
   OptimOptions optim;
   ScheduleOptions schedule;
   TrainOptions train;
-  /// The JSON it was read from, without comments (written as the run's config.json, compared on
-  /// --resume, stored in checkpoints): from_json fills it; to_json() rebuilds it from the fields.
-  nlohmann::json config_json;
-
   /// Validates the config (validate_config) and reads every section.
   static TrainConfig from_json(const nlohmann::json& config);
-  /// The fields as a config JSON (the model section is model.config): what a config built in C++
-  /// writes as its config.json.
+  /// The fields as a config JSON (the model section is model.config, the architecture's full
+  /// config): what the Trainer writes as the run's config.json, compares on resume and stores in
+  /// its checkpoints, so a config edited in C++ after from_json is recorded as it ran.
   nlohmann::json to_json() const;
 };
 

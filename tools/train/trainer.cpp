@@ -94,7 +94,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
       device_(Device::parse(cfg_.train.device)) {
   VT_CHECK(train_set_ && train_set_->size() > 0, "trainer: the training set is empty");
   VT_CHECK(test_set_ && test_set_->size() > 0, "trainer: the test set is empty");
-  if (cfg_.config_json.is_null()) cfg_.config_json = cfg_.to_json();  // a config built in C++
   const TrainOptions& t = cfg_.train;
   const uint64_t seed = t.seed;
   VT_CHECK(t.accum_steps >= 1, "trainer: accum_steps must be >= 1, got {}", t.accum_steps);
@@ -105,21 +104,20 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
                                : t.precision == "tf32" ? "high"
                                                        : "highest");
 
-  spec_ = cfg_.model;
-  if (!build) build = [this](Generator& g) { return spec_.build(g); };
+  const models::ClassifierSpec& spec = cfg_.model;
+  if (!build) build = [&spec](Generator& g) { return spec.build(g); };
   init_gen_ = Generator(seed);
   dropout_gen_ = Generator(seed + 1);
   model_ = build(init_gen_);
   VT_CHECK(model_ != nullptr, "trainer: the model factory returned no model");
-  VT_CHECK(classes_.empty() || spec_.num_classes <= 0 ||
-               static_cast<int64_t>(classes_.size()) == spec_.num_classes,
+  VT_CHECK(classes_.empty() || static_cast<int64_t>(classes_.size()) == spec.num_classes,
            "trainer: the training set {} has {} classes, but model.num_classes is {}",
-           train_set_->source(), classes_.size(), spec_.num_classes);
+           train_set_->source(), classes_.size(), spec.num_classes);
   if (t.freeze_backbone) {  // before the optimizer takes the parameters
-    VT_CHECK(spec_.num_classes > 0,
+    VT_CHECK(spec.num_classes > 0,
              "finetune: --freeze-backbone needs a head to train (model.num_classes > 0)");
     model_->requires_grad_(false);
-    model_->child(spec_.head)->requires_grad_(true);
+    model_->child(spec.head)->requires_grad_(true);
   }
   set_dropout_generator(*model_, dropout_gen_);
   model_->to(device_);
@@ -134,7 +132,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
   }
   optimizer_ = make_optimizer(cfg_.optim, *model_);
 
-  const int64_t channels = spec_.channels;
+  const int64_t channels = spec.channels;
   const DataOptions& d = cfg_.data;
   nn::data::LoaderOptions lo;
   lo.batch_size = d.batch_size;
@@ -161,9 +159,9 @@ Trainer::~Trainer() = default;
 
 nn::Metadata Trainer::metadata() const {
   nn::Metadata m;
-  nn::set_metadata_json(m, nn::kConfigKey, spec_.config);
+  nn::set_metadata_json(m, nn::kConfigKey, cfg_.model.config);
   nn::set_metadata_json(m, nn::kClassesKey, classes_);
-  nn::set_metadata_json(m, kDataKey, cfg_.config_json.at("data"));
+  nn::set_metadata_json(m, kDataKey, cfg_.to_json().at("data"));
   const json& tr = cfg_.data.transforms;
   if (tr.contains("mean")) nn::set_metadata_json(m, nn::kMeanKey, tr.at("mean"));
   if (tr.contains("std")) nn::set_metadata_json(m, nn::kStdKey, tr.at("std"));
@@ -186,7 +184,7 @@ json Trainer::resume_state() const {
             {"count", log_count_},
             {"steps", log_steps_}}},
           {"metrics_bytes", fs::exists(metrics) ? fs::file_size(metrics) : 0},
-          {"config", cfg_.config_json}};
+          {"config", cfg_.to_json()}};
 }
 
 void Trainer::save_last() {
@@ -461,7 +459,7 @@ TrainResult Trainer::run(const nn::Module* pretrained) {
   if (!finetune.empty()) {
     std::shared_ptr<nn::Module> loaded;
     if (!pretrained) pretrained = (loaded = models::load_classifier(finetune)).get();
-    copy_backbone(*model_, *pretrained, spec_.head, finetune);
+    copy_backbone(*model_, *pretrained, cfg_.model.head, finetune);
     if (ema_) nn::load_state_dict(*ema_, model_->state_dict());
   }
   fs::create_directories(run_dir_);
@@ -469,7 +467,7 @@ TrainResult Trainer::run(const nn::Module* pretrained) {
   {
     std::ofstream f(run_dir_ + "/config.json");
     VT_CHECK(f, "trainer: cannot write {}/config.json", run_dir_);
-    f << cfg_.config_json.dump(2) << '\n';
+    f << cfg_.to_json().dump(2) << '\n';
   }
   return loop();
 }
@@ -483,8 +481,7 @@ TrainResult Trainer::resume(const std::string& run_dir) {
   const json state = nn::metadata_json(meta, nn::kStateKey);
   VT_CHECK(state.is_object() && state.contains("global_step"),
            "trainer: cannot resume: {} holds no training state (vitrine.state)", path);
-  const json diff =
-      json::diff(resumable_part(state.at("config")), resumable_part(cfg_.config_json));
+  const json diff = json::diff(resumable_part(state.at("config")), resumable_part(cfg_.to_json()));
   VT_CHECK(diff.empty(), "trainer: cannot resume {}: config key {} differs from the saved run's",
            path, diff.empty() ? "" : diff.at(0).at("path").get<std::string>());
   if (ema_) {

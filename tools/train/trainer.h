@@ -151,7 +151,7 @@ class Trainer {
   /// The model being trained (model.arch's: a VisionTransformer or a ResNet).
   nn::Module& model() { return *model_; }
   /// Its architecture: channels, classes, input size, the head's name, the config JSON.
-  const models::ClassifierSpec& spec() const { return spec_; }
+  const models::ClassifierSpec& spec() const { return cfg_.model; }
   /// The weights evaluated and saved as best: the EMA copy, or the model itself.
   nn::Module& eval_model() { return ema_ ? *ema_ : *model_; }
   nn::optim::Optimizer& optimizer() { return *optimizer_; }
@@ -179,7 +179,6 @@ class Trainer {
   std::shared_ptr<const nn::data::Dataset> train_set_, validation_set_, test_set_;
   std::string run_dir_;
   Device device_;
-  models::ClassifierSpec spec_;
   Generator init_gen_, dropout_gen_, ema_gen_;
   std::shared_ptr<nn::Module> model_, ema_;
   std::unique_ptr<nn::optim::Optimizer> optimizer_;
