@@ -4,8 +4,11 @@
 //  2. run nodes in Kahn order: a node runs once all gradients that can reach it have arrived
 //     (their sum is its dL/d(output)), so each node's rule runs exactly once;
 //  3. each rule returns dL/d(input) per edge; a broadcast gradient is summed back to the input's
-//     shape here (the one place that does it); leaves accumulate into .grad(), non-leaves into
-//     the pending sum of their node.
+//     shape here (the one place that does it); non-leaves accumulate into the pending sum of
+//     their node, leaves into a sum of their own, which goes into .grad() (through the leaf's
+//     hooks, then its post-accumulate hooks) as soon as the last edge into the leaf has run,
+//     while the rest of the graph is still ahead (where DistributedDataParallel overlaps its
+//     all-reduce with backward).
 // Rules run with grad mode = create_graph, so with create_graph the gradients are themselves
 // differentiable. Without retain_graph each rule is freed after it runs (its saved tensors go).
 #include "autograd/engine.h"
@@ -70,28 +73,43 @@ void accumulate(TensorImpl& t, Tensor g, bool create_graph) {
   }
 }
 
-/// Gradients reaching leaves are summed first; hooks then see the total once (as PyTorch's
-/// AccumulateGrad), after which it goes into .grad() (or, for grad(), into the results).
+/// Gradients reaching a leaf are summed first; hooks then see the total once (as PyTorch's
+/// AccumulateGrad), after which it goes into .grad() (or, for grad(), into the results) and the
+/// post-accumulate hooks run. `pending` counts the edges into each leaf that have not run yet: a
+/// leaf is finished when it reaches 0 (finish_all takes the leaves that are outputs themselves).
 struct LeafSums {
-  std::vector<std::shared_ptr<TensorImpl>> order;
-  std::unordered_map<const TensorImpl*, Tensor> sums;
+  struct Entry {
+    std::shared_ptr<TensorImpl> leaf;
+    Tensor sum;
+  };
+  std::vector<TensorImpl*> order;
+  std::unordered_map<const TensorImpl*, Entry> sums;
+  std::unordered_map<const TensorImpl*, int> pending;
   void add(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
-    auto [it, fresh] = sums.try_emplace(leaf.get(), Tensor());
-    if (fresh) order.push_back(leaf);
-    it->second = sum_grads(it->second, g);
+    auto [it, fresh] = sums.try_emplace(leaf.get(), Entry{leaf, Tensor()});
+    if (fresh) order.push_back(leaf.get());
+    it->second.sum = sum_grads(it->second.sum, g);
   }
 };
 
-void finish_leaves(LeafSums& leaves, bool create_graph, Targets& targets) {
-  for (const auto& leaf : leaves.order) {
-    Tensor g = apply_hooks(leaf->hooks, std::move(leaves.sums[leaf.get()]));
-    if (targets.active()) {
-      auto it = targets.leaves.find(leaf.get());
-      if (it != targets.leaves.end()) (*targets.results)[it->second] = g;
-      continue;
-    }
-    accumulate(*leaf, std::move(g), create_graph);
+void finish_leaf(LeafSums& leaves, const TensorImpl* leaf, bool create_graph, Targets& targets) {
+  auto it = leaves.sums.find(leaf);
+  if (it == leaves.sums.end() || !it->second.sum.defined()) return;  // none reached it (yet)
+  const std::shared_ptr<TensorImpl> impl = it->second.leaf;
+  Tensor g = apply_hooks(impl->hooks, std::move(it->second.sum));
+  it->second.sum = Tensor();
+  if (targets.active()) {
+    auto t = targets.leaves.find(leaf);
+    if (t != targets.leaves.end()) (*targets.results)[t->second] = g;
+    return;
   }
+  accumulate(*impl, std::move(g), create_graph);
+  const Tensor self(impl);
+  for (const PostAccumulateHook& h : impl->post_accumulate_hooks) h(self);
+}
+
+void finish_all(LeafSums& leaves, bool create_graph, Targets& targets) {
+  for (const TensorImpl* leaf : leaves.order) finish_leaf(leaves, leaf, create_graph, targets);
 }
 
 void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in, bool retain_graph,
@@ -142,6 +160,7 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
       Node* n = stack.back();
       stack.pop_back();
       for (const Edge& e : n->inputs) {
+        if (e.leaf) ++leaves.pending[e.leaf.get()];
         if (!e.node) continue;
         Node* m = e.node.get();
         ++deps[m];
@@ -200,10 +219,12 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
         else
           pending[e.node.get()] = sum_grads(pending[e.node.get()], gi);
       }
+      if (e.leaf && --leaves.pending[e.leaf.get()] == 0)
+        finish_leaf(leaves, e.leaf.get(), create_graph, targets);
       if (e.node && --deps[e.node.get()] == 0) ready.push_back(e.node.get());
     }
   }
-  finish_leaves(leaves, create_graph, targets);
+  finish_all(leaves, create_graph, targets);
 }
 
 }  // namespace

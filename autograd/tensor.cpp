@@ -110,6 +110,14 @@ void Tensor::add_hook(GradHook hook) const {
     grad_fn()->hooks.push_back(std::move(hook));
 }
 
+void Tensor::register_post_accumulate_grad_hook(PostAccumulateHook f) const {
+  VT_CHECK(requires_grad() && is_leaf(),
+           "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad "
+           "(a parameter); got {}",
+           requires_grad() ? "a non-leaf" : "a tensor that does not require grad");
+  impl().post_accumulate_hooks.push_back(std::move(f));
+}
+
 // ---- values ----------------------------------------------------------------------------------
 double Tensor::item() const {
   VT_CHECK(numel() == 1, "item: the tensor has {} elements (shape {}), expected exactly one",

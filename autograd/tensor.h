@@ -22,6 +22,9 @@ class Tensor;
 /// A gradient hook: receives the gradient; returns a replacement, or an undefined Tensor to keep
 /// it.
 using GradHook = std::function<Tensor(const Tensor&)>;
+/// Runs after a backward pass has accumulated a leaf's gradient into its .grad(); receives the
+/// leaf (torch's register_post_accumulate_grad_hook).
+using PostAccumulateHook = std::function<void(const Tensor&)>;
 
 struct TensorImpl {
   StoragePtr storage;
@@ -34,6 +37,7 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<Node> grad_fn;  // null for leaves
   std::vector<GradHook> hooks;    // leaf hooks (a non-leaf's hooks live on its grad_fn)
+  std::vector<PostAccumulateHook> post_accumulate_hooks;  // leaves only
 };
 
 class Tensor {
@@ -102,6 +106,12 @@ class Tensor {
       add_hook(GradHook(std::forward<F>(f)));
     }
   }
+
+  /// Registers f(leaf), run each time a backward pass has added this leaf's gradient into its
+  /// .grad(): as soon as the last contribution to it arrives, while backward goes on through the
+  /// rest of the graph (DistributedDataParallel starts a bucket's all-reduce there). Leaves only;
+  /// torch.autograd.grad does not run it (it accumulates nothing).
+  void register_post_accumulate_grad_hook(PostAccumulateHook f) const;
 
   // Values.
   /// The value of a one-element tensor, as double.

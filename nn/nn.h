@@ -1,4 +1,5 @@
-// The nn layer in one include: modules, layers, init, losses, optimizers, schedules, checkpoints.
+// The nn layer in one include: modules, layers, init, losses, optimizers, schedules, checkpoints,
+// data-parallel training (collectives, DistributedDataParallel, ZeRO-1).
 #pragma once
 #include "nn/attention.h"
 #include "nn/batch_norm.h"
@@ -13,5 +14,8 @@
 #include "nn/optim/clip.h"
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"
+#include "nn/parallel/collectives.h"
+#include "nn/parallel/ddp.h"
+#include "nn/parallel/zero.h"
 #include "nn/pool.h"
 #include "nn/state.h"

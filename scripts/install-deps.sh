@@ -9,6 +9,7 @@ pkgs=(
   libopenblas0-openmp libopenblas-openmp-dev   # the OpenMP build, linked from its own directory
   libfmt-dev nlohmann-json3-dev doctest-dev zlib1g-dev libstb-dev libcli11-dev
   dataset-fashion-mnist                        # the default data set
+  libopenmpi-dev openmpi-bin                   # data-parallel training (mpirun, tests/dist)
   fonts-dejavu-core                            # DejaVu Sans: the labels in vitrine-explain's
                                                # pictures (drawn without labels if missing)
   chromium                                     # tests/explain/test_browser (the HTML report in a

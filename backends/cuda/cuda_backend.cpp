@@ -103,6 +103,9 @@ class CudaBackend final : public Backend {
   }
   // Never destroyed (a static that storages freed at exit may still reach), so no destructor.
 
+  /// The stream every kernel, copy and cuBLAS call of the device goes on (NCCL waits for it).
+  cudaStream_t stream() const { return stream_; }
+
   Device device() const override { return {DeviceType::CUDA, 0}; }
 
   // ---- memory ------------------------------------------------------------------------------
@@ -567,6 +570,10 @@ Backend* cuda_backend() {
            e == cudaSuccess ? "none found" : cudaGetErrorString(e));
   static cuda::CudaBackend* b = new cuda::CudaBackend;  // never destroyed: see the class
   return b;
+}
+
+cudaStream_t cuda_compute_stream() {
+  return static_cast<cuda::CudaBackend*>(cuda_backend())->stream();
 }
 
 }  // namespace vitrine

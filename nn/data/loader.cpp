@@ -32,6 +32,11 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, Compose transform
   VT_CHECK(options_.workers >= -1,
            "data loader: workers must be >= 0 (or -1 for the default), got {}", options_.workers);
   VT_CHECK(options_.prefetch >= 0, "data loader: prefetch must be >= 0, got {}", options_.prefetch);
+  VT_CHECK(
+      options_.num_replicas >= 1 && options_.rank >= 0 && options_.rank < options_.num_replicas,
+      "data loader: rank {} of {} replicas: expected num_replicas >= 1 and 0 <= rank < "
+      "num_replicas",
+      options_.rank, options_.num_replicas);
   const int64_t nworkers = options_.workers == -1 ? default_workers() : options_.workers;
   prefetch_ = options_.prefetch > 0 ? options_.prefetch : 2 * std::max<int64_t>(1, nworkers);
   threads_.reserve(static_cast<size_t>(nworkers));
@@ -59,8 +64,33 @@ int64_t DataLoader::default_workers() {
   return std::min<int64_t>(8, std::max<int64_t>(1, hw - 1));
 }
 
+std::vector<int64_t> distributed_shard(std::vector<int64_t> order, int64_t num_replicas,
+                                       int64_t rank, bool pad) {
+  VT_CHECK(num_replicas >= 1 && rank >= 0 && rank < num_replicas,
+           "distributed_shard: rank {} of {} replicas", rank, num_replicas);
+  if (num_replicas == 1) return order;
+  const auto n = static_cast<int64_t>(order.size());
+  if (pad && n > 0) {
+    const int64_t total = (n + num_replicas - 1) / num_replicas * num_replicas;
+    for (int64_t i = n; i < total; ++i) order.push_back(order[static_cast<size_t>(i % n)]);
+  }
+  std::vector<int64_t> shard;
+  shard.reserve(order.size() / static_cast<size_t>(num_replicas) + 1);
+  for (size_t i = static_cast<size_t>(rank); i < order.size();
+       i += static_cast<size_t>(num_replicas))
+    shard.push_back(order[i]);
+  return shard;
+}
+
+int64_t DataLoader::shard_size() const {
+  const int64_t n = dataset_->size(), r = options_.num_replicas;
+  if (r == 1) return n;
+  if (options_.pad_shards) return (n + r - 1) / r;
+  return n / r + (options_.rank < n % r ? 1 : 0);
+}
+
 int64_t DataLoader::batches_per_epoch() const {
-  const int64_t n = dataset_->size(), b = options_.batch_size;
+  const int64_t n = shard_size(), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -78,6 +108,8 @@ void DataLoader::start_epoch(int64_t epoch, int64_t skip_batches) {
     plan->order.resize(static_cast<size_t>(dataset_->size()));
     std::iota(plan->order.begin(), plan->order.end(), int64_t{0});
   }
+  plan->order = distributed_shard(std::move(plan->order), options_.num_replicas, options_.rank,
+                                  options_.pad_shards);
   std::map<int64_t, Slot> stale;  // destroyed outside the lock
   {
     std::lock_guard lock(mutex_);

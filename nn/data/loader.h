@@ -7,6 +7,14 @@
 // Rng(seed, epoch, i) (i: its index in this dataset), so the batches, their contents and their
 // order depend only on (dataset, transforms, options, epoch), never on the number of workers.
 //
+// With num_replicas > 1 the loader is one rank's part of a data-parallel job (PyTorch's
+// DistributedSampler): the epoch's order (the same on every rank: same seed, same epoch) is
+// padded by repeating its first examples up to a multiple of num_replicas, and rank r takes
+// positions r, r + R, r + 2R, ...: the shards are disjoint (but for the padding), cover the data,
+// have equal counts, and change with the epoch. Batch b of every rank together holds the
+// examples of batch b of one process whose batch is R times larger. With pad_shards false (for
+// evaluation) nothing is repeated and the shards' counts differ by at most one.
+//
 // The loader is driven from one thread: start_epoch, then next() until it returns nullopt.
 #pragma once
 #include <condition_variable>
@@ -41,7 +49,17 @@ struct LoaderOptions {
   int64_t workers = -1;
   /// Batches loaded ahead of the training loop (queued or being loaded); 0: 2 * workers.
   int64_t prefetch = 0;
+  /// Data-parallel sharding: this loader reads the shard of rank `rank` of num_replicas.
+  int64_t num_replicas = 1;
+  int64_t rank = 0;
+  /// Pad the order to a multiple of num_replicas (equal shards), as DistributedSampler does.
+  bool pad_shards = true;
 };
+
+/// Rank `rank`'s shard of an epoch's order (see above): order[rank], order[rank + R], ... of the
+/// order padded (pad) by repeating its start to a multiple of R = num_replicas.
+std::vector<int64_t> distributed_shard(std::vector<int64_t> order, int64_t num_replicas,
+                                       int64_t rank, bool pad = true);
 
 class DataLoader {
  public:
@@ -60,8 +78,10 @@ class DataLoader {
   /// batch (an undecodable image, a transform error, images of different shapes) is re-thrown
   /// here, and that batch is then skipped.
   std::optional<Batch> next();
-  /// ceil(size / batch_size), or floor with drop_last.
+  /// ceil(examples / batch_size), or floor with drop_last (examples: shard_size()).
   int64_t batches_per_epoch() const;
+  /// The examples of an epoch of this rank: the dataset's size, or its shard's.
+  int64_t shard_size() const;
 
   int64_t size() const { return dataset_->size(); }
   int64_t workers() const { return static_cast<int64_t>(threads_.size()); }

@@ -426,7 +426,7 @@ void validate_schedule(const json& config, int64_t epochs) {
 
 int64_t validate_train(const json& config, double validation_fraction) {
   Section train(config, "train");
-  train.check_keys(kSectionKeys.at("train"));
+  train.check_keys(kSectionKeys.at("train"), {"zero", "bucket_mb"});  // (data-parallel runs)
   const int64_t epochs = train.integer("epochs", 1);
   train.integer("seed", 0);
   train.integer("eval_every", 0);
@@ -453,6 +453,8 @@ int64_t validate_train(const json& config, double validation_fraction) {
   }
   train.choice("precision", {"fp32", "tf32", "bf16"});
   VT_CHECK(!train.string("out").empty(), "config: train.out must name the run folder, got \"\"");
+  if (train.has("zero")) train.integer("zero", 0, 1);  // 1 = ZeRO-1
+  if (train.has("bucket_mb")) train.number("bucket_mb", 0, true, 1e6);
   return epochs;
 }
 

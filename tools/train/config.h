@@ -27,7 +27,9 @@
 //               optimizer steps, 0 = when the epochs are done: a smoke run), finetune (a
 //               checkpoint whose weights start the run, with a new head; "" = from scratch),
 //               freeze_backbone (train the head only; needs finetune), device ("cpu", "cuda",
-//               "cuda:N"), out (the run folder)
+//               "cuda:N"), out (the run folder); under mpirun (docs/distributed.md): zero (1 =
+//               ZeRO-1: each process keeps the Adam(W) state of its slice of the parameters) and
+//               bucket_mb (the size of DistributedDataParallel's gradient buckets, 25)
 // Keys starting with "_" ("_comment") are comments, at any level: validation skips them and
 // without_comments() drops them. Sections missing from a config file take the defaults; a
 // section given in part has its missing keys filled from the defaults, each key's value

@@ -25,6 +25,7 @@
 
 #include "backends/error.h"
 #include "nn/data/transforms.h"
+#include "nn/parallel/collectives.h"
 #include "nn/state.h"
 #include "tools/train/config.h"
 #include "tools/train/datasets.h"
@@ -283,7 +284,8 @@ int run_training(const Options& o) {
   json config = training_config(o, pretrained);
   const bool resuming = !o.resume.empty();
   const std::string run_dir =
-      resuming ? o.resume : fresh_run_dir(config["train"]["out"].get<std::string>());
+      resuming ? o.resume
+               : dist::broadcast_string(fresh_run_dir(config["train"]["out"].get<std::string>()));
   config["train"]["out"] = run_dir;
 
   const tr::TrainConfig cfg = tr::TrainConfig::from_json(config);
@@ -304,6 +306,14 @@ int run_training(const Options& o) {
       t.epochs, trainer.steps_per_epoch(), trainer.config().data.batch_size * t.accum_steps,
       op.name, op.lr, op.weight_decay, trainer.config().schedule.name, t.device,
       t.max_steps > 0 ? fmt::format(", at most {} steps", t.max_steps) : "");
+  if (trainer.group().size() > 1) {
+    const int64_t n = trainer.group().size();
+    fmt::print("  data parallel: {} processes ({}), {} images per process per batch, {}\n", n,
+               trainer.group().backend(), trainer.config().data.batch_size / n,
+               t.zero == 1 ? "ZeRO-1 (each process updates its slice of the weights)"
+                           : fmt::format("gradients averaged in {} bucket(s)",
+                                         trainer.ddp() ? trainer.ddp()->buckets().size() : 0));
+  }
   if (t.tta_hflip)
     fmt::print("  eval:  flip test-time augmentation (each image and its mirror image)\n");
   if (!t.finetune.empty())
@@ -331,7 +341,8 @@ int run_training(const Options& o) {
   progress.close();
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
-  const std::string report = tr::write_report(run_dir);
+  // (rank 0 writes the run folder; the other ranks' output goes nowhere)
+  const std::string report = trainer.group().is_main() ? tr::write_report(run_dir) : run_dir;
   if (r.end_validation)
     fmt::print("  validation: loss {:.4f} accuracy {:.2f}% macro F1 {:.4f} (the end of the run)\n",
                r.end_validation->loss, 100 * r.end_validation->accuracy,
@@ -425,7 +436,12 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // --help is a ParseError too, with code 0
   }
 
+  dist::ProcessGroup* world = nullptr;
   try {
+    // Under mpirun: every rank trains, rank 0 alone prints (errors go to stderr from any rank).
+    world = &dist::world();
+    if (world->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+      fmt::print(stderr, "vitrine-train (rank {}): cannot silence stdout\n", world->rank());
     if (o.print_config || o.summary) {
       std::vector<std::string> notes;
       json config = build_config(o, base_config(o), notes);
@@ -439,6 +455,13 @@ int main(int argc, char** argv) {
     return run_training(o);
   } catch (const std::exception& e) {
     std::fflush(stdout);
+    if (world && world->size() > 1) {
+      // The other ranks may be waiting in a collective for this one: end the whole job.
+      fmt::print(stderr, "vitrine-train: error on rank {} of {}: {}\n", world->rank(),
+                 world->size(), e.what());
+      std::fflush(stderr);
+      world->abort(1);
+    }
     fmt::print(stderr, "vitrine-train: error: {}\n", e.what());
     return 1;
   }

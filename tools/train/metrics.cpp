@@ -67,6 +67,31 @@ void Evaluator::add(const Tensor& logits, const Tensor& labels, double batch_los
   loss_sum_ += batch_loss_sum;
 }
 
+void Evaluator::all_reduce(dist::ProcessGroup& group) {
+  if (group.size() == 1) return;
+  int64_t classes = num_classes_;  // a rank without examples has seen no logits
+  group.all_reduce({&classes, 1, kInt64, kCPU}, dist::ReduceOp::Max);
+  VT_CHECK(!fixed_ || classes == num_classes_,
+           "Evaluator::all_reduce: this rank has {} classes, another {}", num_classes_, classes);
+  if (num_classes_ == 0) {
+    num_classes_ = classes;
+    confusion_.assign(static_cast<size_t>(classes),
+                      std::vector<int64_t>(static_cast<size_t>(classes), 0));
+  }
+  VT_CHECK(classes == num_classes_, "Evaluator::all_reduce: this rank has {} classes, another {}",
+           num_classes_, classes);
+  const auto c = static_cast<size_t>(classes);
+  std::vector<int64_t> counts(c * c + 1);
+  for (size_t t = 0; t < c; ++t)
+    for (size_t p = 0; p < c; ++p) counts[t * c + p] = confusion_[t][p];
+  counts[c * c] = count_;
+  group.all_reduce({counts.data(), static_cast<int64_t>(counts.size()), kInt64, kCPU});
+  for (size_t t = 0; t < c; ++t)
+    for (size_t p = 0; p < c; ++p) confusion_[t][p] = counts[t * c + p];
+  count_ = counts[c * c];
+  group.all_reduce({&loss_sum_, 1, kFloat64, kCPU});
+}
+
 Evaluation Evaluator::result() const {
   Evaluation e;
   e.count = count_;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/tensor.h"
+#include "backends/dist/process_group.h"
 
 namespace vitrine::train {
 
@@ -59,6 +60,9 @@ class Evaluator {
   Evaluation result() const;
   /// Forgets everything added (the number of classes too, unless fixed at construction).
   void reset();
+  /// Sums the confusion matrices, counts and losses of every rank of `group` (a collective: each
+  /// rank calls it once, after adding its shard), so that result() is that of the whole data.
+  void all_reduce(dist::ProcessGroup& group);
 
   int64_t count() const { return count_; }
   int64_t num_classes() const { return num_classes_; }

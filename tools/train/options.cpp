@@ -6,15 +6,26 @@
 #include "backends/error.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
+#include "nn/parallel/zero.h"
 #include "tools/train/config.h"
 
 namespace vitrine::train {
 
 using nlohmann::json;
 
-std::unique_ptr<nn::optim::Optimizer> make_optimizer(const OptimOptions& o,
-                                                     const nn::Module& model) {
+std::unique_ptr<nn::optim::Optimizer> make_optimizer(const OptimOptions& o, const nn::Module& model,
+                                                     bool zero) {
   auto groups = nn::optim::param_groups_with_decay(model, o.lr, o.weight_decay);
+  if (zero) {
+    VT_CHECK(o.name == "adamw" || o.name == "adam",
+             "trainer: train.zero = 1 shards the state of Adam or AdamW, but optim.name is \"{}\"",
+             o.name);
+    nn::optim::AdamOptions a;
+    a.beta1 = o.betas[0];
+    a.beta2 = o.betas[1];
+    a.eps = o.eps;
+    return std::make_unique<nn::ZeroAdam>(std::move(groups), a, o.name == "adamw", o.grad_clip);
+  }
   if (o.name == "sgd") {
     nn::optim::SGDOptions opt;
     opt.momentum = o.momentum;

@@ -37,9 +37,10 @@ struct OptimOptions {
 
 /// The optimizer over the model's trainable parameters in two groups
 /// (nn::optim::param_groups_with_decay: weight decay on matrices and kernels, none on biases and
-/// norms).
-std::unique_ptr<nn::optim::Optimizer> make_optimizer(const OptimOptions& o,
-                                                     const nn::Module& model);
+/// norms). With zero, a ZeRO-1 Adam(W) (nn::ZeroAdam) that also clips at o.grad_clip (it alone
+/// sees the averaged gradients); an Error for SGD.
+std::unique_ptr<nn::optim::Optimizer> make_optimizer(const OptimOptions& o, const nn::Module& model,
+                                                     bool zero = false);
 
 /// The "schedule" section; times in epochs (fractions allowed).
 struct ScheduleOptions {
@@ -79,6 +80,10 @@ struct TrainOptions {
   std::string finetune;  // "" = from scratch
   bool freeze_backbone = false;
   std::string device = "cpu", precision = "fp32", out = "runs/run";
+  /// Under a launcher (mpirun): 1 = ZeRO-1, each rank keeps the Adam(W) state of its slice of
+  /// the parameters; 0 = DistributedDataParallel with every rank holding all of it.
+  int64_t zero = 0;
+  double bucket_mb = 25;  // DistributedDataParallel's gradient bucket size
 };
 
 // The sections' fields are their JSON keys: nlohmann's to_json / from_json for each (a key absent
@@ -90,7 +95,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ScheduleOptions, name, warmup_ep
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainOptions, epochs, seed, eval_every, log_every,
                                                 early_stopping_patience, accum_steps, ema_decay,
                                                 test_each_epoch, tta_hflip, max_steps, finetune,
-                                                freeze_backbone, device, precision, out)
+                                                freeze_backbone, device, precision, out, zero,
+                                                bucket_mb)
 
 /// A whole config, typed.
 struct TrainConfig {

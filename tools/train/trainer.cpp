@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -42,6 +44,8 @@ json resumable_part(json c) {
   c["train"].erase("device");
   c["data"].erase("path");
   c["data"].erase("workers");
+  c["train"].erase("zero");  // the checkpoints hold whole optimizer states either way
+  c["train"].erase("bucket_mb");
   // Keys added since a run may have been saved, at their defaults (0: off), compare as absent.
   if (c["data"].value("subset", json(0)) == json(0)) c["data"].erase("subset");
   if (c["train"].value("max_steps", json(0)) == json(0)) c["train"].erase("max_steps");
@@ -97,6 +101,14 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
   const TrainOptions& t = cfg_.train;
   const uint64_t seed = t.seed;
   VT_CHECK(t.accum_steps >= 1, "trainer: accum_steps must be >= 1, got {}", t.accum_steps);
+  // The processes: before any use of a GPU (a data-parallel CUDA run picks GPU local_rank here).
+  world_ = &dist::world();
+  group_ = &dist::group_for(device_);
+  const int64_t ranks = world_->size();
+  VT_CHECK(cfg_.data.batch_size % ranks == 0,
+           "trainer: data.batch_size {} is the global batch and must divide evenly among the {} "
+           "processes (each takes batch_size / {} images per batch)",
+           cfg_.data.batch_size, ranks, ranks);
   classes_ = train_set_->classes();
   // train.precision: the GPU's float32 products in float32, TF32 or bfloat16 (with float32
   // accumulation and master weights); the CPU computes in float32 whatever it says.
@@ -122,6 +134,15 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
   set_dropout_generator(*model_, dropout_gen_);
   model_->to(device_);
   model_->train();
+  if (ranks > 1) {
+    if (t.zero == 0) {
+      nn::DDPOptions o;
+      o.bucket_cap_mb = t.bucket_mb;
+      ddp_ = std::make_shared<nn::DistributedDataParallel>(model_, o, group_);  // broadcasts
+    } else {
+      nn::broadcast_state(*model_, 0, group_);
+    }
+  }
   if (t.ema_decay > 0) {
     ema_gen_ = Generator(seed);
     ema_ = build(ema_gen_);
@@ -130,15 +151,17 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
     ema_->requires_grad_(false);
     nn::load_state_dict(*ema_, model_->state_dict());
   }
-  optimizer_ = make_optimizer(cfg_.optim, *model_);
+  optimizer_ = make_optimizer(cfg_.optim, *model_, t.zero == 1);
 
   const int64_t channels = spec.channels;
   const DataOptions& d = cfg_.data;
   nn::data::LoaderOptions lo;
-  lo.batch_size = d.batch_size;
+  lo.batch_size = d.batch_size / ranks;
   lo.shuffle = true;
   lo.seed = seed;
   lo.workers = d.workers;
+  lo.num_replicas = ranks;
+  lo.rank = world_->rank();
   train_loader_ = std::make_unique<nn::data::DataLoader>(
       train_set_, nn::data::from_config(d.transforms, channels, true), lo);
   eval_transforms_ = nn::data::from_config(d.transforms, channels, false);
@@ -184,16 +207,23 @@ json Trainer::resume_state() const {
             {"count", log_count_},
             {"steps", log_steps_}}},
           {"metrics_bytes", fs::exists(metrics) ? fs::file_size(metrics) : 0},
+          {"world_size", world_->size()},
           {"config", cfg_.to_json()}};
 }
 
 void Trainer::save_last() {
+  if (!is_main()) {
+    // ZeRO-1 gathers the optimizer's slices to write them: the others take part.
+    if (cfg_.train.zero == 1) (void)optimizer_->state_tensors();
+    return;
+  }
   if (ema_) nn::save_checkpoint(run_dir_ + "/last_ema.safetensors", *ema_, metadata());
   nn::save_checkpoint(run_dir_ + "/last.safetensors", *model_, metadata(), optimizer_.get(),
                       resume_state());
 }
 
 void Trainer::log(const json& line) {
+  if (!is_main()) return;
   std::ofstream f(run_dir_ + "/metrics.jsonl", std::ios::app);
   VT_CHECK(f, "trainer: cannot write {}/metrics.jsonl", run_dir_);
   f << line.dump() << '\n';
@@ -202,7 +232,7 @@ void Trainer::log(const json& line) {
 
 Evaluation evaluate(nn::Module& model, const std::shared_ptr<const nn::data::Dataset>& dataset,
                     const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
-                    Device device, bool hflip_tta) {
+                    Device device, bool hflip_tta, dist::ProcessGroup* group) {
   const bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
@@ -210,6 +240,11 @@ Evaluation evaluate(nn::Module& model, const std::shared_ptr<const nn::data::Dat
   lo.batch_size = batch_size;
   lo.shuffle = false;
   lo.workers = workers;
+  if (group && group->size() > 1) {  // each rank its part, no example twice
+    lo.num_replicas = group->size();
+    lo.rank = group->rank();
+    lo.pad_shards = false;
+  }
   nn::data::DataLoader loader(dataset, transforms, lo);
   loader.start_epoch(0);
   std::optional<Evaluator> ev;  // made at the first batch, when the logits say the classes
@@ -230,7 +265,11 @@ Evaluation evaluate(nn::Module& model, const std::shared_ptr<const nn::data::Dat
     ev->add(logits, labels, loss.item());
   }
   model.train(was_training);
-  if (!ev) ev.emplace(static_cast<int64_t>(dataset->classes().size()));
+  if (group && group->size() > 1) {
+    if (!ev) ev.emplace();
+    ev->all_reduce(*group);
+  }
+  if (!ev || ev->num_classes() == 0) ev.emplace(static_cast<int64_t>(dataset->classes().size()));
   return ev->result();
 }
 
@@ -247,7 +286,7 @@ json finetune_config(json config, const models::ViTConfig& pretrained,
 Evaluation Trainer::evaluate(const std::shared_ptr<const nn::data::Dataset>& dataset) {
   return train::evaluate(eval_model(), dataset, eval_transforms_,
                          train_loader_->options().batch_size, train_loader_->options().workers,
-                         device_, cfg_.train.tta_hflip);
+                         device_, cfg_.train.tta_hflip, world_);
 }
 
 void Trainer::train_step(StepInfo& info) {
@@ -262,7 +301,12 @@ void Trainer::train_step(StepInfo& info) {
     VT_CHECK(b.has_value(), "trainer: the loader ended at batch {} of {} in epoch {}", first + i,
              batches_per_epoch_, epoch_);
     Tensor labels = b->labels.to(device_);
-    Tensor logits = model_->forward(b->images.to(device_));
+    // Data parallel: the batches before the step's last only accumulate their gradients; the
+    // last one's backward averages the sum across the ranks.
+    std::optional<nn::DistributedDataParallel::NoSync> accumulate_only;
+    if (ddp_ && i + 1 < n) accumulate_only.emplace(*ddp_);
+    Tensor logits =
+        ddp_ ? ddp_->forward(b->images.to(device_)) : model_->forward(b->images.to(device_));
     Tensor loss =
         ops::cross_entropy(logits, labels, ops::Reduction::Mean, cfg_.optim.label_smoothing);
     (loss * (1.0 / static_cast<double>(n))).backward();
@@ -270,7 +314,15 @@ void Trainer::train_step(StepInfo& info) {
     info.correct += correct_count(logits, labels);
     info.examples += labels.numel();
   }
-  if (cfg_.optim.grad_clip > 0)
+  if (ddp_) ddp_->synchronize();  // (backward has done it when every parameter had a gradient)
+  if (world_->size() > 1) {       // the step's metrics over the whole global batch
+    double m[3] = {loss_sum, static_cast<double>(info.correct), static_cast<double>(info.examples)};
+    world_->all_reduce({m, 3, kFloat64, kCPU});
+    loss_sum = m[0] / static_cast<double>(world_->size());
+    info.correct = std::llround(m[1]);
+    info.examples = std::llround(m[2]);
+  }
+  if (cfg_.optim.grad_clip > 0 && cfg_.train.zero == 0)  // ZeroAdam clips itself
     nn::optim::clip_grad_norm_(model_->parameters(), cfg_.optim.grad_clip);
   optimizer_->step();
   if (ema_) {
@@ -319,7 +371,7 @@ bool Trainer::validate(StepInfo& info) {
     if (e.accuracy > best_accuracy_) {
       best_accuracy_ = e.accuracy;
       bad_evals_ = 0;
-      nn::save_checkpoint(run_dir_ + "/best.safetensors", eval_model(), metadata());
+      if (is_main()) nn::save_checkpoint(run_dir_ + "/best.safetensors", eval_model(), metadata());
     } else {
       ++bad_evals_;
       out_of_patience = cfg_.train.early_stopping_patience > 0 &&
@@ -364,7 +416,7 @@ TrainResult Trainer::loop() {
     train_loader_->start_epoch(epoch_,
                                std::min(step_ * cfg_.train.accum_steps, batches_per_epoch_));
     while (step_ < steps_per_epoch_) {
-      if (stop_flag_ && stop_flag_->load()) {
+      if (stop_requested()) {
         save_last();
         r.stopped = true;
         r.message = fmt::format(
@@ -410,6 +462,12 @@ TrainResult Trainer::loop() {
   return finish(std::move(r));
 }
 
+bool Trainer::stop_requested() {
+  double stop = stop_flag_ && stop_flag_->load() ? 1 : 0;
+  if (world_->size() > 1) world_->all_reduce({&stop, 1, kFloat64, kCPU}, dist::ReduceOp::Max);
+  return stop > 0;
+}
+
 TrainResult Trainer::finish(TrainResult r) {
   if (validation_set_ && validation_set_->size() > 0 && last_eval_step_ != global_step_) {
     StepInfo info;  // the run's end was not validated (eval_every, max_steps): validate it
@@ -444,9 +502,11 @@ TrainResult Trainer::finish(TrainResult r) {
        {"accuracy", test.accuracy},
        {"macro_f1", test.macro_f1},
        {"train_seconds", train_seconds_}});
-  std::ofstream f(run_dir_ + "/confusion_matrix.json");
-  VT_CHECK(f, "trainer: cannot write {}/confusion_matrix.json", run_dir_);
-  f << test.to_json(classes_).dump(2) << '\n';
+  if (is_main()) {
+    std::ofstream f(run_dir_ + "/confusion_matrix.json");
+    VT_CHECK(f, "trainer: cannot write {}/confusion_matrix.json", run_dir_);
+    f << test.to_json(classes_).dump(2) << '\n';
+  }
   r.epoch = epoch_;
   r.global_step = global_step_;
   r.best_accuracy = best_accuracy_;
@@ -462,9 +522,9 @@ TrainResult Trainer::run(const nn::Module* pretrained) {
     copy_backbone(*model_, *pretrained, cfg_.model.head, finetune);
     if (ema_) nn::load_state_dict(*ema_, model_->state_dict());
   }
-  fs::create_directories(run_dir_);
-  fs::remove(run_dir_ + "/metrics.jsonl");
-  {
+  if (is_main()) {
+    fs::create_directories(run_dir_);
+    fs::remove(run_dir_ + "/metrics.jsonl");
     std::ofstream f(run_dir_ + "/config.json");
     VT_CHECK(f, "trainer: cannot write {}/config.json", run_dir_);
     f << cfg_.to_json().dump(2) << '\n';
@@ -484,6 +544,14 @@ TrainResult Trainer::resume(const std::string& run_dir) {
   const json diff = json::diff(resumable_part(state.at("config")), resumable_part(cfg_.to_json()));
   VT_CHECK(diff.empty(), "trainer: cannot resume {}: config key {} differs from the saved run's",
            path, diff.empty() ? "" : diff.at(0).at("path").get<std::string>());
+  const int64_t saved_size = state.value("world_size", int64_t{1});
+  VT_CHECK(saved_size == world_->size(),
+           "trainer: cannot resume {}: it was saved by a run of {} process{} and this one has {}: "
+           "the data shards and the steps of an epoch depend on the number of processes; "
+           "resume with {} (or start a new run from its weights with train.finetune)",
+           path, saved_size, saved_size == 1 ? "" : "es", world_->size(),
+           saved_size == 1 ? std::string("one process, without mpirun")
+                           : fmt::format("mpirun -np {}", saved_size));
   if (ema_) {
     const std::string ema_path = run_dir + "/last_ema.safetensors";
     VT_CHECK(fs::exists(ema_path), "trainer: cannot resume: {} does not exist", ema_path);
@@ -507,7 +575,8 @@ TrainResult Trainer::resume(const std::string& run_dir) {
   log_steps_ = l.at("steps").get<int64_t>();
   const std::string metrics = run_dir_ + "/metrics.jsonl";
   const auto bytes = state.at("metrics_bytes").get<uintmax_t>();
-  if (fs::exists(metrics) && fs::file_size(metrics) > bytes) fs::resize_file(metrics, bytes);
+  if (is_main() && fs::exists(metrics) && fs::file_size(metrics) > bytes)
+    fs::resize_file(metrics, bytes);
   return loop();
 }
 

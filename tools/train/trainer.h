@@ -11,6 +11,14 @@
 //   data            the train loader's seed (shuffle per epoch, random transforms per example)
 // so one seed gives the same run bit for bit (single-threaded; OpenMP reductions may reorder).
 //
+// Data parallel (docs/distributed.md): started by mpirun as N processes, every rank builds the
+// same model (rank 0's weights are broadcast), reads its shard of each epoch (the loader's
+// distributed sharding) with data.batch_size / N images per batch, so data.batch_size stays the
+// global batch, and averages gradients through nn::DistributedDataParallel (or, with
+// train.zero = 1, through nn::ZeroAdam's reduce-scatter). Printed and logged metrics are summed
+// across the ranks (the whole data set's); only rank 0 writes the run folder. A run resumes with
+// the world size it was saved with (checkpoints are the same files whatever the size).
+//
 // The run folder holds:
 // Every checkpoint's metadata holds the model config, the class names, mean/std and the data
 // section (vitrine.data: what vitrine-train --eval and vitrine-explain --dataset read back).
@@ -43,12 +51,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/dist/process_group.h"
 #include "backends/generator.h"
 #include "models/classifier.h"
 #include "nn/data/dataset.h"
 #include "nn/data/loader.h"
 #include "nn/optim/optimizer.h"
 #include "nn/optim/schedule.h"
+#include "nn/parallel/ddp.h"
 #include "tools/train/metrics.h"
 #include "tools/train/options.h"
 
@@ -73,10 +83,12 @@ struct StepInfo {
 /// evaluation transforms, in batches on `device`. With hflip_tta (flip test-time augmentation,
 /// train.tta_hflip) each image is also classified mirrored left to right, and the prediction is
 ///     p = (softmax(f(x)) + softmax(f(flip(x)))) / 2,   loss = -log p[label],
-/// (log p stands in for the logits: its argmax is p's).
+/// (log p stands in for the logits: its argmax is p's). With a group of several processes, each
+/// evaluates its shard of the dataset (no example twice) and the metrics are summed across the
+/// ranks (a collective): every rank returns those of the whole dataset.
 Evaluation evaluate(nn::Module& model, const std::shared_ptr<const nn::data::Dataset>& dataset,
                     const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
-                    Device device, bool hflip_tta = false);
+                    Device device, bool hflip_tta = false, dist::ProcessGroup* group = nullptr);
 
 /// The config of a fine-tuning run: `config` with its model section replaced by `pretrained`, the
 /// architecture of the checkpoint (own or foreign weights, as models::load_vit reads them), with
@@ -161,6 +173,10 @@ class Trainer {
   const std::string& run_dir() const { return run_dir_; }
   /// The options it runs with.
   const TrainConfig& config() const { return cfg_; }
+  /// The processes training together (a world of one without a launcher).
+  dist::ProcessGroup& group() { return *group_; }
+  /// The gradient averaging of a data-parallel run without ZeRO (null otherwise).
+  nn::DistributedDataParallel* ddp() { return ddp_.get(); }
 
  private:
   TrainResult loop();
@@ -174,6 +190,9 @@ class Trainer {
   nn::Metadata metadata() const;
   void log(const nlohmann::json& line);
   TrainResult finish(TrainResult r);
+  /// Whether any rank's stop flag is set (a collective in a data-parallel run).
+  bool stop_requested();
+  bool is_main() const { return world_->is_main(); }
 
   TrainConfig cfg_;
   std::shared_ptr<const nn::data::Dataset> train_set_, validation_set_, test_set_;
@@ -200,6 +219,9 @@ class Trainer {
   double log_loss_sum_ = 0;
   int64_t log_correct_ = 0, log_count_ = 0, log_steps_ = 0;
 
+  dist::ProcessGroup* world_ = nullptr;  // the processes (CPU collectives: metrics, flags)
+  dist::ProcessGroup* group_ = nullptr;  // the same, for the model's device (gradients)
+  std::shared_ptr<nn::DistributedDataParallel> ddp_;
   std::atomic<bool>* stop_flag_ = nullptr;
   std::function<void(const StepInfo&)> on_step_;
 };

@@ -1,0 +1,200 @@
+// ZeRO-1 Adam(W): the flat layout, reduce-scatter, the sliced update and the all-gather (zero.h).
+#include "nn/parallel/zero.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "nn/optim/detail.h"
+#include "nn/parallel/collectives.h"
+#include "ops/ops.h"
+
+namespace vitrine::nn {
+
+ZeroAdam::ZeroAdam(std::vector<optim::ParamGroup> groups, const optim::AdamOptions& options,
+                   bool decoupled, double max_grad_norm, dist::ProcessGroup* group)
+    : Optimizer(optim::detail::validated(decoupled ? "AdamW" : "Adam", std::move(groups))),
+      beta1_(options.beta1),
+      beta2_(options.beta2),
+      eps_(options.eps),
+      max_grad_norm_(max_grad_norm),
+      decoupled_(decoupled) {
+  const std::string type = "ZeRO-1 " + type_name();
+  VT_CHECK(beta1_ >= 0 && beta1_ < 1 && beta2_ >= 0 && beta2_ < 1 && eps_ >= 0,
+           "{}: betas must be in [0, 1) and eps >= 0 (got {}, {}, {})", type, beta1_, beta2_, eps_);
+  VT_CHECK(max_grad_norm_ >= 0, "{}: max_grad_norm must be >= 0, got {}", type, max_grad_norm_);
+  const Tensor& first = groups_.front().params.front();
+  dtype_ = first.dtype();
+  device_ = first.device();
+  group_ = group ? group : &dist::group_for(device_);
+  NoGradGuard no_grad;
+  offsets_.resize(groups_.size());
+  int64_t at = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (const Tensor& p : groups_[g].params) {
+      VT_CHECK(p.dtype() == dtype_ && p.device() == device_,
+               "{}: every parameter must be {} on {} (the flat vector has one dtype), got {} on {}",
+               type, dtype_name(dtype_), device_.str(), dtype_name(p.dtype()), p.device().str());
+      VT_CHECK(p.is_contiguous(), "{}: parameter of shape {} is not contiguous", type, p.shape());
+      offsets_[g].push_back(at);
+      at += p.numel();
+      dist::broadcast(p, 0, group_);  // rank 0's weights everywhere
+    }
+  }
+  const int64_t n = group_->size();
+  total_ = (at + n - 1) / n * n;
+  shard_ = total_ / n;
+  const int64_t begin = group_->rank() * shard_, end = begin + shard_;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const int64_t off = offsets_[g][i], len = groups_[g].params[i].numel();
+      const int64_t lo = std::max(off, begin), hi = std::min(off + len, end);
+      if (lo < hi) segments_.push_back({g, i, lo - off, lo - begin, hi - lo});
+    }
+  }
+  exp_avg_ = ops::zeros({shard_}, dtype_, device_);
+  exp_avg_sq_ = ops::zeros({shard_}, dtype_, device_);
+}
+
+int64_t ZeroAdam::state_bytes() const {
+  return 2 * shard_ * static_cast<int64_t>(dtype_size(dtype_));
+}
+
+void ZeroAdam::step() {
+  NoGradGuard no_grad;
+  // 1. Every rank's gradients, flat; rank r gets the average of its slice.
+  Tensor flat = ops::zeros({total_}, dtype_, device_);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      Tensor grad = optim::detail::step_grad(type_name(), groups_[g], g, i);
+      if (grad.defined())
+        flat.narrow(0, offsets_[g][i], p.numel()).copy_(grad.reshape({p.numel()}));
+    }
+  }
+  Tensor grad = dist::reduce_scatter(flat, dist::ReduceOp::Average, group_);
+  flat = Tensor();
+  // 2. The global norm from the slices' sums of squares.
+  Tensor sq = ops::sum(ops::mul(grad, grad)).to(kFloat64).to(kCPU).contiguous();
+  dist::all_reduce(sq, dist::ReduceOp::Sum, &dist::world());
+  last_norm_ = std::sqrt(sq.item());
+  if (max_grad_norm_ > 0) {
+    const double coef = max_grad_norm_ / (last_norm_ + 1e-6);
+    if (coef < 1) grad.mul_(coef);
+  }
+  // 3. Adam(W) on this rank's slice of each parameter.
+  ++steps_;
+  Tensor slice = ops::zeros({shard_}, dtype_, device_);
+  for (const Segment& s : segments_) {
+    const optim::ParamGroup& group = groups_[s.g];
+    const Tensor& p = group.params[s.i];
+    Tensor w = p.reshape({p.numel()}).narrow(0, s.param_offset, s.length);
+    const AdamStep o{group.lr, beta1_, beta2_, eps_, group.weight_decay, steps_, decoupled_};
+    w.backend().adam_step(w.strided(), grad.narrow(0, s.shard_offset, s.length).strided(),
+                          exp_avg_.narrow(0, s.shard_offset, s.length).strided(),
+                          exp_avg_sq_.narrow(0, s.shard_offset, s.length).strided(), o);
+    slice.narrow(0, s.shard_offset, s.length).copy_(w);
+  }
+  exp_avg_.bump_version();
+  exp_avg_sq_.bump_version();
+  // 4. Everyone's updated slices, written back into every parameter.
+  Tensor all = dist::all_gather(slice, group_).reshape({total_});
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      Tensor(p).copy_(all.narrow(0, offsets_[g][i], p.numel()).reshape(p.shape()));
+    }
+  }
+}
+
+Tensor ZeroAdam::gather_state(const Tensor& slot) const {
+  return dist::all_gather(slot, group_).reshape({total_});
+}
+
+NamedTensors ZeroAdam::state_tensors() const {
+  NamedTensors out;
+  if (steps_ == 0) return out;
+  NoGradGuard no_grad;
+  const Tensor m = gather_state(exp_avg_), v = gather_state(exp_avg_sq_);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      const int64_t off = offsets_[g][i];
+      out.emplace_back(optim::detail::state_key(g, i, "exp_avg"),
+                       m.narrow(0, off, p.numel()).reshape(p.shape()).clone());
+      out.emplace_back(optim::detail::state_key(g, i, "exp_avg_sq"),
+                       v.narrow(0, off, p.numel()).reshape(p.shape()).clone());
+    }
+  }
+  return out;
+}
+
+nlohmann::json ZeroAdam::state_json() const {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const optim::ParamGroup& group : groups_) {
+    nlohmann::json jg = optim::detail::group_json(group);
+    jg["steps"] = std::vector<int64_t>(group.params.size(), steps_);
+    groups.push_back(std::move(jg));
+  }
+  return {{"type", type_name()},
+          {"beta1", beta1_},
+          {"beta2", beta2_},
+          {"eps", eps_},
+          {"groups", std::move(groups)}};
+}
+
+void ZeroAdam::load_state(const NamedTensors& tensors, const nlohmann::json& j) {
+  const std::string type = type_name();
+  NoGradGuard no_grad;
+  Tensor m = ops::zeros({shard_}, dtype_, device_), v = ops::zeros({shard_}, dtype_, device_);
+  int64_t steps = -1;
+  double beta1, beta2, eps;
+  try {
+    optim::detail::check_state_groups(type, groups_, j);
+    beta1 = j.at("beta1").get<double>();
+    beta2 = j.at("beta2").get<double>();
+    eps = j.at("eps").get<double>();
+    optim::detail::StateReader reader(type, tensors);
+    std::vector<std::vector<Tensor>> ms(groups_.size()), vs(groups_.size());
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const auto& counts = j["groups"][g].at("steps");
+      VT_CHECK(counts.is_array() && counts.size() == groups_[g].params.size(),
+               "ZeRO-1 {}: load_state: {} needs one step count per parameter ({}), got {}", type,
+               optim::detail::group_label(groups_[g], g), groups_[g].params.size(), counts.dump());
+      ms[g].resize(counts.size());
+      vs[g].resize(counts.size());
+      for (size_t i = 0; i < counts.size(); ++i) {
+        const int64_t s = counts[i].get<int64_t>();
+        VT_CHECK(steps < 0 || s == steps,
+                 "ZeRO-1 {}: load_state: every parameter must have the same step count (the "
+                 "slices step together), got {} and {}",
+                 type, steps, s);
+        steps = s;
+        if (s == 0) continue;
+        const Tensor& p = groups_[g].params[i];
+        ms[g][i] = reader.take(optim::detail::state_key(g, i, "exp_avg"), p);
+        vs[g][i] = reader.take(optim::detail::state_key(g, i, "exp_avg_sq"), p);
+      }
+    }
+    reader.check_all_taken();
+    if (steps > 0) {
+      for (const Segment& s : segments_) {
+        const Tensor& p = groups_[s.g].params[s.i];
+        m.narrow(0, s.shard_offset, s.length)
+            .copy_(ms[s.g][s.i].reshape({p.numel()}).narrow(0, s.param_offset, s.length));
+        v.narrow(0, s.shard_offset, s.length)
+            .copy_(vs[s.g][s.i].reshape({p.numel()}).narrow(0, s.param_offset, s.length));
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("ZeRO-1 {}: load_state: malformed state JSON: {}", type, e.what());
+  }
+  optim::detail::load_group_hyperparameters(groups_, j);
+  beta1_ = beta1;
+  beta2_ = beta2;
+  eps_ = eps;
+  steps_ = std::max<int64_t>(steps, 0);
+  exp_avg_ = m;
+  exp_avg_sq_ = v;
+}
+
+}  // namespace vitrine::nn
