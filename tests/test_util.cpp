@@ -194,7 +194,10 @@ Process spawn_process(const std::string& exe, const std::vector<std::string>& ar
   posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
   Process p;
   pid_t pid = -1;
-  REQUIRE(posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), envp.data()) == 0);
+  // A bare name ("mpirun") is looked up in PATH.
+  const bool bare = exe.find('/') == std::string::npos;
+  REQUIRE((bare ? posix_spawnp : posix_spawn)(&pid, exe.c_str(), &fa, nullptr, argv.data(),
+                                              envp.data()) == 0);
   posix_spawn_file_actions_destroy(&fa);
   p.pid = pid;
   return p;

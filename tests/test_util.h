@@ -74,9 +74,9 @@ struct TempDir {
 struct Process {
   int pid = -1;
 };
-/// Starts exe with args in the folder cwd, stdout and stderr to the file log, with one OpenMP
-/// thread (OMP_NUM_THREADS=1, so that runs are bitwise repeatable) and otherwise this process's
-/// environment.
+/// Starts exe (a path, or a bare name looked up in PATH) with args in the folder cwd, stdout and
+/// stderr to the file log, with one OpenMP thread (OMP_NUM_THREADS=1, so that runs are bitwise
+/// repeatable) and otherwise this process's environment.
 Process spawn_process(const std::string& exe, const std::vector<std::string>& args,
                       const std::string& log, const std::string& cwd);
 /// Waits for it: the exit status, or 128 + the signal that ended it.

@@ -336,3 +336,37 @@ TEST_CASE("backward: leaves given the same gradient tensor get separate .grad() 
   CHECK(w.grad().is_contiguous());
   check_close(w.grad(), {3});
 }
+
+TEST_CASE("backward: post-accumulate hooks run as soon as a leaf's gradient is complete") {
+  // y = sum(tanh(tanh(x * w1) * w2)): backward reaches w2 before w1. When w2's hook runs, its
+  // .grad() holds the total (both uses of w2 summed, plus what an earlier backward left) and w1
+  // has no gradient yet: the hook runs during backward, not after it.
+  Tensor x = ops::tensor({0.5, -1.0}), w1 = ops::tensor({0.3, 0.7}), w2 = ops::tensor({1.5});
+  w1.requires_grad_();
+  w2.requires_grad_();
+  auto loss = [&] {
+    Tensor h = ops::tanh(x * w1);
+    return ops::sum(ops::tanh(h * w2) + h * w2);  // w2 used twice
+  };
+  std::vector<std::string> order;
+  Tensor seen_w2;
+  w2.register_post_accumulate_grad_hook([&](const Tensor& p) {
+    order.push_back("w2");
+    CHECK(!w1.grad().defined());
+    seen_w2 = p.grad().clone();
+  });
+  w1.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back("w1"); });
+  loss().backward();
+  CHECK(order == std::vector<std::string>{"w2", "w1"});
+  check_close(seen_w2, w2.grad().to_vector<double>());
+  const auto once = w2.grad().to_vector<double>();
+  w1.set_grad(Tensor());
+  loss().backward();  // accumulates: the hook sees twice the gradient
+  check_close(seen_w2, {2 * once[0]});
+  // grad() accumulates nothing, so it runs no post-accumulate hook.
+  order.clear();
+  (void)grad({loss()}, {w1, w2});
+  CHECK(order.empty());
+  CHECK_ERROR_CONTAINS((x * w1).register_post_accumulate_grad_hook([](const Tensor&) {}),
+                       "must be a leaf");
+}

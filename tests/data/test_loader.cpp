@@ -2,6 +2,7 @@
 // drop_last, the same batches for any number of workers, per-epoch shuffles, skip_batches for
 // --resume, errors raised in workers re-thrown by next(), bounded prefetch, and destruction in
 // the middle of an epoch.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -323,4 +324,31 @@ TEST_CASE("loader: option and usage errors") {
   CHECK(w >= 1);
   CHECK(w <= 8);
   CHECK(w <= std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) - 1));
+}
+
+TEST_CASE("loader: distributed shards are disjoint, equal, cover the data and change per epoch") {
+  // 10 examples on 3 ranks: the order padded to 12 by repeating its first 2, rank r at r, r+3, ...
+  for (uint64_t epoch : {0u, 1u}) {
+    const std::vector<int64_t> order = data::permutation(10, 9, epoch);
+    std::vector<int64_t> all;
+    for (int64_t r = 0; r < 3; ++r) {
+      std::vector<int64_t> s = data::distributed_shard(order, 3, r);
+      CHECK(s.size() == 4);
+      for (size_t k = 0; k < s.size(); ++k)
+        CHECK(s[k] == order[(static_cast<size_t>(r) + 3 * k) % 10]);
+      all.insert(all.end(), s.begin(), s.end());
+    }
+    std::sort(all.begin(), all.end());
+    std::vector<int64_t> distinct = all;
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    CHECK(distinct.size() == 10);  // covers; 2 repeats (the padding)
+    CHECK(all.size() == 12);
+    // Without padding: a partition, the counts differing by at most one.
+    size_t total = 0;
+    for (int64_t r = 0; r < 3; ++r) total += data::distributed_shard(order, 3, r, false).size();
+    CHECK(total == 10);
+  }
+  CHECK(data::distributed_shard(data::permutation(10, 9, 0), 3, 0) !=
+        data::distributed_shard(data::permutation(10, 9, 1), 3, 0));
+  CHECK_ERROR_CONTAINS(data::distributed_shard({1, 2}, 2, 2), "rank 2 of 2 replicas");
 }

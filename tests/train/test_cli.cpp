@@ -298,3 +298,127 @@ TEST_CASE("train-cli: bad command lines exit non-zero with a message naming the 
   }
   CHECK(!fs::exists(dir / "runs"));  // none of them started a run folder (train.out is runs/...)
 }
+
+// ---- data parallel: vitrine-train under mpirun ---------------------------------------------
+
+namespace {
+
+/// mpirun -np n (as root too, two ranks on however many cores) vitrine-train args.
+std::vector<std::string> mpirun_args(int n, const std::vector<std::string>& args) {
+  std::vector<std::string> a = {"--oversubscribe",
+                                "--allow-run-as-root",
+                                "-np",
+                                std::to_string(n),
+                                "-x",
+                                "OMP_NUM_THREADS=1",
+                                kExe};
+  a.insert(a.end(), args.begin(), args.end());
+  return a;
+}
+
+bool have_mpirun() {
+  if (std::string(VITRINE_MPIRUN).empty()) {
+    skip("built without MPI");
+    return false;
+  }
+  return true;
+}
+
+/// train_args without drop-path (its masks are drawn per rank), with more arguments.
+std::vector<std::string> parallel_args(const std::string& data, const std::string& out, int epochs,
+                                       std::vector<std::string> more = {}) {
+  std::vector<std::string> a = train_args(data, out, epochs);
+  for (const char* s : {"--set", "model.drop_path=0"}) a.push_back(s);
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "train-cli: mpirun -np 2 trains as one process with the global batch (DDP and ZeRO-1, "
+    "accumulation), prints once, and rank 0 alone writes the run folder") {
+  if (!have_mpirun()) return;
+  TempDir dir;
+  const std::string data = dir / "data";
+  write_stripes(data, 240, 60);
+  const Ran one = run(parallel_args(data, dir / "one", 2), dir, "one");
+  REQUIRE(one.code == 0);
+  for (const char* zero : {"0", "1"}) {
+    const std::string out = dir / (std::string("two-zero") + zero);
+    const Ran two = run_process(
+        VITRINE_MPIRUN,
+        mpirun_args(2, parallel_args(data, out, 2, {"--set", std::string("train.zero=") + zero})),
+        dir, std::string("two-zero") + zero);
+    INFO(two.output);
+    REQUIRE(two.code == 0);
+    CHECK(count(two.output, "data parallel: 2 processes (mpi), 10 images per process") == 1);
+    CHECK(count(two.output, "test set (60 images)") == 1);  // rank 0 alone prints
+    for (const char* f : {"best.safetensors", "last.safetensors", "metrics.jsonl",
+                          "confusion_matrix.json", "config.json", "report.html"})
+      CHECK(fs::exists(out + "/" + f));
+    // The same steps, and the metrics of the whole data to float32 summation order.
+    const std::vector<json> a = metrics_lines(dir / "one"), b = metrics_lines(out);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO("line " << i << ": " << a[i].dump() << " / " << b[i].dump());
+      CHECK(a[i].at("type") == b[i].at("type"));
+      CHECK(a[i].at("global_step") == b[i].at("global_step"));
+      const double la = a[i].at("loss").get<double>(), lb = b[i].at("loss").get<double>();
+      CHECK(std::abs(la - lb) <= 1e-5 * std::abs(la));
+    }
+  }
+  // No rank made a run folder of its own.
+  CHECK(!fs::exists(dir / "two-zero0-2"));
+  CHECK(!fs::exists(dir / "two-zero1-2"));
+}
+
+TEST_CASE(
+    "train-cli: a rank killed under mpirun ends the job; its last checkpoint loads and resumes "
+    "with 2 ranks, and a resume with 1 process says why not") {
+  if (!have_mpirun()) return;
+  TempDir dir;
+  const std::string data = dir / "data", out = dir / "run";
+  write_stripes(data, 600, 60);
+  const auto args = parallel_args(data, out, 2, {"--set", "train.eval_every=1"});
+  Proc p = spawn_process(VITRINE_MPIRUN, mpirun_args(2, args), dir / "killed.log", dir.dir);
+  REQUIRE(wait_for_lines(out + "/metrics.jsonl", 4));
+  // Kill one rank (a child of mpirun) with SIGKILL.
+  int victim = -1;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == p.pid && line.find("vitrine-train") != std::string::npos) victim = std::stoi(name);
+  }
+  REQUIRE(victim > 0);
+  kill(victim, SIGKILL);
+  const int code = wait_exit(p);
+  const std::string log = read_text(dir / "killed.log");
+  INFO(log);
+  CHECK(code != 0);
+  CHECK(log.find("exited on signal 9") != std::string::npos);  // mpirun names the rank
+  CHECK(log.find("process rank") != std::string::npos);
+
+  const Ran eval = run({"--eval", out + "/last.safetensors"}, dir, "eval");
+  INFO(eval.output);
+  CHECK(eval.code == 0);
+  const Ran alone = run({"--resume", out}, dir, "alone");
+  CHECK(alone.code == 1);
+  CHECK(alone.output.find("saved by a run of 2 processes and this one has 1") != std::string::npos);
+  CHECK(alone.output.find("resume with mpirun -np 2") != std::string::npos);
+  const Ran resumed =
+      run_process(VITRINE_MPIRUN, mpirun_args(2, {"--resume", out}), dir, "resumed");
+  INFO(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK(resumed.output.find("(resuming)") != std::string::npos);
+  CHECK(metrics_lines(out).back().at("type") == "test");
+}

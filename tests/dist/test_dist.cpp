@@ -1,0 +1,306 @@
+// Data parallel across processes (backends/dist, nn/parallel): ctest runs each case under
+// `mpirun --oversubscribe -np 2` with one OpenMP thread per rank (tests/CMakeLists.txt); run
+// alone, a case sees a world of one and checks what it can.
+//   * the collectives' values on float32, float64 and int64 buffers;
+//   * a small ViT after K steps: 2 ranks with global batch B (B/2 each) hold the parameters of
+//     1 process with batch B to float32 summation order (max relative difference <= 1e-5), with
+//     DistributedDataParallel and with ZeRO-1, with and without gradient accumulation (no_sync),
+//     with one bucket and with many;
+//   * the loader's shards across the ranks: disjoint, covering, equal, changing with the epoch;
+//   * metrics summed across ranks equal those of one process on the whole data.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "models/vit.h"
+#include "nn/data/loader.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/clip.h"
+#include "nn/parallel/collectives.h"
+#include "nn/parallel/ddp.h"
+#include "nn/parallel/zero.h"
+#include "ops/ops.h"
+#include "test_util.h"
+#include "tools/train/metrics.h"
+
+using namespace vitrine;
+using namespace vt_test;
+namespace data = vitrine::nn::data;
+
+namespace {
+
+dist::ProcessGroup& world() { return dist::world(); }
+
+models::ViTConfig small_vit() {
+  models::ViTConfig c;
+  c.image_h = c.image_w = 8;
+  c.patch = 4;
+  c.channels = 1;
+  c.num_classes = 3;
+  c.dim = 16;
+  c.depth = 2;
+  c.heads = 2;
+  c.mlp_dim = 32;
+  // Without qkv's bias: its key part has a gradient that is zero in exact arithmetic (softmax
+  // does not change when the same number is added to a whole row of scores), so in float32 it is
+  // rounding noise, which Adam divides by its own size: its updates are +-lr whatever the
+  // summation order, and no two orders agree on them (1.7e-4 relative after 3 steps here).
+  c.qkv_bias = false;
+  return c;
+}
+
+/// The global batch of step s, micro-batch m: the same on every rank (seeded by s and m).
+std::pair<Tensor, Tensor> global_batch(int64_t b, int64_t s, int64_t m) {
+  Generator g(1000 + 17 * static_cast<uint64_t>(s) + static_cast<uint64_t>(m));
+  Tensor x = ops::randn({b, 1, 8, 8}, g);
+  Tensor y = ops::randint(0, 3, {b}, g);
+  return {x, y};
+}
+
+/// Rows r, r + R, r + 2R, ... of t: this rank's share of a global batch (the sampler's order).
+Tensor shard_rows(const Tensor& t, int64_t rank, int64_t ranks) {
+  return ops::slice(t, 0, rank, t.size(0), ranks).contiguous();
+}
+
+/// max |a - b| / max |b| over every parameter, the largest.
+double max_relative_difference(nn::Module& a, nn::Module& b) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const Tensor& x = pa[i].second;
+    const Tensor& y = pb[i].second;
+    const double diff = ops::max(ops::abs(ops::sub(x, y))).item();
+    const double scale = ops::max(ops::abs(y)).item();
+    worst = std::max(worst, diff / std::max(scale, 1e-12));
+  }
+  return worst;
+}
+
+struct Run {
+  bool zero = false;
+  int64_t accum = 1;
+  double bucket_mb = 25;
+  double clip = 0;
+};
+
+/// K AdamW steps of the small ViT: the reference on the whole global batch in this process, and
+/// the data-parallel replica on this rank's share; returns the replica's difference from it.
+double parity(const Run& run, int64_t* buckets = nullptr) {
+  const int64_t B = 8, K = 3;
+  const int64_t rank = world().rank(), ranks = world().size();
+  Generator g1(7), g2(7);
+  auto reference = std::make_shared<models::VisionTransformer>(small_vit(), g1);
+  auto replica = std::make_shared<models::VisionTransformer>(small_vit(), g2);
+  nn::optim::AdamWOptions o;
+  o.lr = 1e-2;
+  o.weight_decay = 0.05;
+  auto groups = [&](nn::Module& m) {
+    return nn::optim::param_groups_with_decay(m, o.lr, o.weight_decay);
+  };
+  nn::optim::AdamW ref_opt(groups(*reference), o);
+  std::shared_ptr<nn::DistributedDataParallel> ddp;
+  std::unique_ptr<nn::optim::Optimizer> opt;
+  if (run.zero) {
+    nn::optim::AdamOptions a;
+    a.beta1 = o.beta1;
+    a.beta2 = o.beta2;
+    a.eps = o.eps;
+    opt = std::make_unique<nn::ZeroAdam>(groups(*replica), a, true, run.clip);
+  } else {
+    nn::DDPOptions d;
+    d.bucket_cap_mb = run.bucket_mb;
+    ddp = std::make_shared<nn::DistributedDataParallel>(replica, d);
+    if (buckets) *buckets = static_cast<int64_t>(ddp->buckets().size());
+    opt = std::make_unique<nn::optim::AdamW>(groups(*replica), o);
+  }
+  for (int64_t s = 0; s < K; ++s) {
+    ref_opt.zero_grad();
+    opt->zero_grad();
+    for (int64_t m = 0; m < run.accum; ++m) {
+      auto [x, y] = global_batch(B, s, m);
+      const double scale = 1.0 / static_cast<double>(run.accum);
+      (ops::cross_entropy(reference->forward(x), y) * scale).backward();
+      Tensor xs = shard_rows(x, rank, ranks), ys = shard_rows(y, rank, ranks);
+      std::optional<nn::DistributedDataParallel::NoSync> local;
+      if (ddp && m + 1 < run.accum) local.emplace(*ddp);
+      Tensor logits = ddp ? ddp->forward(xs) : replica->forward(xs);
+      (ops::cross_entropy(logits, ys) * scale).backward();
+    }
+    if (run.clip > 0) nn::optim::clip_grad_norm_(reference->parameters(), run.clip);
+    if (run.clip > 0 && !run.zero) nn::optim::clip_grad_norm_(replica->parameters(), run.clip);
+    ref_opt.step();
+    opt->step();
+  }
+  return max_relative_difference(*replica, *reference);
+}
+
+}  // namespace
+
+TEST_CASE("dist: collectives on float32, float64 and int64 buffers") {
+  omp_set_num_threads(1);
+  const int r = world().rank(), n = world().size();
+  Tensor a = ops::full({3}, static_cast<double>(r + 1), kFloat32);
+  dist::all_reduce(a);
+  check_close(a, std::vector<double>(3, n * (n + 1) / 2.0));
+  Tensor b = ops::full({2}, static_cast<double>(r + 1), kFloat64);
+  dist::all_reduce(b, dist::ReduceOp::Average);
+  check_close(b, std::vector<double>(2, (n + 1) / 2.0));
+  Tensor c = ops::full({2}, static_cast<double>(10 * r), kInt64);
+  dist::all_reduce(c, dist::ReduceOp::Max);
+  CHECK(c.to_vector<int64_t>() == std::vector<int64_t>{10 * (n - 1), 10 * (n - 1)});
+  auto work = dist::all_reduce_async(a, dist::ReduceOp::Min);
+  work->wait();
+  CHECK(work->test());
+
+  Tensor d = ops::full({4}, static_cast<double>(r == 0 ? 42 : -1), kFloat32);
+  dist::broadcast(d, 0);
+  check_close(d, std::vector<double>(4, 42));
+  CHECK(dist::broadcast_string(r == 0 ? "runs/x-2" : "other") == "runs/x-2");
+
+  Tensor e = ops::full({2}, static_cast<double>(r), kFloat64);
+  Tensor gathered = dist::all_gather(e);
+  CHECK(gathered.shape() == Dims{n, 2});
+  for (int k = 0; k < n; ++k)
+    check_close(gathered.narrow(0, k, 1).reshape({2}), {1.0 * k, 1.0 * k});
+
+  // in = [0, 1, ..., 2n-1] + r; rank k gets rows 2k, 2k+1 summed over ranks.
+  Tensor f = ops::add(ops::arange(0, 2 * n, 1, kFloat32), static_cast<double>(r));
+  Tensor mine = dist::reduce_scatter(f, dist::ReduceOp::Sum);
+  const double ranks_sum = n * (n - 1) / 2.0;
+  check_close(mine, {n * 2.0 * r + ranks_sum, n * (2.0 * r + 1) + ranks_sum});
+
+  CHECK_ERROR_CONTAINS(dist::all_reduce(ops::zeros({4, 4}).transpose(0, 1)), "contiguous");
+  if (n > 1) {
+    CHECK_ERROR_CONTAINS(dist::reduce_scatter(ops::zeros({3 * n + 1})), "divide among");
+  }
+  dist::barrier();
+}
+
+TEST_CASE("dist: DDP after K steps holds the parameters of one process with the whole batch") {
+  omp_set_num_threads(1);
+  int64_t buckets = 0;
+  CHECK(parity({}, &buckets) <= 1e-5);
+  if (world().size() > 1) CHECK(buckets == 1);  // the small ViT fits in one 25 MB bucket
+  // Many buckets: each its own all-reduce, started while backward goes on.
+  CHECK(parity({.bucket_mb = 0.002}, &buckets) <= 1e-5);
+  if (world().size() > 1) CHECK(buckets > 5);
+  // Gradient accumulation: the first micro-batch under no_sync, the second averages the sum.
+  CHECK(parity({.accum = 2}) <= 1e-5);
+  CHECK(parity({.accum = 2, .bucket_mb = 0.002, .clip = 0.5}) <= 1e-5);
+}
+
+TEST_CASE("dist: ZeRO-1 after K steps holds the parameters of one process with the whole batch") {
+  omp_set_num_threads(1);
+  CHECK(parity({.zero = true}) <= 1e-5);
+  CHECK(parity({.zero = true, .accum = 2}) <= 1e-5);
+  CHECK(parity({.zero = true, .accum = 2, .clip = 0.5}) <= 1e-5);
+
+  // The state is sharded: each rank holds about 1/N of it, and saves and loads it whole.
+  Generator g(3);
+  auto model = std::make_shared<models::VisionTransformer>(small_vit(), g);
+  nn::ZeroAdam zero(nn::optim::param_groups_with_decay(*model, 1e-2, 0.05), {}, true);
+  const int64_t n = model->num_parameters(true);
+  CHECK(zero.total_size() >= n);
+  CHECK(zero.shard_size() == zero.total_size() / world().size());
+  CHECK(zero.state_bytes() == 2 * 4 * zero.shard_size());
+  auto [x, y] = global_batch(4, 0, 0);
+  ops::cross_entropy(model->forward(x), y).backward();
+  zero.step();
+  const nn::NamedTensors state = zero.state_tensors();  // whole tensors, in Adam's format
+  CHECK(state.size() == 2 * model->parameters().size());
+  nn::optim::AdamW plain(nn::optim::param_groups_with_decay(*model, 1e-2, 0.05));
+  plain.load_state(state, zero.state_json());  // a ZeRO checkpoint resumes with plain AdamW
+  CHECK(plain.step_count(0, 0) == 1);
+  nn::ZeroAdam again(nn::optim::param_groups_with_decay(*model, 1e-2, 0.05), {}, true);
+  again.load_state(plain.state_tensors(), plain.state_json());  // and the other way round
+  const nn::NamedTensors back = again.state_tensors();
+  REQUIRE(back.size() == state.size());
+  for (size_t i = 0; i < back.size(); ++i) check_close(back[i].second, state[i].second, 0, 0);
+}
+
+TEST_CASE("dist: the loader's shards are disjoint, cover the data, and change with the epoch") {
+  omp_set_num_threads(1);
+  const int64_t rank = world().rank(), ranks = world().size();
+  class Numbers : public data::Dataset {
+   public:
+    int64_t size() const override { return 11; }
+    data::Example get(int64_t i) const override {
+      data::Example e;
+      e.label = i;
+      e.image.channels = e.image.height = e.image.width = 1;
+      e.image.pixels = {static_cast<float>(i)};
+      return e;
+    }
+    std::vector<std::string> classes() const override { return {}; }
+    std::string source() const override { return "numbers"; }
+  };
+  auto numbers = std::make_shared<Numbers>();
+  auto epoch_indices = [&](int64_t epoch, bool pad) {
+    data::LoaderOptions lo;
+    lo.batch_size = 2;
+    lo.workers = 0;
+    lo.seed = 5;
+    lo.num_replicas = ranks;
+    lo.rank = rank;
+    lo.pad_shards = pad;
+    data::DataLoader loader(numbers, data::Compose{}, lo);
+    loader.start_epoch(epoch);
+    std::vector<int64_t> got;
+    while (auto b = loader.next())
+      for (int64_t i : b->indices) got.push_back(i);
+    CHECK(static_cast<int64_t>(got.size()) == loader.shard_size());
+    return got;
+  };
+  for (int64_t epoch : {0, 1}) {
+    std::vector<int64_t> mine = epoch_indices(epoch, true);
+    CHECK(static_cast<int64_t>(mine.size()) == (11 + ranks - 1) / ranks);  // equal counts
+    Tensor t = Tensor::empty({static_cast<int64_t>(mine.size())}, kInt64);
+    std::copy(mine.begin(), mine.end(), t.data<int64_t>());
+    std::vector<int64_t> all = dist::all_gather(t).to_vector<int64_t>();
+    std::set<int64_t> distinct(all.begin(), all.end());
+    CHECK(distinct.size() == 11);                            // every example is in some shard
+    CHECK(all.size() - distinct.size() == all.size() - 11);  // repeats: the padding only
+    // Without padding (evaluation): exactly a partition.
+    std::vector<int64_t> exact = epoch_indices(epoch, false);
+    Tensor count = ops::full({1}, static_cast<double>(exact.size()), kInt64);
+    dist::all_reduce(count);
+    CHECK(count.item<int64_t>() == 11);
+  }
+  // The shuffle changes with the epoch, and matches one process's order cut into R strides.
+  std::vector<int64_t> order0 = data::permutation(11, 5, 0), order1 = data::permutation(11, 5, 1);
+  CHECK(order0 != order1);
+  CHECK(epoch_indices(0, true) == data::distributed_shard(order0, ranks, rank));
+  CHECK(epoch_indices(1, true) == data::distributed_shard(order1, ranks, rank));
+}
+
+TEST_CASE("dist: metrics summed across ranks equal one process's on the whole data") {
+  omp_set_num_threads(1);
+  const int64_t rank = world().rank(), ranks = world().size();
+  Generator g(11);
+  Tensor logits = ops::randn({37, 4}, g);
+  Tensor labels = ops::randint(0, 4, {37}, g);
+  Tensor losses = ops::cross_entropy(logits, labels, ops::Reduction::None);
+  train::Evaluator whole(4);
+  whole.add(logits, labels, ops::sum(losses).item());
+  train::Evaluator part;  // the classes come from the logits (or, with none, from the others)
+  for (int64_t i = rank; i < 37; i += ranks) {
+    Tensor l = logits.narrow(0, i, 1), y = labels.narrow(0, i, 1);
+    part.add(l, y, losses.narrow(0, i, 1).item());
+  }
+  part.all_reduce(world());
+  const train::Evaluation a = whole.result(), b = part.result();
+  CHECK(b.count == 37);
+  CHECK(b.confusion == a.confusion);
+  CHECK(b.accuracy == doctest::Approx(a.accuracy));
+  CHECK(b.loss ==
+        doctest::Approx(a.loss).epsilon(1e-6));  // float32 losses, summed in another order
+  CHECK(b.macro_f1 == doctest::Approx(a.macro_f1));
+  for (size_t k = 0; k < a.per_class.size(); ++k) {
+    CHECK(b.per_class[k].precision == doctest::Approx(a.per_class[k].precision));
+    CHECK(b.per_class[k].recall == doctest::Approx(a.per_class[k].recall));
+  }
+}
