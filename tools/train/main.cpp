@@ -26,6 +26,7 @@
 #include "backends/error.h"
 #include "nn/data/transforms.h"
 #include "nn/parallel/collectives.h"
+#include "nn/parallel/zero.h"
 #include "nn/state.h"
 #include "tools/train/config.h"
 #include "tools/train/datasets.h"
@@ -279,6 +280,19 @@ json training_config(const Options& o, std::shared_ptr<nn::Module>& pretrained) 
   return config;
 }
 
+/// What ZeRO-1 saves: the optimizer's state held by this process against all of it.
+std::string zero_line(tr::Trainer& trainer) {
+  const auto* z = dynamic_cast<const nn::ZeroAdam*>(&trainer.optimizer());
+  if (!z) return "ZeRO-1";
+  const double mb = 1024.0 * 1024.0, whole = static_cast<double>(z->state_bytes()) *
+                                             static_cast<double>(z->total_size()) /
+                                             static_cast<double>(z->shard_size());
+  return fmt::format(
+      "ZeRO-1: each process updates its slice of the weights and holds {:.2f} MB of AdamW state "
+      "instead of {:.2f} MB",
+      static_cast<double>(z->state_bytes()) / mb, whole / mb);
+}
+
 int run_training(const Options& o) {
   std::shared_ptr<nn::Module> pretrained;  // read once, for config and weights
   json config = training_config(o, pretrained);
@@ -310,7 +324,7 @@ int run_training(const Options& o) {
     const int64_t n = trainer.group().size();
     fmt::print("  data parallel: {} processes ({}), {} images per process per batch, {}\n", n,
                trainer.group().backend(), trainer.config().data.batch_size / n,
-               t.zero == 1 ? "ZeRO-1 (each process updates its slice of the weights)"
+               t.zero == 1 ? zero_line(trainer)
                            : fmt::format("gradients averaged in {} bucket(s)",
                                          trainer.ddp() ? trainer.ddp()->buckets().size() : 0));
   }

@@ -351,14 +351,17 @@ void Trainer::train_step(StepInfo& info) {
   log_loss_sum_ += info.loss;
   ++log_steps_;
   if (cfg_.train.log_every > 0 && global_step_ % cfg_.train.log_every == 0) {
-    log({{"type", "train"},
-         {"epoch", epoch_},
-         {"step", step_},
-         {"global_step", global_step_},
-         {"loss", log_loss_sum_ / static_cast<double>(log_steps_)},
-         {"accuracy", static_cast<double>(log_correct_) / static_cast<double>(log_count_)},
-         {"lr", info.lr},
-         {"train_seconds", train_seconds_}});
+    json line = {{"type", "train"},
+                 {"epoch", epoch_},
+                 {"step", step_},
+                 {"global_step", global_step_},
+                 {"loss", log_loss_sum_ / static_cast<double>(log_steps_)},
+                 {"accuracy", static_cast<double>(log_correct_) / static_cast<double>(log_count_)},
+                 {"lr", info.lr},
+                 {"train_seconds", train_seconds_}};
+    // Data parallel: the time spent so far waiting for the gradients' all-reduce.
+    if (ddp_) line["comm_wait_seconds"] = ddp_->stats().wait_seconds;
+    log(line);
     log_loss_sum_ = 0;
     log_correct_ = log_count_ = log_steps_ = 0;
   }
