@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdlib>
 
 #include "backends/dist/process_group.h"
 #include "backends/error.h"

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
+
 #include "backends/dist/process_group.h"
 #include "backends/error.h"
 
@@ -152,6 +154,7 @@ class NcclGroup final : public ProcessGroup {
     if (comm_) (void)ncclCommAbort(comm_);
     comm_ = nullptr;
     bootstrap_.abort(code);
+    std::_Exit(code);  // (not reached: a virtual call is not known to be noreturn)
   }
 
  private:
