@@ -82,7 +82,7 @@ class ProcessGroup {
 };
 
 /// The processes of this job: an MPI group when the program was started by mpirun (or another
-/// launcher that sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK) and Vitrine was built with
+/// launcher that sets OMPI_COMM_WORLD_SIZE or PMI_SIZE) and Vitrine was built with
 /// MPI; else a world of one. Made on first use; MPI is finalised at exit.
 ProcessGroup& world();
 /// True when a launcher started this process as one of several (whether or not MPI is built in).

@@ -114,6 +114,16 @@ DatasetFiles open_dataset(const DatasetOptions& o, bool with_train) {
   return p;
 }
 
+json pasted_options_to_json(const PastedOptions& o) {
+  return {{"canvas", o.canvas},
+          {"min_scale", o.min_scale},
+          {"max_scale", o.max_scale},
+          {"distractors", o.distractors},
+          {"count", o.count},
+          {"noise", o.noise},
+          {"seed", o.seed}};
+}
+
 PastedOptions pasted_options_from_json(const json& j) {
   VT_CHECK(j.is_object(), "data.pasted must be an object, got {}", j.dump());
   PastedOptions o;

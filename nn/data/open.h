@@ -81,6 +81,8 @@ std::pair<int64_t, int64_t> image_size(const DatasetOptions& options);
 /// keys keeping their defaults; an Error naming the key for a value of the wrong type or an
 /// unknown key. (PastedObjects checks the values' ranges.)
 PastedOptions pasted_options_from_json(const nlohmann::json& j);
+/// The JSON object of all of o's fields (what pasted_options_from_json reads back).
+nlohmann::json pasted_options_to_json(const PastedOptions& o);
 
 /// DatasetOptions from a data section as vitrine-train writes it into its configs and checkpoints
 /// ({"dataset": "cifar10", "path": "...", "pasted": {...}}; other keys ignored), with `channels`

@@ -31,7 +31,7 @@ struct DistributedDataParallel::Reducer {
   dist::ProcessGroup* group = nullptr;
   std::vector<Tensor> params;
   std::vector<std::string> names;
-  std::vector<std::pair<size_t, size_t>> where;  // param -> (bucket, member)
+  std::vector<size_t> bucket_of;  // param -> its bucket
   std::vector<Bucket> buckets;
   std::vector<bool> ready;
   bool sync = true;
@@ -50,7 +50,6 @@ struct DistributedDataParallel::Reducer {
   }
 
   void start(Bucket& b) {
-    const auto t0 = std::chrono::steady_clock::now();
     NoGradGuard no_grad;
     for (size_t k = 0; k < b.members.size(); ++k) {
       const Tensor& p = params[b.members[k]];
@@ -65,16 +64,12 @@ struct DistributedDataParallel::Reducer {
     b.started = true;
     ++started;
     stats.bytes += b.flat.numel() * static_cast<int64_t>(dtype_size(b.flat.dtype()));
-    stats.launch_seconds += seconds_since(t0);
   }
 
   void on_ready(size_t i) {
     if (!sync || !armed || ready[i]) return;
     ready[i] = true;
-    auto [bi, k] = where[i];
-    (void)k;
-    Bucket& b = buckets[bi];
-    if (--b.pending == 0) start(b);
+    if (--buckets[bucket_of[i]].pending == 0) start(buckets[bucket_of[i]]);
     // Let the transfers already under way progress (MPI moves data inside its calls).
     for (Bucket& o : buckets)
       if (o.work) o.work->test();
@@ -107,11 +102,11 @@ struct DistributedDataParallel::Reducer {
 };
 
 void broadcast_state(Module& module, int root, dist::ProcessGroup* group) {
+  if (dist::world().size() == 1) return;
   NoGradGuard no_grad;
   for (auto& [name, t] : module.state_dict()) {
     (void)name;
     dist::ProcessGroup& g = group ? *group : dist::group_for(t.device());
-    if (g.size() == 1) return;
     if (t.is_contiguous()) {
       dist::broadcast(t, root, &g);
     } else {
@@ -149,7 +144,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
 
   // Buckets in reverse registration order, one dtype each, up to bucket_cap_mb.
   const auto cap = static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024);
-  r.where.resize(r.params.size());
+  r.bucket_of.resize(r.params.size());
   r.ready.assign(r.params.size(), false);
   int64_t bytes = 0;
   for (size_t j = r.params.size(); j-- > 0;) {
@@ -161,7 +156,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
       bytes = 0;
     }
     auto& b = r.buckets.back();
-    r.where[j] = {r.buckets.size() - 1, b.members.size()};
+    r.bucket_of[j] = r.buckets.size() - 1;
     b.offsets.push_back(b.members.empty() ? 0
                                           : b.offsets.back() + r.params[b.members.back()].numel());
     b.members.push_back(j);

@@ -40,10 +40,9 @@ struct DDPOptions {
 
 /// Communication statistics since construction (or reset_stats()).
 struct DDPStats {
-  int64_t reductions = 0;     // backward passes whose gradients were averaged
-  int64_t bytes = 0;          // gradient bytes all-reduced (per rank, before the ring's factor)
-  double wait_seconds = 0;    // time blocked waiting for all-reduces to finish
-  double launch_seconds = 0;  // time copying gradients into buckets and starting all-reduces
+  int64_t reductions = 0;   // backward passes whose gradients were averaged
+  int64_t bytes = 0;        // gradient bytes all-reduced (per rank, before the ring's factor)
+  double wait_seconds = 0;  // time blocked waiting for all-reduces to finish
 };
 
 class DistributedDataParallel : public Module {

@@ -2,6 +2,8 @@
 #include "nn/parallel/zero.h"
 
 #include <cmath>
+#include <map>
+#include <memory>
 
 #include "autograd/grad_mode.h"
 #include "nn/optim/detail.h"
@@ -37,7 +39,6 @@ ZeroAdam::ZeroAdam(std::vector<optim::ParamGroup> groups, const optim::AdamOptio
       VT_CHECK(p.is_contiguous(), "{}: parameter of shape {} is not contiguous", type, p.shape());
       offsets_[g].push_back(at);
       at += p.numel();
-      dist::broadcast(p, 0, group_);  // rank 0's weights everywhere
     }
   }
   const int64_t n = group_->size();
@@ -73,12 +74,11 @@ void ZeroAdam::step() {
   }
   Tensor grad = dist::reduce_scatter(flat, dist::ReduceOp::Average, group_);
   flat = Tensor();
-  // 2. The global norm from the slices' sums of squares.
-  Tensor sq = ops::sum(ops::mul(grad, grad)).to(kFloat64).to(kCPU).contiguous();
-  dist::all_reduce(sq, dist::ReduceOp::Sum, &dist::world());
-  last_norm_ = std::sqrt(sq.item());
+  // 2. With clipping, the global norm from the slices' sums of squares.
   if (max_grad_norm_ > 0) {
-    const double coef = max_grad_norm_ / (last_norm_ + 1e-6);
+    Tensor sq = ops::sum(ops::mul(grad, grad)).to(kFloat64).to(kCPU).contiguous();
+    dist::all_reduce(sq, dist::ReduceOp::Sum, &dist::world());
+    const double coef = max_grad_norm_ / (std::sqrt(sq.item()) + 1e-6);
     if (coef < 1) grad.mul_(coef);
   }
   // 3. Adam(W) on this rank's slice of each parameter.
@@ -143,55 +143,44 @@ nlohmann::json ZeroAdam::state_json() const {
 }
 
 void ZeroAdam::load_state(const NamedTensors& tensors, const nlohmann::json& j) {
-  const std::string type = type_name();
+  // Adam's own load_state reads and checks the whole-tensor state (groups, hyperparameters,
+  // step counts, names and shapes); this rank then keeps its slices of it.
+  std::unique_ptr<optim::Adam> whole;
+  if (decoupled_)
+    whole = std::make_unique<optim::AdamW>(groups_);
+  else
+    whole = std::make_unique<optim::Adam>(groups_);
+  whole->load_state(tensors, j);
+  int64_t steps = -1;
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const int64_t s = whole->step_count(g, i);
+      VT_CHECK(steps < 0 || s == steps,
+               "ZeRO-1 {}: load_state: every parameter must have the same step count (the slices "
+               "step together), got {} and {}",
+               type_name(), steps, s);
+      steps = s;
+    }
   NoGradGuard no_grad;
   Tensor m = ops::zeros({shard_}, dtype_, device_), v = ops::zeros({shard_}, dtype_, device_);
-  int64_t steps = -1;
-  double beta1, beta2, eps;
-  try {
-    optim::detail::check_state_groups(type, groups_, j);
-    beta1 = j.at("beta1").get<double>();
-    beta2 = j.at("beta2").get<double>();
-    eps = j.at("eps").get<double>();
-    optim::detail::StateReader reader(type, tensors);
-    std::vector<std::vector<Tensor>> ms(groups_.size()), vs(groups_.size());
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const auto& counts = j["groups"][g].at("steps");
-      VT_CHECK(counts.is_array() && counts.size() == groups_[g].params.size(),
-               "ZeRO-1 {}: load_state: {} needs one step count per parameter ({}), got {}", type,
-               optim::detail::group_label(groups_[g], g), groups_[g].params.size(), counts.dump());
-      ms[g].resize(counts.size());
-      vs[g].resize(counts.size());
-      for (size_t i = 0; i < counts.size(); ++i) {
-        const int64_t s = counts[i].get<int64_t>();
-        VT_CHECK(steps < 0 || s == steps,
-                 "ZeRO-1 {}: load_state: every parameter must have the same step count (the "
-                 "slices step together), got {} and {}",
-                 type, steps, s);
-        steps = s;
-        if (s == 0) continue;
-        const Tensor& p = groups_[g].params[i];
-        ms[g][i] = reader.take(optim::detail::state_key(g, i, "exp_avg"), p);
-        vs[g][i] = reader.take(optim::detail::state_key(g, i, "exp_avg_sq"), p);
-      }
+  if (steps > 0) {
+    std::map<std::string, Tensor> state;
+    for (auto& [name, t] : whole->state_tensors()) state.emplace(name, t);
+    for (const Segment& s : segments_) {
+      const int64_t n = groups_[s.g].params[s.i].numel();
+      auto slice = [&](const char* slot) {
+        return state.at(optim::detail::state_key(s.g, s.i, slot))
+            .reshape({n})
+            .narrow(0, s.param_offset, s.length);
+      };
+      m.narrow(0, s.shard_offset, s.length).copy_(slice("exp_avg"));
+      v.narrow(0, s.shard_offset, s.length).copy_(slice("exp_avg_sq"));
     }
-    reader.check_all_taken();
-    if (steps > 0) {
-      for (const Segment& s : segments_) {
-        const Tensor& p = groups_[s.g].params[s.i];
-        m.narrow(0, s.shard_offset, s.length)
-            .copy_(ms[s.g][s.i].reshape({p.numel()}).narrow(0, s.param_offset, s.length));
-        v.narrow(0, s.shard_offset, s.length)
-            .copy_(vs[s.g][s.i].reshape({p.numel()}).narrow(0, s.param_offset, s.length));
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    fail("ZeRO-1 {}: load_state: malformed state JSON: {}", type, e.what());
   }
-  optim::detail::load_group_hyperparameters(groups_, j);
-  beta1_ = beta1;
-  beta2_ = beta2;
-  eps_ = eps;
+  groups_ = whole->param_groups();  // the hyperparameters load_state restored
+  beta1_ = whole->beta1();
+  beta2_ = whole->beta2();
+  eps_ = whole->eps();
   steps_ = std::max<int64_t>(steps, 0);
   exp_avg_ = m;
   exp_avg_sq_ = v;

@@ -10,8 +10,8 @@
 //   4. the updated slices are all-gathered, and every parameter is rewritten from them.
 // The result equals DistributedDataParallel + Adam(W) to float32 rounding. Unlike Adam, a
 // trainable parameter without a gradient counts as a zero gradient (its slice may span ranks).
-// Use it without DistributedDataParallel (it reduces the gradients itself); the parameters are
-// broadcast from rank 0 at construction.
+// Use it without DistributedDataParallel (it reduces the gradients itself); start every rank
+// from the same weights (nn::broadcast_state, ddp.h).
 //
 // state_tensors() and load_state() use Adam's format with whole tensors (gathered from the
 // slices; both are collectives: every rank must call them), so a checkpoint written with it
@@ -42,15 +42,13 @@ class ZeroAdam : public optim::Optimizer {
   int64_t total_size() const { return total_; }
   /// Bytes of optimizer state this rank holds (exp_avg and exp_avg_sq of its slice).
   int64_t state_bytes() const;
-  /// The global gradient norm of the last step (before clipping).
-  double last_grad_norm() const { return last_norm_; }
 
  private:
   struct Segment {  // the part of parameter (g, i) in this rank's slice
     size_t g, i;
     int64_t param_offset, shard_offset, length;
   };
-  /// The flat vector's elements [begin, begin + n) of a state slot, gathered whole.
+  /// A state slot ([S], this rank's slice) gathered from every rank: the whole flat vector.
   Tensor gather_state(const Tensor& slot) const;
 
   dist::ProcessGroup* group_;
@@ -63,7 +61,6 @@ class ZeroAdam : public optim::Optimizer {
   std::vector<Segment> segments_;
   Tensor exp_avg_, exp_avg_sq_;  // [S]
   int64_t steps_ = 0;
-  double last_norm_ = 0;
 };
 
 }  // namespace vitrine::nn

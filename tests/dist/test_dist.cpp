@@ -15,6 +15,7 @@
 #include <numeric>
 #include <set>
 
+#include "explain/tiny_vit.h"
 #include "models/vit.h"
 #include "nn/data/loader.h"
 #include "nn/optim/adam.h"
@@ -34,20 +35,13 @@ namespace {
 
 dist::ProcessGroup& world() { return dist::world(); }
 
+/// The explanation tests' tiny ViT on 8x8 grey images, without qkv's bias: its key part has a
+/// gradient that is zero in exact arithmetic (softmax does not change when the same number is
+/// added to a whole row of scores), so in float32 it is rounding noise, which Adam divides by its
+/// own size: its updates are +-lr whatever the summation order, and no two orders agree on them
+/// (7.8e-5 relative after 3 steps with it).
 models::ViTConfig small_vit() {
-  models::ViTConfig c;
-  c.image_h = c.image_w = 8;
-  c.patch = 4;
-  c.channels = 1;
-  c.num_classes = 3;
-  c.dim = 16;
-  c.depth = 2;
-  c.heads = 2;
-  c.mlp_dim = 32;
-  // Without qkv's bias: its key part has a gradient that is zero in exact arithmetic (softmax
-  // does not change when the same number is added to a whole row of scores), so in float32 it is
-  // rounding noise, which Adam divides by its own size: its updates are +-lr whatever the
-  // summation order, and no two orders agree on them (1.7e-4 relative after 3 steps here).
+  models::ViTConfig c = tiny_vit_config(8, 8, 1);
   c.qkv_bias = false;
   return c;
 }
@@ -89,7 +83,7 @@ struct Run {
 
 /// K AdamW steps of the small ViT: the reference on the whole global batch in this process, and
 /// the data-parallel replica on this rank's share; returns the replica's difference from it.
-double parity(const Run& run, int64_t* buckets = nullptr) {
+double parity(const Run& run, int64_t* buckets = nullptr, nn::DDPStats* stats = nullptr) {
   const int64_t B = 8, K = 3;
   const int64_t rank = world().rank(), ranks = world().size();
   Generator g1(7), g2(7);
@@ -135,6 +129,7 @@ double parity(const Run& run, int64_t* buckets = nullptr) {
     ref_opt.step();
     opt->step();
   }
+  if (ddp && stats) *stats = ddp->stats();
   return max_relative_difference(*replica, *reference);
 }
 
@@ -183,14 +178,23 @@ TEST_CASE("dist: collectives on float32, float64 and int64 buffers") {
 TEST_CASE("dist: DDP after K steps holds the parameters of one process with the whole batch") {
   omp_set_num_threads(1);
   int64_t buckets = 0;
-  CHECK(parity({}, &buckets) <= 1e-5);
-  if (world().size() > 1) CHECK(buckets == 1);  // the small ViT fits in one 25 MB bucket
+  nn::DDPStats stats;
+  CHECK(parity({}, &buckets, &stats) <= 1e-5);
+  if (world().size() > 1) {
+    CHECK(buckets == 1);  // the small ViT fits in one 25 MB bucket
+    // One averaging per step (3), each all of the trainable float32 parameters.
+    Generator g(7);
+    const int64_t n = models::VisionTransformer(small_vit(), g).num_parameters(true);
+    CHECK(stats.reductions == 3);
+    CHECK(stats.bytes == 3 * 4 * n);
+  }
   // Many buckets: each its own all-reduce, started while backward goes on.
-  CHECK(parity({.bucket_mb = 0.002}, &buckets) <= 1e-5);
+  CHECK(parity({.bucket_mb = 0.0002}, &buckets) <= 1e-5);
   if (world().size() > 1) CHECK(buckets > 5);
   // Gradient accumulation: the first micro-batch under no_sync, the second averages the sum.
-  CHECK(parity({.accum = 2}) <= 1e-5);
-  CHECK(parity({.accum = 2, .bucket_mb = 0.002, .clip = 0.5}) <= 1e-5);
+  CHECK(parity({.accum = 2}, nullptr, &stats) <= 1e-5);
+  if (world().size() > 1) CHECK(stats.reductions == 3);  // no_sync: one per step, not per batch
+  CHECK(parity({.accum = 2, .bucket_mb = 0.0002, .clip = 0.5}) <= 1e-5);
 }
 
 TEST_CASE("dist: ZeRO-1 after K steps holds the parameters of one process with the whole batch") {
@@ -262,8 +266,9 @@ TEST_CASE("dist: the loader's shards are disjoint, cover the data, and change wi
     std::copy(mine.begin(), mine.end(), t.data<int64_t>());
     std::vector<int64_t> all = dist::all_gather(t).to_vector<int64_t>();
     std::set<int64_t> distinct(all.begin(), all.end());
-    CHECK(distinct.size() == 11);                            // every example is in some shard
-    CHECK(all.size() - distinct.size() == all.size() - 11);  // repeats: the padding only
+    CHECK(distinct.size() == 11);  // every example is in some shard
+    const auto padded = static_cast<size_t>((11 + ranks - 1) / ranks * ranks);
+    CHECK(all.size() == padded);  // the only repeats are the padding's
     // Without padding (evaluation): exactly a partition.
     std::vector<int64_t> exact = epoch_indices(epoch, false);
     Tensor count = ops::full({1}, static_cast<double>(exact.size()), kInt64);

@@ -484,14 +484,7 @@ std::map<std::string, json> optional_keys(const std::string& parent, const json&
   } else if (parent == "data") {
     out["pasted"] = json::object();
   } else if (parent == "data.pasted") {
-    const nn::data::PastedOptions o;
-    out = {{"canvas", o.canvas},
-           {"min_scale", o.min_scale},
-           {"max_scale", o.max_scale},
-           {"distractors", o.distractors},
-           {"count", o.count},
-           {"noise", o.noise},
-           {"seed", o.seed}};
+    out = nn::data::pasted_options_to_json({});
   }
   return out;
 }

@@ -87,16 +87,8 @@ json TrainConfig::to_json() const {
             {"batch_size", data.batch_size},
             {"workers", data.workers},
             {"transforms", data.transforms}};
-  if (data.dataset.name == "fashion-mnist-pasted") {
-    const nn::data::PastedOptions& p = data.dataset.pasted;
-    d["pasted"] = {{"canvas", p.canvas},
-                   {"min_scale", p.min_scale},
-                   {"max_scale", p.max_scale},
-                   {"distractors", p.distractors},
-                   {"count", p.count},
-                   {"noise", p.noise},
-                   {"seed", p.seed}};
-  }
+  if (data.dataset.name == "fashion-mnist-pasted")
+    d["pasted"] = nn::data::pasted_options_to_json(data.dataset.pasted);
   return {{"model", model.config},
           {"data", d},
           {"optim", optim},

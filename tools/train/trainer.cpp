@@ -316,11 +316,14 @@ void Trainer::train_step(StepInfo& info) {
   }
   if (ddp_) ddp_->synchronize();  // (backward has done it when every parameter had a gradient)
   if (world_->size() > 1) {       // the step's metrics over the whole global batch
-    double m[3] = {loss_sum, static_cast<double>(info.correct), static_cast<double>(info.examples)};
-    world_->all_reduce({m, 3, kFloat64, kCPU});
+    // (with whether any rank's stop flag is set: one small all-reduce per step)
+    double m[4] = {loss_sum, static_cast<double>(info.correct), static_cast<double>(info.examples),
+                   stop_flag_ && stop_flag_->load() ? 1.0 : 0.0};
+    world_->all_reduce({m, 4, kFloat64, kCPU});
     loss_sum = m[0] / static_cast<double>(world_->size());
     info.correct = std::llround(m[1]);
     info.examples = std::llround(m[2]);
+    stop_agreed_ = m[3] > 0;
   }
   if (cfg_.optim.grad_clip > 0 && cfg_.train.zero == 0)  // ZeroAdam clips itself
     nn::optim::clip_grad_norm_(model_->parameters(), cfg_.optim.grad_clip);
@@ -466,9 +469,8 @@ TrainResult Trainer::loop() {
 }
 
 bool Trainer::stop_requested() {
-  double stop = stop_flag_ && stop_flag_->load() ? 1 : 0;
-  if (world_->size() > 1) world_->all_reduce({&stop, 1, kFloat64, kCPU}, dist::ReduceOp::Max);
-  return stop > 0;
+  if (world_->size() > 1) return stop_agreed_;  // what every rank saw at the last step
+  return stop_flag_ && stop_flag_->load();
 }
 
 TrainResult Trainer::finish(TrainResult r) {

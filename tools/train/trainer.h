@@ -190,7 +190,8 @@ class Trainer {
   nn::Metadata metadata() const;
   void log(const nlohmann::json& line);
   TrainResult finish(TrainResult r);
-  /// Whether any rank's stop flag is set (a collective in a data-parallel run).
+  /// Whether to stop before the next step: the stop flag, or in a data-parallel run whether any
+  /// rank's flag was set at the last step (agreed on by the step's metrics reduction).
   bool stop_requested();
   bool is_main() const { return world_->is_main(); }
 
@@ -223,6 +224,7 @@ class Trainer {
   dist::ProcessGroup* group_ = nullptr;  // the same, for the model's device (gradients)
   std::shared_ptr<nn::DistributedDataParallel> ddp_;
   std::atomic<bool>* stop_flag_ = nullptr;
+  bool stop_agreed_ = false;
   std::function<void(const StepInfo&)> on_step_;
 };
 
