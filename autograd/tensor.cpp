@@ -3,10 +3,12 @@
 #include "autograd/tensor.h"
 
 #include <cmath>
+#include <span>
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "backends/checked.h"
 
 namespace vitrine {
 
@@ -17,17 +19,10 @@ TensorImpl& Tensor::impl() const {
 }
 
 Tensor Tensor::empty(const Dims& shape, DType dtype, Device device) {
-  int64_t count = 1, bytes = 0;
-  for (int64_t s : shape) {
-    VT_CHECK(s >= 0, "empty: negative size in shape {}", shape);
-    VT_CHECK(!__builtin_mul_overflow(count, s, &count), "empty: shape {} has too many elements",
-             shape);
-  }
-  VT_CHECK(!__builtin_mul_overflow(count, static_cast<int64_t>(dtype_size(dtype)), &bytes),
-           "empty: shape {} of {} needs more bytes than fit in 64 bits", shape, dtype_name(dtype));
+  const int64_t bytes = checked_bytes(std::span<const int64_t>(shape.begin(), shape.end()),
+                                      static_cast<int64_t>(dtype_size(dtype)), "empty");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage =
-      backend_for(device).allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  impl->storage = backend_for(device).allocate(static_cast<size_t>(bytes));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -3,6 +3,9 @@ find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(OpenMP REQUIRED)
 find_package(ZLIB REQUIRED)
+# Decoders for images from outside (nn/data/image_decode.cpp): libpng and libjpeg-turbo.
+find_package(PNG REQUIRED)
+find_package(JPEG REQUIRED)
 
 # OpenBLAS, the OpenMP build, from its own directory (never through Debian's alternatives).
 set(_vt_blas_hints)

@@ -1,10 +1,12 @@
 #include "models/resnet.h"
 
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
 #include "autograd/grad_mode.h"
+#include "nn/json.h"
 #include "ops/ops.h"
 
 namespace vitrine::models {
@@ -36,6 +38,13 @@ void ResNetConfig::validate() const {
   VT_CHECK(image_h >= 4 && image_w >= 4,
            "resnet: model.image_size must be at least 4 (two stride-2 stages), got {}x{}", image_h,
            image_w);
+  // Upper bounds, so that a tiny hostile config cannot ask for an absurd model.
+  VT_CHECK(depth <= 1202 && channels <= 4096 && num_classes <= (1 << 24) && width <= 4096 &&
+               image_h <= 16384 && image_w <= 16384,
+           "resnet: the model is over the limits (depth <= 1202, channels <= 4096, num_classes <= "
+           "16777216, width <= 4096, image_size <= 16384): depth {}, channels {}, num_classes {}, "
+           "width {}, image {}x{}",
+           depth, channels, num_classes, width, image_h, image_w);
 }
 
 json ResNetConfig::to_json() const {
@@ -45,6 +54,7 @@ json ResNetConfig::to_json() const {
 }
 
 ResNetConfig ResNetConfig::from_json(const json& j) {
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::min();  // validate() checks the ranges
   VT_CHECK(j.is_object(), "resnet: the model config must be a JSON object, got {}", j.dump());
   ResNetConfig c;
   for (const auto& [key, v] : j.items()) {
@@ -54,21 +64,21 @@ ResNetConfig ResNetConfig::from_json(const json& j) {
         VT_CHECK(v.get<std::string>() == "resnet", "resnet: model.arch is {}, not resnet",
                  v.dump());
       } else if (key == "depth") {
-        c.depth = v.get<int64_t>();
+        c.depth = nn::json_integer(v, "resnet: model.depth", kAny);
       } else if (key == "channels") {
-        c.channels = v.get<int64_t>();
+        c.channels = nn::json_integer(v, "resnet: model.channels", kAny);
       } else if (key == "num_classes") {
-        c.num_classes = v.get<int64_t>();
+        c.num_classes = nn::json_integer(v, "resnet: model.num_classes", kAny);
       } else if (key == "width") {
-        c.width = v.get<int64_t>();
+        c.width = nn::json_integer(v, "resnet: model.width", kAny);
       } else if (key == "image_size") {
         if (v.is_array()) {
           VT_CHECK(v.size() == 2, "resnet: model.image_size must be a number or [h, w], got {}",
                    v.dump());
-          c.image_h = v[0].get<int64_t>();
-          c.image_w = v[1].get<int64_t>();
+          c.image_h = nn::json_integer(v[0], "resnet: model.image_size", kAny);
+          c.image_w = nn::json_integer(v[1], "resnet: model.image_size", kAny);
         } else {
-          c.image_h = c.image_w = v.get<int64_t>();
+          c.image_h = c.image_w = nn::json_integer(v, "resnet: model.image_size", kAny);
         }
       } else {
         fail(

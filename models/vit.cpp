@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
 #include "autograd/grad_mode.h"
 #include "nn/init.h"
+#include "nn/json.h"
 #include "ops/ops.h"
 
 namespace vitrine::models {
@@ -37,6 +39,22 @@ void ViTConfig::validate() const {
   for (double p : {dropout, attn_dropout, embed_dropout, drop_path})
     VT_CHECK(p >= 0 && p < 1, "ViTConfig: dropout rates must be in [0, 1), got {}", p);
   VT_CHECK(eps > 0, "ViTConfig: eps must be positive, got {}", eps);
+  // Upper bounds, so that a tiny hostile config cannot ask for an absurd model (or overflow the
+  // sizes computed from it): far above every published ViT (ViT-22B: dim 6144, depth 48).
+  const auto at_most = [](const char* name, int64_t v, int64_t hi) {
+    VT_CHECK(v <= hi, "ViTConfig: {} is {}, over the limit of {}", name, v, hi);
+  };
+  at_most("image height", image_h, 16384);
+  at_most("image width", image_w, 16384);
+  at_most("patch_kernel", patch_kernel, 16384);
+  at_most("channels", channels, 4096);
+  at_most("dim", dim, 65536);
+  at_most("depth", depth, 4096);
+  at_most("mlp_dim", mlp_dim, 262144);
+  at_most("num_classes", num_classes, 1 << 24);
+  at_most("representation", representation, 65536);
+  at_most("registers", registers, 4096);
+  at_most("tokens (patches per image)", (image_h / patch) * (image_w / patch), 1 << 20);
 }
 
 nlohmann::json ViTConfig::to_json() const {
@@ -67,58 +85,63 @@ nlohmann::json ViTConfig::to_json() const {
 ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
   VT_CHECK(j.is_object(), "ViTConfig: expected a JSON object, got {}", j.type_name());
   ViTConfig c;
-  auto num = [&](const std::string& k, const nlohmann::json& v) {
-    VT_CHECK(v.is_number(), "ViTConfig: '{}' must be a number, got {}", k, v.type_name());
-    return v;
+  // Sizes must be whole numbers (16.7 is refused, not truncated) and every number finite; the
+  // ranges are validate()'s.
+  const auto integer = [](const std::string& k, const nlohmann::json& v) {
+    return nn::json_integer(v, fmt::format("ViTConfig: '{}'", k),
+                            std::numeric_limits<int64_t>::min());
+  };
+  const auto number = [](const std::string& k, const nlohmann::json& v) {
+    return nn::json_number(v, fmt::format("ViTConfig: '{}'", k));
   };
   for (const auto& [k, v] : j.items()) {
     try {
       if (k == "image_size") {
         if (v.is_array()) {
           VT_CHECK(v.size() == 2, "ViTConfig: image_size must be a number or [h, w]");
-          c.image_h = num(k, v[0]).get<int64_t>();
-          c.image_w = num(k, v[1]).get<int64_t>();
+          c.image_h = integer(k, v[0]);
+          c.image_w = integer(k, v[1]);
         } else {
-          c.image_h = c.image_w = num(k, v).get<int64_t>();
+          c.image_h = c.image_w = integer(k, v);
         }
       } else if (k == "patch")
-        c.patch = num(k, v).get<int64_t>();
+        c.patch = integer(k, v);
       else if (k == "patch_kernel")
-        c.patch_kernel = num(k, v).get<int64_t>();
+        c.patch_kernel = integer(k, v);
       else if (k == "channels")
-        c.channels = num(k, v).get<int64_t>();
+        c.channels = integer(k, v);
       else if (k == "num_classes")
-        c.num_classes = num(k, v).get<int64_t>();
+        c.num_classes = integer(k, v);
       else if (k == "dim")
-        c.dim = num(k, v).get<int64_t>();
+        c.dim = integer(k, v);
       else if (k == "depth")
-        c.depth = num(k, v).get<int64_t>();
+        c.depth = integer(k, v);
       else if (k == "heads")
-        c.heads = num(k, v).get<int64_t>();
+        c.heads = integer(k, v);
       else if (k == "mlp_dim")
-        c.mlp_dim = num(k, v).get<int64_t>();
+        c.mlp_dim = integer(k, v);
       else if (k == "dropout")
-        c.dropout = num(k, v).get<double>();
+        c.dropout = number(k, v);
       else if (k == "attn_dropout")
-        c.attn_dropout = num(k, v).get<double>();
+        c.attn_dropout = number(k, v);
       else if (k == "embed_dropout")
-        c.embed_dropout = num(k, v).get<double>();
+        c.embed_dropout = number(k, v);
       else if (k == "drop_path")
-        c.drop_path = num(k, v).get<double>();
+        c.drop_path = number(k, v);
       else if (k == "pool")
         c.pool = v.get<std::string>();
       else if (k == "representation")
-        c.representation = num(k, v).get<int64_t>();
+        c.representation = integer(k, v);
       else if (k == "qkv_bias")
         c.qkv_bias = v.get<bool>();
       else if (k == "eps")
-        c.eps = num(k, v).get<double>();
+        c.eps = number(k, v);
       else if (k == "registers")
-        c.registers = num(k, v).get<int64_t>();
+        c.registers = integer(k, v);
       else if (k == "layer_scale")
         c.layer_scale = v.get<bool>();
       else if (k == "layer_scale_init")
-        c.layer_scale_init = num(k, v).get<double>();
+        c.layer_scale_init = number(k, v);
       else if (k == "no_embed_class")
         c.no_embed_class = v.get<bool>();
       else if (k == "fc_norm")

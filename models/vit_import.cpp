@@ -35,13 +35,16 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 
 #include "autograd/grad_mode.h"
 #include "models/vit.h"
+#include "nn/json.h"
 #include "ops/ops.h"
 
 namespace vitrine::models {
@@ -473,6 +476,10 @@ ViTConfig choose_config(const nn::Metadata& metadata, const std::optional<ViTCon
 template <typename T>
 T hf_get(const json& hf, const char* key, T fallback) {
   if (!hf.contains(key) || hf[key].is_null()) return fallback;
+  const std::string what = fmt::format("config_from_hf: '{}'", key);
+  if constexpr (std::is_same_v<T, int64_t>)  // whole and in range: 16.7 and 1e300 are refused
+    return nn::json_integer(hf[key], what, std::numeric_limits<int64_t>::min());
+  if constexpr (std::is_same_v<T, double>) return nn::json_number(hf[key], what);
   try {
     return hf[key].get<T>();
   } catch (const json::exception&) {
@@ -485,11 +492,13 @@ T hf_get(const json& hf, const char* key, T fallback) {
 std::pair<int64_t, int64_t> hf_size(const json& hf, const char* key, int64_t fallback) {
   if (!hf.contains(key)) return {fallback, fallback};
   const json& v = hf[key];
-  if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer())
-    return {v[0].get<int64_t>(), v[1].get<int64_t>()};
-  VT_CHECK(v.is_number_integer(), "config_from_hf: '{}' must be a number or [h, w], got {}", key,
-           v.dump());
-  return {v.get<int64_t>(), v.get<int64_t>()};
+  const std::string what = fmt::format("config_from_hf: '{}'", key);
+  if (v.is_array() && v.size() == 2)
+    return {nn::json_integer(v[0], what, 1), nn::json_integer(v[1], what, 1)};
+  VT_CHECK(v.is_number(), "config_from_hf: '{}' must be a number or [h, w], got {}", key,
+           nn::json_brief(v));
+  const int64_t n = nn::json_integer(v, what, 1);
+  return {n, n};
 }
 
 }  // namespace
@@ -545,8 +554,11 @@ ViTConfig config_from_hf(const json& hf) {
   c.depth = hf_get<int64_t>(hf, "num_hidden_layers", 12);
   c.heads = hf_get<int64_t>(hf, "num_attention_heads", 12);
   if (dinov2) {
-    double ratio = hf_get<double>(hf, "mlp_ratio", 4.0);
-    c.mlp_dim = static_cast<int64_t>(static_cast<double>(c.dim) * ratio);
+    const double ratio = hf_get<double>(hf, "mlp_ratio", 4.0);
+    const double mlp = static_cast<double>(c.dim) * ratio;
+    VT_CHECK(mlp >= 1 && mlp <= 1e9,
+             "config_from_hf: hidden_size {} x mlp_ratio {} is out of range", c.dim, ratio);
+    c.mlp_dim = static_cast<int64_t>(mlp);
     c.layer_scale = true;
     c.layer_scale_init = hf_get<double>(hf, "layerscale_value", 1.0);
     c.drop_path = hf_get<double>(hf, "drop_path_rate", 0.0);
@@ -653,15 +665,17 @@ void save_vit_timm(const std::string& path, const VisionTransformer& model,
 ViTConfig resolve_config(const std::string& spec) {
   const auto names = ViTConfig::preset_names();
   if (std::find(names.begin(), names.end(), spec) != names.end()) return ViTConfig::preset(spec);
-  std::ifstream in(spec);
+  std::ifstream in(spec, std::ios::binary);
   VT_CHECK(in.good(), "model config '{}': not a preset name ({}) and not a readable file", spec,
            fmt::join(names, ", "));
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    fail("model config '{}': invalid JSON ({})", spec, e.what());
-  }
+  // A model config is a few hundred bytes: read at most a megabyte of it.
+  constexpr std::streamsize kMaxBytes = 1 << 20;
+  std::string text(static_cast<size_t>(kMaxBytes) + 1, '\0');
+  in.read(text.data(), kMaxBytes + 1);
+  text.resize(static_cast<size_t>(in.gcount()));
+  VT_CHECK(!in.bad(), "model config '{}': cannot read it", spec);
+  const json j = nn::parse_json(text, fmt::format("model config '{}'", spec),
+                                {.max_bytes = static_cast<uint64_t>(kMaxBytes)});
   try {
     if (j.is_object() && (j.contains("model_type") || j.contains("hidden_size")))
       return config_from_hf(j);

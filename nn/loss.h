@@ -16,6 +16,7 @@ class CrossEntropyLoss : public Module {
                             ops::Reduction reduction = ops::Reduction::Mean,
                             int64_t ignore_index = -100)
       : label_smoothing(label_smoothing), reduction(reduction), ignore_index(ignore_index) {}
+  using Module::forward;
   Tensor forward(const Tensor& logits, const Tensor& target) const {
     return ops::cross_entropy(logits, target, reduction, label_smoothing, ignore_index);
   }
@@ -28,6 +29,7 @@ class CrossEntropyLoss : public Module {
 class MSELoss : public Module {
  public:
   explicit MSELoss(ops::Reduction reduction = ops::Reduction::Mean) : reduction(reduction) {}
+  using Module::forward;
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return mse_loss(input, target, reduction);
   }

@@ -17,6 +17,8 @@
 #include <set>
 
 #include "autograd/grad_mode.h"
+#include "backends/checked.h"
+#include "nn/json.h"
 #include "nn/optim/optimizer.h"
 
 namespace vitrine::nn {
@@ -25,13 +27,6 @@ static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; this reader copies it as is");
 
 namespace {
-
-/// A short description of an untrusted JSON value for messages: scalars as text, containers by
-/// type and size (dump() of a deeply nested value from a hostile file would recurse too deep).
-std::string brief(const nlohmann::json& v) {
-  if (v.is_primitive()) return v.dump().substr(0, 80);
-  return fmt::format("{} of {} items", v.type_name(), v.size());
-}
 
 using nlohmann::json;
 
@@ -126,22 +121,24 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   VT_CHECK(shape.size() <= static_cast<size_t>(kMaxDims),
            "{}: tensor '{}' has {} dims; at most {} are supported", path, name, shape.size(),
            kMaxDims);
-  bool has_zero = false;
   for (const json& d : shape) {
     // nlohmann parses non-negative integers as unsigned, negative ones as signed.
     VT_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
              "{}: tensor '{}' has shape {}: entries must be non-negative integers", path, name,
-             brief(shape));
+             json_brief(shape));
     e.shape.push_back(d.get<int64_t>());
-    has_zero = has_zero || d.get<int64_t>() == 0;
   }
+  // Bytes the shape needs, checked (a zero dim must not hide huge ones that overflow the strides).
+  const int64_t need = checked_bytes(std::span<const int64_t>(e.shape.begin(), e.shape.end()),
+                                     static_cast<int64_t>(e.format->size),
+                                     fmt::format("{}: tensor '{}'", path, name));
 
   static const json kNone;
   const json& off = v.contains("data_offsets") ? v.at("data_offsets") : kNone;
   VT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
                off[1].is_number_unsigned(),
            "{}: tensor '{}': \"data_offsets\" must be two non-negative integers, got {}", path,
-           name, brief(off));
+           name, json_brief(off));
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
   VT_CHECK(e.begin <= e.end && e.end <= data_size,
@@ -149,14 +146,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
            "file truncated?)",
            path, name, e.begin, e.end, data_size);
 
-  // Bytes the shape needs, with overflow checked (the offsets already bound what is read).
-  uint64_t need = has_zero ? 0 : e.format->size;
-  for (int64_t d : e.shape) {
-    if (has_zero) break;
-    VT_CHECK(!__builtin_mul_overflow(need, static_cast<uint64_t>(d), &need),
-             "{}: tensor '{}': shape {} is too large", path, name, e.shape);
-  }
-  VT_CHECK(e.end - e.begin == need,
+  VT_CHECK(e.end - e.begin == static_cast<uint64_t>(need),
            "{}: tensor '{}' has {} bytes of data, but dtype {} and shape {} need {} bytes", path,
            name, e.end - e.begin, dtype, e.shape, need);
   return e;
@@ -168,7 +158,7 @@ Metadata parse_metadata(const std::string& path, const json& v) {
   Metadata md;
   for (const auto& [key, value] : v.items()) {
     VT_CHECK(value.is_string(), "{}: __metadata__ value of '{}' is not a string (got {} {})", path,
-             key, value.type_name(), brief(value));
+             key, value.type_name(), json_brief(value));
     md[key] = value.get<std::string>();
   }
   return md;
@@ -298,12 +288,8 @@ json read_header(const Fd& f, const std::string& path, uint64_t& size, uint64_t&
   header_bytes = n;
   std::string text(n, ' ');
   read_exact(f.fd, text.data(), n, 8, path);
-  json header;
-  try {
-    header = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail("{}: invalid JSON header: {}", path, e.what());
-  }
+  const json header =
+      parse_json(text, fmt::format("{}: the header", path), {.max_bytes = kMaxHeaderBytes});
   VT_CHECK(header.is_object(), "{}: the header is not a JSON object (got {})", path,
            header.type_name());
   return header;
@@ -427,11 +413,7 @@ void set_metadata_json(Metadata& metadata, const std::string& key, const nlohman
 nlohmann::json metadata_json(const Metadata& metadata, const std::string& key) {
   auto it = metadata.find(key);
   if (it == metadata.end()) return nullptr;
-  try {
-    return nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("metadata '{}' is not valid JSON: {}", key, e.what());
-  }
+  return parse_json(it->second, fmt::format("metadata '{}'", key));
 }
 
 LoadResult load_state_dict(Module& m, const NamedTensors& state, bool strict) {

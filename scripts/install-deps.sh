@@ -8,6 +8,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config
   libopenblas0-openmp libopenblas-openmp-dev   # the OpenMP build, linked from its own directory
   libfmt-dev nlohmann-json3-dev doctest-dev zlib1g-dev libstb-dev libcli11-dev
+  libpng-dev libjpeg62-turbo-dev               # decoding images from outside (fuzzed upstream)
   dataset-fashion-mnist                        # the default data set
   libopenmpi-dev openmpi-bin                   # data-parallel training (mpirun, tests/dist)
   fonts-dejavu-core                            # DejaVu Sans: the labels in vitrine-explain's

@@ -232,7 +232,9 @@ std::vector<std::string> captures(const std::string& s, const std::string& re) {
 
 void load_fixture_state(nn::Module& m, const nlohmann::json& state) {
   nn::NamedTensors named;
-  for (auto& [n, t] : m.state_dict()) {
+  for (auto& item : m.state_dict()) {
+    auto& n = item.first;
+    auto& t = item.second;
     INFO("fixture state " << n);
     REQUIRE(state.contains(n));
     named.emplace_back(n, fixture_tensor(state.at(n), t.dtype()));

@@ -14,8 +14,11 @@
 namespace vitrine::cpu {
 
 namespace {
-/// (rows, cols) of a contiguous tensor reduced over its last dim.
-std::pair<int64_t, int64_t> rows_cols(const Strided& t) {
+/// A contiguous tensor reduced over its last dim, seen as [rows, cols].
+struct RowsCols {
+  int64_t rows, cols;
+};
+RowsCols rows_cols(const Strided& t) {
   const int64_t c = t.shape.empty() ? 1 : t.shape.back();
   return {c == 0 ? 0 : t.numel() / c, c};
 }
@@ -24,7 +27,8 @@ std::pair<int64_t, int64_t> rows_cols(const Strided& t) {
 // x, y: [R, C]
 void CpuBackend::softmax(const Strided& x, const Strided& y, bool log) {
   VT_ASSERT(x.is_contiguous() && y.is_contiguous() && x.shape == y.shape && x.dtype == y.dtype);
-  const auto [rows, cols] = rows_cols(x);
+  const RowsCols rc = rows_cols(x);
+  const int64_t rows = rc.rows, cols = rc.cols;
   if (x.dtype == DType::Float32 && !log) {  // the vectorised row kernel (sums in float)
     parallel_for(rows, 8 * cols, [&](int64_t r) {
       simd::softmax_rows(x.ptr<float>() + r * cols, y.ptr<float>() + r * cols, 1, cols, 1.0f);
@@ -61,7 +65,8 @@ void CpuBackend::softmax_backward(const Strided& y, const Strided& dy, const Str
   VT_ASSERT(y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous());
   VT_ASSERT(y.shape == dy.shape && y.shape == dx.shape && y.dtype == dy.dtype &&
             y.dtype == dx.dtype);
-  const auto [rows, cols] = rows_cols(y);
+  const RowsCols rc = rows_cols(y);
+  const int64_t rows = rc.rows, cols = rc.cols;
   if (y.dtype == DType::Float32 && !log) {
     parallel_for(rows, 4 * cols, [&](int64_t r) {
       simd::softmax_backward_row(y.ptr<float>() + r * cols, dy.ptr<float>() + r * cols,

@@ -1,8 +1,5 @@
 // Image folders (see image_folder.h). The constructor only lists files; get() reads one file and
-// decodes it with stb_image from memory. stb_image keeps no shared state on that path (its
-// failure reason is thread_local since v2.26, and we never set its global flip/unpremultiply
-// flags), so get() is safe from several threads. This is the one place stb_image's code is
-// compiled; STB_IMAGE_STATIC keeps its symbols out of libvitrine's exported ones.
+// decodes it (read_image, image_decode.h), which is safe from several threads.
 #include "nn/data/image_folder.h"
 
 #include <algorithm>
@@ -13,18 +10,7 @@
 #include <map>
 #include <set>
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#define STB_IMAGE_IMPLEMENTATION
-#define STB_IMAGE_STATIC
-#define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
-#define STBI_ONLY_BMP
-#include <stb/stb_image.h>
-#pragma GCC diagnostic pop
+#include "nn/data/image_decode.h"
 
 namespace vitrine::nn::data {
 
@@ -86,7 +72,7 @@ const char* kImageExtensions = "(.png, .jpg, .jpeg, .bmp, any case)";
 }  // namespace
 
 ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions options)
-    : source_(root), channels_(options.channels) {
+    : source_(root), channels_(options.channels), limits_(options.limits) {
   VT_CHECK(channels_ == 1 || channels_ == 3, "image_folder '{}': channels must be 1 or 3, got {}",
            root, channels_);
   std::error_code ec;
@@ -120,7 +106,8 @@ ImageFolder::ImageFolder(std::string source, std::vector<std::string> files,
       files_(std::move(files)),
       labels_(std::move(labels)),
       classes_(std::move(classes)),
-      channels_(options.channels) {
+      channels_(options.channels),
+      limits_(options.limits) {
   VT_CHECK(channels_ == 1 || channels_ == 3, "image_folder '{}': channels must be 1 or 3, got {}",
            source_, channels_);
   VT_CHECK(files_.size() == labels_.size(), "image_folder '{}': {} files but {} labels", source_,
@@ -136,52 +123,12 @@ ImageFolder::ImageFolder(std::string source, std::vector<std::string> files,
 Example ImageFolder::get(int64_t index) const {
   VT_CHECK(index >= 0 && index < size(), "image_folder '{}': index {} is out of range (size {})",
            source_, index, size());
-  const std::string& path = files_[static_cast<size_t>(index)];
-  std::error_code ec;
-  const uint64_t file_size = fs::file_size(path, ec);
-  VT_CHECK(!ec, "image_folder: cannot read image '{}' ({})", path, ec.message());
-  VT_CHECK(file_size <= static_cast<uint64_t>(INT_MAX),
-           "image_folder: image '{}' is too large ({} bytes; stb_image reads at most {})", path,
-           file_size, INT_MAX);
-  std::vector<stbi_uc> bytes(file_size);
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(file_size));
-  VT_CHECK(in.good() || (file_size == 0 && in.eof()),
-           "image_folder: cannot read image '{}' (read {} of {} bytes)", path, in.gcount(),
-           file_size);
-
-  int w = 0, h = 0, n = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> data(
-      stbi_load_from_memory(bytes.data(), static_cast<int>(file_size), &w, &h, &n, 0),
-      stbi_image_free);
-  if (!data) {
-    const char* reason = stbi_failure_reason();
-    fail("image_folder: cannot decode image '{}': {}", path, reason ? reason : "unknown reason");
-  }
-
   Example ex;
   ex.label = labels_[static_cast<size_t>(index)];
-  Image& im = ex.image;
-  im.channels = channels_;
-  im.height = h;
-  im.width = w;
-  const size_t plane = static_cast<size_t>(w) * static_cast<size_t>(h);
-  im.pixels.resize(plane * static_cast<size_t>(channels_));
-  const stbi_uc* src = data.get();
-  const size_t stride = static_cast<size_t>(n);  // 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA
-  if (n <= 2) {
-    for (size_t i = 0; i < plane; ++i) {
-      const float g = src[i * stride] / 255.0f;
-      for (int c = 0; c < channels_; ++c) im.pixels[static_cast<size_t>(c) * plane + i] = g;
-    }
-  } else if (channels_ == 3) {
-    for (size_t i = 0; i < plane; ++i)
-      for (size_t c = 0; c < 3; ++c) im.pixels[c * plane + i] = src[i * stride + c] / 255.0f;
-  } else {
-    for (size_t i = 0; i < plane; ++i) {
-      const stbi_uc* p = src + i * stride;
-      im.pixels[i] = (0.299f * p[0] + 0.587f * p[1] + 0.114f * p[2]) / 255.0f;
-    }
+  try {
+    ex.image = read_image(files_[static_cast<size_t>(index)], channels_, limits_);
+  } catch (const Error& e) {
+    fail("image_folder: {}", e.what());
   }
   return ex;
 }

@@ -1,4 +1,4 @@
-// Folders of image files, decoded with stb_image when an example is asked for.
+// Folders of image files, decoded (image_decode.h: PNG, JPEG, BMP) when an example is asked for.
 //   ImageFolder (as torchvision's): root/<class>/<image>; classes are the sorted names of root's
 //     sub-folders (hidden ones, starting with '.', skipped), label = index in that list; a class
 //     folder's images are found at any depth below it, sorted by path. Files ending in .png,
@@ -15,12 +15,15 @@
 #include <vector>
 
 #include "nn/data/dataset.h"
+#include "nn/data/image_decode.h"
 
 namespace vitrine::nn::data {
 
 struct ImageFolderOptions {
   /// 3 (RGB) or 1 (grey), whatever the files hold.
   int channels = 3;
+  /// Size limits on each image file, checked before it is decoded.
+  ImageLimits limits;
 };
 
 class ImageFolder : public Dataset {
@@ -48,6 +51,7 @@ class ImageFolder : public Dataset {
   std::vector<int64_t> labels_;
   std::vector<std::string> classes_;
   int channels_ = 3;
+  ImageLimits limits_;
 };
 
 /// tiny-imagenet-200 at root (the folder holding wnids.txt, train/ and val/): the training images

@@ -2,6 +2,7 @@
 // printing, devices.
 #include <omp.h>
 
+#include "backends/checked.h"
 #include "test_util.h"
 
 using namespace vitrine;
@@ -152,7 +153,25 @@ TEST_CASE("devices: parsing, and a clear error for a backend this build lacks") 
 }
 
 TEST_CASE("tensor: a shape whose byte count overflows is an error, not a small allocation") {
-  CHECK_ERROR_CONTAINS(ops::empty({int64_t{1} << 40, int64_t{1} << 40}), "empty",
-                       "too many elements");
+  CHECK_ERROR_CONTAINS(ops::empty({int64_t{1} << 40, int64_t{1} << 40}), "empty", "too large");
   CHECK_ERROR_CONTAINS(ops::empty({int64_t{1} << 62}, kFloat64), "empty", "bytes");
+  // A zero dim makes the element count 0, but the strides of the other dims still overflow.
+  CHECK_ERROR_CONTAINS(ops::empty({int64_t{1} << 40, 0, int64_t{1} << 40}), "empty", "too large");
+  CHECK_ERROR_CONTAINS(ops::empty({2, -3}), "empty", "negative size");
+}
+
+TEST_CASE("checked size arithmetic: products, sums and shapes from files") {
+  CHECK(checked_mul(3, 4, "x") == 12);
+  CHECK(checked_add(3, 4, "x") == 7);
+  CHECK(checked_numel(Dims{2, 0, 5}, "x") == 0);
+  CHECK(checked_bytes(std::vector<int64_t>{2, 3}, 4, "x") == 24);
+  CHECK_ERROR_CONTAINS(checked_mul(INT64_MAX / 2, 3, "a.npy: bytes"), "a.npy: bytes",
+                       "out of range");
+  CHECK_ERROR_CONTAINS(checked_add(INT64_MAX, 1, "f: offset"), "f: offset", "out of range");
+  CHECK_ERROR_CONTAINS(checked_mul(-1, 3, "f"), "f", "non-negative");
+  // The product from the .npy finding: 12646558490498040 * 400559 overflows.
+  CHECK_ERROR_CONTAINS(
+      checked_numel(std::vector<int64_t>{12646558490498040, 400559}, "f.npy: shape"),
+      "f.npy: shape", "[12646558490498040, 400559]", "too large");
+  CHECK_ERROR_CONTAINS(checked_numel(std::vector<int64_t>(9, 1), "f"), "9 dims", "at most 8");
 }

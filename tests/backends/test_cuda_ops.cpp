@@ -120,14 +120,15 @@ TEST_CASE("cuda ops: binary with broadcasting, comparisons and where") {
   both("pow", [](auto v) { return ops::pow(v[0], v[1]); }, {pa, b});
   both("maximum", [](auto v) { return ops::maximum(v[0], v[1]); }, {a, b});
   both("minimum", [](auto v) { return ops::minimum(v[0], v[1]); }, {a, b});
-  for (auto [name, op] :
-       std::vector<std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&)>>{
+  for (auto item : std::vector<std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&)>>{
            {"eq", ops::eq},
            {"ne", ops::ne},
            {"lt", ops::lt},
            {"le", ops::le},
            {"gt", ops::gt},
            {"ge", ops::ge}}) {
+    const auto name = item.first;
+    const auto op = item.second;
     both(
         name, [op](auto v) { return op(v[0], ops::sign(v[1])).to(kFloat64); }, {ops::sign(a), b},
         {}, false);

@@ -113,7 +113,9 @@ TEST_CASE("transforms: resize matches F.interpolate bilinear (align_corners=Fals
 
 TEST_CASE("transforms: resize agrees with ops::interpolate bilinear on random images") {
   const data::Image im = random_image(3, 7, 9, 2);
-  for (auto [h, w] : {std::pair<int64_t, int64_t>{5, 4}, {11, 13}, {1, 1}, {28, 32}}) {
+  for (auto item : {std::pair<int64_t, int64_t>{5, 4}, {11, 13}, {1, 1}, {28, 32}}) {
+    const auto h = item.first;
+    const auto w = item.second;
     INFO("size " << h << "x" << w);
     ops::InterpolateOptions o;
     o.size = {h, w};

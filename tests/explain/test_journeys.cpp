@@ -389,7 +389,8 @@ TEST_CASE("journey: a DINO ViT-S/8 backbone without a head on a photo of its own
   // the same attention from the library: the top-left 72 x 96 crop, ImageNet-normalised,
   // through DINO's position-embedding interpolation
   {
-    nn::data::ImageFolder files("photo", {dir / "photo.jpg"}, {0}, {"?"}, {3});
+    nn::data::ImageFolder files("photo", {dir / "photo.jpg"}, {0}, {"?"},
+                                {.channels = 3, .limits = {}});
     nn::data::Image im = files.get(0).image;
     nn::data::Image crop{3, 72, 96, std::vector<float>(3 * 72 * 96)};
     for (int64_t ch = 0; ch < 3; ++ch)

@@ -23,7 +23,9 @@ TEST_CASE("resnet: PyTorch parity of logits and input gradients, eval and traini
     ops::sum(y * fixture_tensor(c.at("r"))).backward();
     check_close(x.grad(), fixture_tensor(c.at(mode).at("input_grad")), 1e-10, 1e-10);
   }
-  for (auto& [n, b] : m->named_buffers()) {
+  for (auto& item : m->named_buffers()) {
+    auto& n = item.first;
+    auto& b = item.second;
     INFO(n);
     check_close(b.to(kFloat64), fixture_tensor(c.at("train").at("buffers").at(n)), 1e-12, 1e-12);
   }

@@ -150,7 +150,9 @@ void check_same_state(const nn::NamedTensors& got, const nn::NamedTensors& want)
   std::map<std::string, Tensor> g(got.begin(), got.end());
   CHECK(g.size() == got.size());
   CHECK(got.size() == want.size());
-  for (const auto& [name, t] : want) {
+  for (const auto& item : want) {
+    const auto& name = item.first;
+    const auto& t = item.second;
     INFO(name);
     auto it = g.find(name);
     REQUIRE(it != g.end());
@@ -332,7 +334,15 @@ TEST_CASE("vit import: config_from_hf") {
                        "config_from_hf", "hidden_act 'gelu_new'", "\"gelu\"");
   CHECK_ERROR_CONTAINS(models::config_from_hf({{"model_type", "swin"}}), "model_type 'swin'");
   CHECK_ERROR_CONTAINS(models::config_from_hf({{"hidden_size", "768"}}), "'hidden_size'",
-                       "wrong type");
+                       "must be an integer, got \"768\"");
+  // Sizes are whole numbers in range: 16.7 is not truncated, 1e300 not converted (UB before).
+  CHECK_ERROR_CONTAINS(models::config_from_hf({{"hidden_size", 16.7}}), "'hidden_size'",
+                       "must be an integer, got 16.7");
+  CHECK_ERROR_CONTAINS(
+      models::config_from_hf({{"model_type", "vit"}, {"num_hidden_layers", 1e300}}),
+      "'num_hidden_layers'", "must be an integer");
+  CHECK_ERROR_CONTAINS(models::config_from_hf({{"hidden_size", 65536 * 2}}), "dim is 131072",
+                       "over the limit of 65536");
   CHECK_ERROR_CONTAINS(models::config_from_hf({{"hidden_size", 100}, {"num_attention_heads", 12}}),
                        "config_from_hf", "not divisible");
 }
@@ -389,7 +399,9 @@ TEST_CASE("vit import: 16-bit and float64 checkpoints convert on load") {
     auto m = models::load_vit(path, c);
     std::map<std::string, Tensor> got;
     for (const auto& [name, t] : m->state_dict()) got[name] = t;
-    for (const auto& [name, t] : src->state_dict()) {
+    for (const auto& item : src->state_dict()) {
+      const auto& name = item.first;
+      const auto& t = item.second;
       INFO(name);
       CHECK(got[name].dtype() == kFloat32);
       CHECK(same_bits(got[name], t.to(dt).to(kFloat32)));  // exactly the rounded values

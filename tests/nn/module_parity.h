@@ -22,7 +22,9 @@ inline vitrine::Tensor check_parity(vitrine::nn::Module& m, const std::string& n
   m.to(kFloat64);
   auto params = m.named_parameters();
   REQUIRE(params.size() == c.at("params").size());
-  for (auto& [n, p] : params) {
+  for (auto& item : params) {
+    auto& n = item.first;
+    auto& p = item.second;
     INFO("parameter " << n);
     REQUIRE(c.at("params").contains(n));
     NoGradGuard ng;
@@ -34,7 +36,9 @@ inline vitrine::Tensor check_parity(vitrine::nn::Module& m, const std::string& n
   check_close(y, fixture_tensor(c.at("output")), tol, tol);
   ops::sum(y * fixture_tensor(c.at("r"))).backward();
   check_close(x.grad(), fixture_tensor(c.at("input_grad")), tol, tol);
-  for (auto& [n, p] : params) {
+  for (auto& item : params) {
+    auto& n = item.first;
+    auto& p = item.second;
     INFO("gradient of " << n);
     check_close(p.grad(), fixture_tensor(c.at("param_grads").at(n)), tol, tol);
   }

@@ -13,7 +13,9 @@ namespace nn = vitrine::nn;
 namespace {
 /// Copies a fixture's buffers into m's (by name).
 void load_buffers(nn::Module& m, const nlohmann::json& buffers) {
-  for (auto& [n, b] : m.named_buffers()) {
+  for (auto& item : m.named_buffers()) {
+    auto& n = item.first;
+    auto& b = item.second;
     INFO("buffer " << n);
     REQUIRE(buffers.contains(n));
     NoGradGuard ng;
@@ -21,7 +23,9 @@ void load_buffers(nn::Module& m, const nlohmann::json& buffers) {
   }
 }
 void check_buffers(nn::Module& m, const nlohmann::json& buffers, double tol = 1e-12) {
-  for (auto& [n, b] : m.named_buffers()) {
+  for (auto& item : m.named_buffers()) {
+    auto& n = item.first;
+    auto& b = item.second;
     INFO("buffer " << n);
     check_close(b.to(kFloat64), fixture_tensor(buffers.at(n)), tol, tol);
   }

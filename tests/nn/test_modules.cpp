@@ -187,7 +187,9 @@ TEST_CASE("activation modules: PyTorch parity (ReLU, Tanh, Sigmoid, SiLU) and gr
   nn::SiLU silu;
   const std::vector<std::pair<std::string, nn::Module*>> modules = {
       {"relu", &relu}, {"tanh", &tanh_module}, {"sigmoid", &sigmoid}, {"silu", &silu}};
-  for (const auto& [name, m] : modules) {
+  for (const auto& item : modules) {
+    const auto& name = item.first;
+    const auto& m = item.second;
     INFO(name);
     check_parity(*m, name);
     CHECK(m->num_parameters() == 0);

@@ -214,14 +214,14 @@ TEST_CASE("report: errors name the file, and the line of metrics.jsonl") {
   write_file(
       metrics,
       "{\"type\": \"train\", \"global_step\": 1, \"loss\": 1}\n{\"type\": \"train\", \"glo\n");
-  CHECK_ERROR_CONTAINS(tr::write_report(run.dir.string()), metrics, "line 2 is not JSON");
+  CHECK_ERROR_CONTAINS(tr::write_report(run.dir.string()), metrics, "line 2: invalid JSON");
   write_file(metrics, "{\"type\": \"train\", \"global_step\": 1}\n\n[1, 2]\n");
   CHECK_ERROR_CONTAINS(tr::write_report(run.dir.string()), metrics, "line 3 is not a JSON object");
 
   write_file(metrics, "{\"type\": \"train\", \"global_step\": 1, \"loss\": 1}\n");
   write_file(run / "config.json", "{\"model\": ");
   CHECK_ERROR_CONTAINS(tr::write_report(run.dir.string()), run / "config.json",
-                       "is not valid JSON");
+                       "invalid JSON at line 1");
   write_file(run / "config.json", tr::default_config().dump());
   write_file(run / "confusion_matrix.json", "{\"accuracy\": 1}");
   CHECK_ERROR_CONTAINS(tr::write_report(run.dir.string()), run / "confusion_matrix.json");

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "backends/error.h"
+#include "nn/json.h"
 
 namespace vitrine::tools {
 
@@ -50,25 +51,7 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
   text_stream << in.rdbuf();
   VT_CHECK(!in.bad(), "{} \"{}\": cannot read it ({})", what, path, std::strerror(errno));
   const std::string text = text_stream.str();
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.byte counts the characters read, the offending one included.
-    const size_t end = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + end, '\n'));
-    const size_t nl = text.rfind('\n', end == 0 ? std::string::npos : end - 1);
-    const size_t column = (end == 0 || nl == std::string::npos) ? end + 1 : end - nl;
-    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 1:
-    // syntax error while parsing ..."; keep what follows the position.
-    std::string detail = e.what();
-    if (size_t p = detail.find("parse error"); p != std::string::npos) {
-      const size_t colon = detail.find(": ", p);
-      if (colon != std::string::npos) detail = detail.substr(colon + 2);
-    }
-    fail("{} \"{}\": invalid JSON at line {}, column {}: {}", what, path, line, column, detail);
-  }
-  return j;
+  return nn::parse_json(text, fmt::format("{} \"{}\"", what, path));
 }
 
 }  // namespace vitrine::tools

@@ -386,7 +386,7 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
   VT_CHECK(!cli.images.empty(), "no images: name image files, or --dataset, or --input");
   nn::data::ImageFolder files("command line", cli.images,
                               std::vector<int64_t>(cli.images.size(), 0), {"?"},
-                              {static_cast<int>(c.channels)});
+                              {.channels = static_cast<int>(c.channels), .limits = {}});
   for (size_t i = 0; i < cli.images.size(); ++i)
     out.push_back(prepare(cli.images[i], files.get(static_cast<int64_t>(i)).image, -1, cli, l));
   return out;

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/checked.h"
 #include "backends/error.h"
 #include "tools/common/files.h"
 
@@ -244,20 +245,15 @@ Tensor read_npy(const std::string& path) {
            "{}: the .npy array is in Fortran order; expected C order (save "
            "np.ascontiguousarray(a))",
            path);
-  VT_CHECK(static_cast<int>(h.shape.size()) <= kMaxDims,
-           "{}: the .npy array has {} dimensions, at most {} are supported", path, h.shape.size(),
-           kMaxDims);
+  const std::string what = path + ": the .npy shape";
+  const int64_t need = checked_bytes(h.shape, static_cast<int64_t>(type->size), what);
   const Dims shape(h.shape);
-  // The data's size in double, so that a damaged header's huge shape cannot overflow it (exact
-  // for any size up to 2^53 bytes, so for every file that can hold it).
   const size_t have = bytes.size() - data_start;
-  double need = static_cast<double>(type->size);
-  for (int64_t d : h.shape) need *= static_cast<double>(d);
-  VT_CHECK(need <= static_cast<double>(have),
-           "{}: truncated: shape {} of '{}' needs {:.0f} data bytes, found {}", path, shape,
-           h.descr, need, have);
-  VT_CHECK(need == static_cast<double>(have),
-           "{}: {} bytes follow the data of shape {} of '{}' ({:.0f} bytes)", path,
+  VT_CHECK(static_cast<uint64_t>(need) <= have,
+           "{}: truncated: shape {} of '{}' needs {} data bytes, found {}", path, shape, h.descr,
+           need, have);
+  VT_CHECK(static_cast<uint64_t>(need) == have,
+           "{}: {} bytes follow the data of shape {} of '{}' ({} bytes)", path,
            have - static_cast<size_t>(need), shape, h.descr, need);
 
   Tensor out = Tensor::empty(shape, kFloat32);

@@ -25,6 +25,7 @@
 #include "nn/data/open.h"
 #include "nn/data/pasted.h"
 #include "nn/data/transforms.h"
+#include "nn/json.h"
 #include "tools/common/files.h"
 #include "tools/train/options.h"
 
@@ -145,20 +146,6 @@ std::string unknown_key(const std::string& parent, const std::string& key,
 
 // ---- reading values ----------------------------------------------------------------------------
 
-std::optional<int64_t> as_integer(const json& v) {
-  if (v.is_number_unsigned())
-    return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
-               ? std::optional<int64_t>(static_cast<int64_t>(v.get<uint64_t>()))
-               : std::nullopt;
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9007199254740992.0)
-      return static_cast<int64_t>(d);
-  }
-  return std::nullopt;
-}
-
 /// One section of a config, with typed, range-checked reads whose errors name "section.key".
 class Section {
  public:
@@ -218,7 +205,7 @@ class Section {
   int64_t integer(const std::string& k, int64_t lo,
                   int64_t hi = std::numeric_limits<int64_t>::max()) const {
     const json& v = at(k);
-    const std::optional<int64_t> i = as_integer(v);
+    const std::optional<int64_t> i = nn::json_as_integer(v);
     const std::string want = hi == std::numeric_limits<int64_t>::max()
                                  ? fmt::format("an integer >= {}", lo)
                                  : fmt::format("an integer in [{}, {}]", lo, hi);
@@ -586,8 +573,13 @@ void apply_override(json& config, const std::string& assignment) {
     VT_CHECK(!p.empty(), "--set \"{}\": \"{}\" is not a dotted key (as model.depth or optim.lr)",
              assignment, key);
 
-  json given = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (given.is_discarded()) given = text;
+  // A value that is not JSON (or is too deep or too long for it) is a string.
+  json given;
+  try {
+    given = nn::parse_json(text, "--set");
+  } catch (const Error&) {
+    given = text;
+  }
   if (given.is_string() && !text.empty()) {  // numbers JSON refuses but C does: .5, 1., +3
     char* end = nullptr;
     const double x = std::strtod(text.c_str(), &end);

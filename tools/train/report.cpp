@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/error.h"
+#include "nn/json.h"
 #include "tools/common/files.h"
 #include "tools/common/html.h"
 #include "tools/train/config.h"
@@ -126,13 +127,7 @@ namespace {
 /// The JSON of a file, or nullopt when it does not exist; an Error names a file that is not JSON.
 std::optional<json> read_json_file(const std::string& path) {
   if (!fs::exists(path)) return std::nullopt;
-  std::ifstream f(path);
-  VT_CHECK(f, "report: cannot read {}", path);
-  try {
-    return json::parse(f);
-  } catch (const json::exception& e) {
-    fail("report: {} is not valid JSON: {}", path, e.what());
-  }
+  return tools::read_json_file(path, "report: run file");
 }
 
 struct Metrics {
@@ -151,12 +146,7 @@ Metrics read_metrics(const std::string& path) {
   std::string text;
   for (int64_t n = 1; std::getline(f, text); ++n) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json line;
-    try {
-      line = json::parse(text);
-    } catch (const json::exception& e) {
-      fail("report: {}: line {} is not JSON: {}", path, n, e.what());
-    }
+    const json line = nn::parse_json(text, fmt::format("report: {}: line {}", path, n));
     VT_CHECK(line.is_object(), "report: {}: line {} is not a JSON object: {}", path, n,
              text.substr(0, 80));
     const std::string type = line.value("type", "");
