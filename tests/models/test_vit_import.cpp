@@ -341,7 +341,7 @@ TEST_CASE("vit import: config_from_hf") {
   CHECK_ERROR_CONTAINS(
       models::config_from_hf({{"model_type", "vit"}, {"num_hidden_layers", 1e300}}),
       "'num_hidden_layers'", "must be an integer");
-  CHECK_ERROR_CONTAINS(models::config_from_hf({{"hidden_size", 65536 * 2}}), "dim is 131072",
+  CHECK_ERROR_CONTAINS(models::config_from_hf({{"hidden_size", 65536 * 3}}), "dim is 196608",
                        "over the limit of 65536");
   CHECK_ERROR_CONTAINS(models::config_from_hf({{"hidden_size", 100}, {"num_attention_heads", 12}}),
                        "config_from_hf", "not divisible");
