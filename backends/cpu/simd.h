@@ -26,7 +26,9 @@ namespace vitrine::cpu::simd {
 /// stays NaN.
 inline float exp_approx(float x) {
   const float hi = 88.7f, lo = -87.3f;
-  const float xc = x > hi ? hi : (x < lo ? lo : x);
+  // NaN is clamped too (to lo: x >= lo is false), so that the integer conversion below is always
+  // defined; it is given back as NaN at the end.
+  const float xc = x > hi ? hi : (x >= lo ? x : lo);
   // Round to nearest by the 1.5 * 2^23 trick: no call to a rounding function.
   const float shifter = 12582912.0f;
   const float t = xc * 1.44269504088896341f + shifter;
@@ -42,7 +44,7 @@ inline float exp_approx(float x) {
   const int32_t e = static_cast<int32_t>(n) + 127;
   const float scale = std::bit_cast<float>(e << 23);
   const float v = y * scale;
-  return x < lo ? 0.0f : (x > hi ? __builtin_inff() : v);
+  return x < lo ? 0.0f : (x > hi ? __builtin_inff() : (x == x ? v : x));
 }
 
 /// erf(x) = sign(x) (1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^{-x^2}),  t = 1 / (1 + p|x|);

@@ -2,6 +2,9 @@
 // files.h).
 #include "tools/common/files.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +40,48 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     std::remove(tmp.c_str());
     fail("cannot write {}: cannot rename {} to it: {}", path, tmp, std::strerror(e));
   }
+}
+
+void append_line(const std::string& path, std::string_view line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  VT_CHECK(fd >= 0, "cannot write {}: {}", path, std::strerror(errno));
+  struct stat st;
+  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
+  std::string text(line);
+  text += '\n';
+  size_t done = 0;
+  int error = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (error != 0 && before >= 0) (void)::ftruncate(fd, before);  // never leave half a line
+  ::close(fd);
+  VT_CHECK(error == 0, "cannot write {}: {} (the line was not added)", path, std::strerror(error));
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int removed = 0;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t at = name.rfind(".tmp-");
+    if (at == std::string::npos || at + 5 >= name.size()) continue;
+    const std::string pid_text = name.substr(at + 5);
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // still running
+    if (fs::remove(it->path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {

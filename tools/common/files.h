@@ -13,6 +13,16 @@ namespace vitrine::tools {
 /// when anything fails. Errors (vitrine::Error) name path and the system's reason.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
+/// Appends one line (a '\n' is added) to path, created when missing, checked: a failed or short
+/// write (a full disk, a file-size limit) truncates the file back to where it was, so it never
+/// ends mid-line, and is an Error naming path and the reason at once.
+void append_line(const std::string& path, std::string_view line);
+
+/// Removes the temporary files ("<name>.tmp-<pid>") that write_file_atomically and
+/// write_safetensors leave in dir when their process is killed before the rename: those of
+/// processes that are no longer running. Returns how many were removed.
+int remove_stale_temporaries(const std::string& dir);
+
 /// The JSON value in a file. Errors (vitrine::Error) start with `what` and the path ("config file
 /// \"runs/x/config.json\": ..."): no such file, a folder, unreadable, or invalid JSON with the line
 /// and column of the fault.

@@ -344,7 +344,8 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
       indices.resize(static_cast<size_t>(cli.sample));
       std::sort(indices.begin(), indices.end());
     } else {
-      VT_CHECK(cli.first >= 0 && cli.count >= 1 && cli.first + cli.count <= test->size(),
+      VT_CHECK(cli.first >= 0 && cli.count >= 1 && cli.first < test->size() &&
+                   cli.count <= test->size() - cli.first,
                "--first {} --count {}: the test set {} has {} images", cli.first, cli.count,
                test->source(), test->size());
       for (int64_t i = cli.first; i < cli.first + cli.count; ++i) indices.push_back(i);
@@ -886,7 +887,8 @@ int main(int argc, char** argv) {
   app.add_option("--mean", cli.mean,
                  "input normalisation mean per channel (default: the "
                  "checkpoint's)");
-  app.add_option("--std", cli.std, "input normalisation std per channel");
+  app.add_option("--std", cli.std, "input normalisation std per channel")
+      ->check(CLI::PositiveNumber);
   app.add_option("--layer", cli.opt.layer,
                  "a ViT's attention, gradcam: the block (negative from the end)")
       ->capture_default_str();
@@ -912,7 +914,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.999999))
       ->capture_default_str();
   app.add_option("--steps", cli.opt.steps, "integrated-gradients: points on the path")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   app.add_option("--ig-method", cli.ig_method, "integrated-gradients: gausslegendre or trapezoid")
       ->check(CLI::IsMember({"gausslegendre", "trapezoid"}))
@@ -923,7 +925,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"black", "blur"}))
       ->capture_default_str();
   app.add_option("--samples", cli.opt.samples, "smoothgrad: noisy samples")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   app.add_option("--sigma", cli.opt.sigma,
                  "smoothgrad: noise level, a fraction of the input's value range")

@@ -401,7 +401,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", o.out, "the run folder (train.out); a used one gets a -2, -3 suffix")
       ->type_name("DIR");
   app.add_option("--device", o.device, "cpu, cuda or cuda:N (train.device)");
-  app.add_option("--epochs", o.epochs, "train.epochs")->check(CLI::PositiveNumber);
+  app.add_option("--epochs", o.epochs, "train.epochs")->check(CLI::Range(1, 1000000));
   app.add_option("--resume", o.resume, "continue the run saved in this run folder exactly")
       ->type_name("RUN_DIR");
   app.add_flag("--summary", o.summary, "print the model's layers, shapes and sizes and exit");

@@ -14,12 +14,14 @@
 #include "autograd/grad_mode.h"
 #include "backends/matmul_precision.h"
 #include "nn/data/transforms.h"
+#include "nn/json.h"
 #include "nn/layers.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/clip.h"
 #include "nn/optim/sgd.h"
 #include "nn/state.h"
 #include "ops/ops.h"
+#include "tools/common/files.h"
 #include "tools/train/config.h"
 #include "tools/train/fit.h"
 
@@ -224,10 +226,7 @@ void Trainer::save_last() {
 
 void Trainer::log(const json& line) {
   if (!is_main()) return;
-  std::ofstream f(run_dir_ + "/metrics.jsonl", std::ios::app);
-  VT_CHECK(f, "trainer: cannot write {}/metrics.jsonl", run_dir_);
-  f << line.dump() << '\n';
-  f.flush();
+  tools::append_line(run_dir_ + "/metrics.jsonl", line.dump());
 }
 
 Evaluation evaluate(nn::Module& model, const std::shared_ptr<const nn::data::Dataset>& dataset,
@@ -325,6 +324,13 @@ void Trainer::train_step(StepInfo& info) {
     info.examples = std::llround(m[2]);
     stop_agreed_ = m[3] > 0;
   }
+  // A non-finite loss (every rank sees the reduced one) stops the run before the update: the
+  // weights stay finite and the last checkpoint saved stays the last good one.
+  VT_CHECK(std::isfinite(loss_sum),
+           "trainer: the loss is {} at epoch {}, step {} (global step {}): training diverged "
+           "(a learning rate too high? optim.lr is {}); stopped before updating the weights; the "
+           "run folder keeps the last checkpoint saved before it",
+           loss_sum / static_cast<double>(n), epoch_, step_, global_step_, cfg_.optim.lr);
   if (cfg_.optim.grad_clip > 0 && cfg_.train.zero == 0)  // ZeroAdam clips itself
     nn::optim::clip_grad_norm_(model_->parameters(), cfg_.optim.grad_clip);
   optimizer_->step();
@@ -508,9 +514,8 @@ TrainResult Trainer::finish(TrainResult r) {
        {"macro_f1", test.macro_f1},
        {"train_seconds", train_seconds_}});
   if (is_main()) {
-    std::ofstream f(run_dir_ + "/confusion_matrix.json");
-    VT_CHECK(f, "trainer: cannot write {}/confusion_matrix.json", run_dir_);
-    f << test.to_json(classes_).dump(2) << '\n';
+    tools::write_file_atomically(run_dir_ + "/confusion_matrix.json",
+                                 test.to_json(classes_).dump(2) + '\n');
   }
   r.epoch = epoch_;
   r.global_step = global_step_;
@@ -529,10 +534,9 @@ TrainResult Trainer::run(const nn::Module* pretrained) {
   }
   if (is_main()) {
     fs::create_directories(run_dir_);
+    tools::remove_stale_temporaries(run_dir_);
     fs::remove(run_dir_ + "/metrics.jsonl");
-    std::ofstream f(run_dir_ + "/config.json");
-    VT_CHECK(f, "trainer: cannot write {}/config.json", run_dir_);
-    f << cfg_.to_json().dump(2) << '\n';
+    tools::write_file_atomically(run_dir_ + "/config.json", cfg_.to_json().dump(2) + '\n');
   }
   return loop();
 }
@@ -563,23 +567,38 @@ TrainResult Trainer::resume(const std::string& run_dir) {
     nn::load_checkpoint(ema_path, *ema_);
   }
   run_dir_ = run_dir;
-  epoch_ = state.at("epoch").get<int64_t>();
-  step_ = state.at("step").get<int64_t>();
-  global_step_ = state.at("global_step").get<int64_t>();
-  best_accuracy_ = state.at("best_accuracy").get<double>();
-  bad_evals_ = state.at("bad_evals").get<int64_t>();
-  train_seconds_ = state.at("train_seconds").get<double>();
-  const json& g = state.at("dropout_generator");
-  dropout_gen_.manual_seed(g.at("seed").get<uint64_t>());
-  dropout_gen_.set_offset(g.at("offset").get<uint64_t>());
-  schedule_ = nn::optim::schedule_from_json(state.at("schedule"));
-  const json& l = state.at("log");
-  log_loss_sum_ = l.at("loss_sum").get<double>();
-  log_correct_ = l.at("correct").get<int64_t>();
-  log_count_ = l.at("count").get<int64_t>();
-  log_steps_ = l.at("steps").get<int64_t>();
+  if (is_main()) tools::remove_stale_temporaries(run_dir_);
+  // The saved state comes from a file: every value is checked (a damaged or edited checkpoint is
+  // an Error naming it, never a raw JSON exception or an out-of-range conversion).
+  try {
+    const auto integer = [&](const json& j, const char* key) {
+      return nn::json_integer(j.at(key), fmt::format("{}: saved state '{}'", path, key));
+    };
+    const auto number = [&](const json& j, const char* key) {
+      return nn::json_number(j.at(key), fmt::format("{}: saved state '{}'", path, key));
+    };
+    epoch_ = integer(state, "epoch");
+    step_ = integer(state, "step");
+    global_step_ = integer(state, "global_step");
+    best_accuracy_ = number(state, "best_accuracy");
+    bad_evals_ = integer(state, "bad_evals");
+    train_seconds_ = number(state, "train_seconds");
+    const json& g = state.at("dropout_generator");
+    dropout_gen_.manual_seed(g.at("seed").get<uint64_t>());
+    dropout_gen_.set_offset(g.at("offset").get<uint64_t>());
+    schedule_ = nn::optim::schedule_from_json(state.at("schedule"));
+    const json& l = state.at("log");
+    log_loss_sum_ = number(l, "loss_sum");
+    log_correct_ = integer(l, "correct");
+    log_count_ = integer(l, "count");
+    log_steps_ = integer(l, "steps");
+  } catch (const json::exception& e) {
+    fail("trainer: cannot resume {}: its saved state (metadata '{}') is damaged: {}", path,
+         nn::kStateKey, e.what());
+  }
   const std::string metrics = run_dir_ + "/metrics.jsonl";
-  const auto bytes = state.at("metrics_bytes").get<uintmax_t>();
+  const auto bytes = static_cast<uintmax_t>(nn::json_integer(
+      state.value("metrics_bytes", json(0)), fmt::format("{}: saved state 'metrics_bytes'", path)));
   if (is_main() && fs::exists(metrics) && fs::file_size(metrics) > bytes)
     fs::resize_file(metrics, bytes);
   return loop();

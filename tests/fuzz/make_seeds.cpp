@@ -1,0 +1,80 @@
+// fuzz_make_seeds DIR: writes the fuzz targets' seed corpora, valid files made with the library
+// itself, into DIR/<target>/ (`make fuzz` runs it before the fuzzers; the replay tests too).
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fuzz_util.h"
+#include "nn/optim/adam.h"
+#include "nn/state.h"
+#include "ops/ops.h"
+#include "tools/explain/npy.h"
+
+namespace fs = std::filesystem;
+using namespace vitrine;
+
+namespace {
+void write(const fs::path& p, const std::string& bytes) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+std::string bytes_of(std::initializer_list<int> v) {
+  std::string s;
+  for (int b : v) s += static_cast<char>(b);
+  return s;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_make_seeds DIR\n");
+    return 2;
+  }
+  const fs::path dir = argv[1];
+  try {
+    // safetensors: a checkpoint with AdamW state after one step, and plain tensors of every dtype.
+    models::VisionTransformer model(vt_fuzz::tiny_vit());
+    nn::optim::AdamW opt(model.parameters());
+    Tensor loss = ops::sum(model.forward(ops::ones({1, 1, 4, 4})));
+    loss.backward();
+    opt.step();
+    fs::create_directories(dir / "safetensors");
+    nn::save_checkpoint((dir / "safetensors/checkpoint.safetensors").string(), model,
+                        {{"vitrine.config", model.config().to_json().dump()}}, &opt);
+    nn::write_safetensors((dir / "safetensors/tensors.safetensors").string(),
+                          {{"f", ops::ones({2, 3})},
+                           {"d", ops::zeros({2}, kFloat64)},
+                           {"i", ops::from_vector(std::vector<int64_t>{1, -2})},
+                           {"empty", ops::zeros({0, 3})}},
+                          {{"note", "{\"a\": [1, 2.5, \"x\"]}"}});
+    // .npy
+    fs::create_directories(dir / "npy");
+    explain::write_npy((dir / "npy/a.npy").string(), ops::ones({2, 3}));
+    explain::write_npy((dir / "npy/scalar.npy").string(), ops::ones({}));
+    // IDX (first byte: 1 = the images file, 0 = the labels file)
+    write(dir / "idx/images", bytes_of({1, 0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0,  3,  0, 0,
+                                        0, 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+    write(dir / "idx/labels", bytes_of({0, 0, 0, 8, 1, 0, 0, 0, 2, 1, 0}));
+    // CIFAR: a CIFAR-10 record (label + 3072 bytes) and a CIFAR-100 one (2 labels + 3072)
+    write(dir / "cifar/cifar10",
+          std::string(1, '\0') + std::string(1, '\3') + std::string(3072, 'a'));
+    write(dir / "cifar/cifar100",
+          std::string(1, '\1') + bytes_of({2, 57}) + std::string(3072, 'b'));
+    // model configs
+    write(dir / "model_config/vit.json", model.config().to_json().dump());
+    write(dir / "model_config/hf.json",
+          R"({"model_type": "vit", "hidden_size": 8, "num_hidden_layers": 1, )"
+          R"("num_attention_heads": 2, "intermediate_size": 16, "image_size": 8, "patch_size": 4, )"
+          R"("num_channels": 1, "id2label": {"0": "a", "1": "b"}})");
+    write(dir / "model_config/dinov2.json",
+          R"({"model_type": "dinov2", "hidden_size": 8, "num_hidden_layers": 1, )"
+          R"("num_attention_heads": 2, "mlp_ratio": 2, "image_size": 8, "patch_size": 4})");
+    write(dir / "model_config/resnet.json",
+          R"({"arch": "resnet", "depth": 8, "channels": 3, "num_classes": 10, "width": 4})");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz_make_seeds: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
