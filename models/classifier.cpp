@@ -100,6 +100,11 @@ std::shared_ptr<nn::Module> load_classifier(const std::string& path,
   } catch (const Error& e) {
     fail("{}: vitrine.config: {}", path, e.what());
   }
+  if (spec.arch == "resnet") {
+    const ResNetConfig c = ResNetConfig::from_json(spec.config);
+    nn::check_checkpoint_holds(path, c.min_parameters(),
+                               fmt::format("a ResNet-{} of width {}", c.depth, c.width));
+  }
   Generator gen(0);  // every value is overwritten
   auto model = spec.build(gen);
   nn::load_checkpoint(path, *model);

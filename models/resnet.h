@@ -30,6 +30,9 @@ struct ResNetConfig {
   int64_t blocks_per_stage() const { return (depth - 2) / 6; }
   /// Throws Error naming the first inconsistent field.
   void validate() const;
+  /// A lower bound on the weights this config's model has, computed without building it: one
+  /// 3x3 convolution per residual block at each stage's width (width, 2 width, 4 width).
+  int64_t min_parameters() const { return (depth - 2) / 6 * 9 * width * width * (1 + 4 + 16); }
   /// {"arch": "resnet", ...}
   nlohmann::json to_json() const;
   /// Our own JSON (unknown keys are errors; "arch" may be "resnet"); "image_size" one number or

@@ -57,6 +57,9 @@ struct ViTConfig {
 
   /// Throws Error naming the first inconsistent field.
   void validate() const;
+  /// A lower bound on the weights this config's model has, computed without building it:
+  ///   depth * (4 dim^2 + 2 dim mlp_dim)   (qkv, proj, fc1 and fc2 of every block)
+  int64_t min_parameters() const { return depth * (4 * dim * dim + 2 * dim * mlp_dim); }
   nlohmann::json to_json() const;
   /// Reads our own JSON (unknown keys are errors; missing keys keep defaults); "image_size" may
   /// be one number or [h, w].

@@ -609,6 +609,9 @@ std::shared_ptr<VisionTransformer> load_vit(const std::string& path,
   nn::SafetensorsFile file = nn::read_safetensors(path);
   ViTNaming naming = detect(file.tensors, path);
   ViTConfig c = choose_config(file.metadata, config, path);
+  nn::check_checkpoint_holds(
+      path, c.min_parameters(),
+      fmt::format("a ViT of dim {}, depth {}, MLP {}", c.dim, c.depth, c.mlp_dim));
   if (naming == ViTNaming::Timm && file.metadata.count(nn::kConfigKey)) naming = ViTNaming::Vitrine;
   std::vector<Entry> entries = map_state(file.tensors, naming, path);
   if (!file.metadata.count(nn::kConfigKey)) {

@@ -416,6 +416,15 @@ nlohmann::json metadata_json(const Metadata& metadata, const std::string& key) {
   return parse_json(it->second, fmt::format("metadata '{}'", key));
 }
 
+void check_checkpoint_holds(const std::string& path, int64_t weights, const std::string& what) {
+  std::error_code ec;
+  const uint64_t bytes = std::filesystem::file_size(path, ec);
+  VT_CHECK(ec || bytes >= static_cast<uint64_t>(weights),
+           "{}: its config describes {} with at least {} weights, but the file has only {} bytes: "
+           "refused before building the model (the config does not match the file)",
+           path, what, weights, bytes);
+}
+
 LoadResult load_state_dict(Module& m, const NamedTensors& state, bool strict) {
   return load_into(m, state, strict, "load_state_dict");
 }

@@ -84,6 +84,11 @@ void save_checkpoint(const std::string& path, const Module& m, const Metadata& m
                      const nlohmann::json& extra_state = nullptr);
 /// Loads a checkpoint into the module (as load_state_dict) and, when opt is given, the optimizer's
 /// state (an error when the checkpoint has none or of another optimizer type). metadata_out
+/// Refuses, before a model is built, a checkpoint too small to hold the weights its config asks
+/// for: a model of at least `weights` weights (`what`, as "ViT dim 2048, depth 24") needs at least
+/// that many bytes. A tiny file cannot make the loader allocate and initialise a huge model.
+void check_checkpoint_holds(const std::string& path, int64_t weights, const std::string& what);
+
 /// receives the file's metadata (parse vitrine.state etc. with metadata_json).
 LoadResult load_checkpoint(const std::string& path, Module& m, optim::Optimizer* opt = nullptr,
                            bool strict = true, Metadata* metadata_out = nullptr);

@@ -243,4 +243,11 @@ void load_fixture_state(nn::Module& m, const nlohmann::json& state) {
   nn::load_state_dict(m, named);
 }
 
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  REQUIRE_MESSAGE(f.good(), "cannot write " << path);
+  f << text;
+  REQUIRE_MESSAGE(f.good(), "cannot write " << path);
+}
+
 }  // namespace vt_test

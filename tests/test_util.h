@@ -81,6 +81,8 @@ Process spawn_process(const std::string& exe, const std::vector<std::string>& ar
                       const std::string& log, const std::string& cwd);
 /// Waits for it: the exit status, or 128 + the signal that ended it.
 int wait_process(Process p);
+/// Writes text to path (binary, replacing it); fails the test when it cannot.
+void write_file(const std::string& path, const std::string& text);
 /// A finished run: exit status and everything it printed.
 struct ProcessResult {
   int code;

@@ -2,6 +2,7 @@
 // checkpoint, with PNG images and a model-input .npy the test writes. Its .npy maps must be the
 // library's, its output folder complete, and every bad input a message, a non-zero exit and no
 // output folder (nothing half-written).
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -223,6 +224,20 @@ TEST_CASE("vitrine-explain: bad input is a message and a non-zero exit, and noth
     f << "not a png";
   }
   nn::write_safetensors(s.dir / "not_vit.safetensors", {{"encoder.w", ops::ones({2, 2})}});
+  // A checkpoint with a NaN weight gave "nan%" predictions and exit 0.
+  {
+    nn::SafetensorsFile f = nn::read_safetensors(s.checkpoint);
+    for (auto& item : f.tensors)
+      if (item.first == "head.bias") item.second.data<float>()[0] = std::nanf("");
+    nn::write_safetensors(s.dir / "nan.safetensors", f.tensors, f.metadata);
+  }
+  // A decompression bomb's header: 20000 x 20000 pixels in 33 bytes.
+  {
+    std::string png = "\x89PNG\r\n\x1a\n";
+    png += std::string("\0\0\0\x0dIHDR\0\0\x4e\x20\0\0\x4e\x20\x08\0\0\0\0", 21);
+    png += std::string("\x4a\x4f\x0b\x5e", 4);  // any CRC: the size is refused first
+    std::ofstream(s.dir / "bomb.png", std::ios::binary) << png;
+  }
   const std::string out = s.dir / "out_bad";
   struct Case {
     std::vector<std::string> args;
@@ -249,6 +264,12 @@ TEST_CASE("vitrine-explain: bad input is a message and a non-zero exit, and noth
       {{"--checkpoint", ck, "a.png", "--discard-ratio", "1"}, 2, {"--discard-ratio"}},
       {{"--checkpoint", ck, "a.png", "--input", "input.npy"}, 2, {"not several"}},
       {{"a.png"}, 2, {"--checkpoint"}},
+      {{"--checkpoint", ck, "a.png", "--std", "-1"}, 2, {"--std"}},
+      {{"--checkpoint", ck, "a.png", "--steps", "1000000000"}, 2, {"--steps"}},  // was bad_alloc
+      {{"--checkpoint", "nan.safetensors", "a.png"}, 1, {"non-finite values (NaN or inf)"}},
+      {{"--checkpoint", ck, "bomb.png"},
+       1,
+       {"bomb.png", "20000x20000", "ImageLimits::max_pixels", "refused before decoding"}},
   };
   int i = 0;
   for (const Case& c : cases) {

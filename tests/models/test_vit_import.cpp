@@ -8,6 +8,7 @@
 #include <map>
 #include <regex>
 
+#include "models/classifier.h"
 #include "models/vit.h"
 #include "test_util.h"
 
@@ -582,4 +583,34 @@ TEST_CASE("vit import: config_from_hf refuses what is not a ViT config.json") {
       models::config_from_hf(
           {{"model_type", "dinov2"}, {"architectures", {"Dinov2ForImageClassification"}}}),
       "Dinov2ForImageClassification", "num_classes 0");
+}
+
+TEST_CASE("vit import: a tiny checkpoint whose config asks for a huge model is refused unbuilt") {
+  // The finding: a 268-byte checkpoint whose config said dim 2048, depth 24 made load_vit build
+  // and initialise that model (5.7 GB, 2.5 minutes) before any tensor was compared.
+  vt_test::TempDir dir;
+  const std::string path = dir / "tiny.safetensors";
+  models::ViTConfig c;
+  c.dim = 2048;
+  c.depth = 24;
+  c.heads = 16;
+  c.mlp_dim = 8192;
+  nn::Metadata md;
+  nn::set_metadata_json(md, nn::kConfigKey, c.to_json());
+  nn::write_safetensors(path, {{"cls_token", ops::zeros({1, 1, 4})}}, md);
+  CHECK_ERROR_CONTAINS(models::load_vit(path), path, "dim 2048, depth 24",
+                       "at least 1207959552 weights", "refused before building the model");
+  CHECK_ERROR_CONTAINS(models::load_classifier(path), path, "refused before building");
+  // A ResNet's config too.
+  nn::Metadata rd;
+  nn::set_metadata_json(rd, nn::kConfigKey,
+                        {{"arch", "resnet"},
+                         {"depth", 110},
+                         {"width", 1024},
+                         {"channels", 3},
+                         {"num_classes", 10},
+                         {"image_size", 32}});
+  nn::write_safetensors(path, {{"x", ops::zeros({1})}}, rd);
+  CHECK_ERROR_CONTAINS(models::load_classifier(path), path, "ResNet-110 of width 1024",
+                       "refused before building");
 }

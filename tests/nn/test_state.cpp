@@ -25,11 +25,6 @@ std::string read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 /// A safetensors file: the 8-byte length (the header's, unless given), the header, the data.
 std::string st_bytes(const std::string& header, const std::string& data,
                      uint64_t length = UINT64_MAX) {
@@ -295,6 +290,16 @@ TEST_CASE("safetensors: malformed files give an error naming the file and the pr
     h = R"({"w":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})";
     CHECK_ERROR_CONTAINS(read_bytes(st_bytes(h, data)), path.c_str(),
                          "tensor 'w' has no string \"dtype\"");
+  }
+  SUBCASE("a header or metadata nested too deep (found by fuzzing: SIGSEGV in a copy)") {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    CHECK_ERROR_CONTAINS(read_bytes(st_bytes(R"({"w": )" + deep + "}", data)), path.c_str(),
+                         "the header", "nested deeper than 64 levels");
+    std::string meta = nlohmann::json({{"__metadata__", {{"vitrine.mean", deep}}}}).dump();
+    write_file(path, st_bytes(meta, ""));
+    const nn::Metadata md = nn::read_safetensors_metadata(path);
+    CHECK_ERROR_CONTAINS(nn::metadata_json(md, "vitrine.mean"), "metadata 'vitrine.mean'",
+                         "nested deeper than 64 levels");
   }
   SUBCASE("invalid JSON") {
     CHECK_ERROR_CONTAINS(read_bytes(st_bytes(R"({"w":{"dtype":"F32",)", data)), path.c_str(),

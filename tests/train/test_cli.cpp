@@ -189,7 +189,10 @@ TEST_CASE("train-cli: a run killed with SIGKILL and resumed ends as the uninterr
   REQUIRE(wait_for_lines(out + "/metrics.jsonl", 12));
   kill(p.pid, SIGKILL);
   CHECK(wait_exit(p) == 128 + SIGKILL);
+  // What a kill during a save leaves (a process id no system reaches): removed on resume.
+  write_file(out + "/last.safetensors.tmp-4999999", "half a checkpoint");
   const Ran resumed = run({"--resume", out}, dir, "resumed");
+  CHECK(!fs::exists(out + "/last.safetensors.tmp-4999999"));
   INFO(resumed.output);
   REQUIRE(resumed.code == 0);
   CHECK(resumed.output.find("(resuming)") != std::string::npos);
@@ -297,6 +300,50 @@ TEST_CASE("train-cli: bad command lines exit non-zero with a message naming the 
     CHECK(ran.output.find(c.says) != std::string::npos);
   }
   CHECK(!fs::exists(dir / "runs"));  // none of them started a run folder (train.out is runs/...)
+}
+
+TEST_CASE(
+    "train-cli: hostile input (the fuzzing findings) exits 1 with a message, never a signal") {
+  Reference& r = reference();
+  TempDir dir;
+  // A config nested 200,000 levels deep ended with SIGSEGV (stack exhaustion).
+  write_file(dir / "deep.json", std::string(200000, '[') + std::string(200000, ']'));
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--summary", "--config", dir / "deep.json"}, 1, "nested deeper than 64 levels"},
+      {{"--summary", "--set", "model.dim=16.7"}, 1, "got 16.7"},             // was truncated to 16
+      {{"--summary", "--set", "model.dim=1e300"}, 1, "must be an integer"},  // was INT64_MIN
+      {{"--summary", "--set", "model.depth=100000"}, 1, "depth is 100000, over the limit of 4096"},
+      {{"--summary", "--set",
+        "model.dim=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+        "[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+        "]]]]]]]]]]]]]]]]"},
+       1,
+       "model.dim"},
+      {{"--epochs", "99999999999999999999"}, 2, "--epochs"},  // was clamped to INT64_MAX
+      {{"--epochs", "2.5"}, 2, "--epochs"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    const Ran ran = run(c.args, dir, fmt::format("hostile{}", i++));
+    INFO(c.args.back(), " -> ", ran.output);
+    CHECK(ran.code == c.code);
+    CHECK(ran.output.find(c.says) != std::string::npos);
+  }
+
+  // optim.lr=1e30 trained to the end on a NaN loss; it now stops at the first non-finite loss,
+  // before updating the weights, and says why.
+  std::vector<std::string> args = train_args(r.data, dir / "diverged", 1);
+  for (const char* s : {"--set", "optim.lr=1e30"}) args.push_back(s);
+  const Ran diverged = run(args, dir, "diverged");
+  INFO(diverged.output);
+  CHECK(diverged.code == 1);
+  CHECK(diverged.output.find("training diverged") != std::string::npos);
+  CHECK(diverged.output.find("optim.lr is 1e+30") != std::string::npos);
 }
 
 // ---- data parallel: vitrine-train under mpirun ---------------------------------------------

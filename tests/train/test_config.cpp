@@ -26,11 +26,6 @@ json read_json(const std::string& path) {
   return json::parse(in);
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
-
 /// The default config with one assignment applied.
 json with(const std::string& assignment) {
   json c = tr::default_config();

@@ -22,12 +22,6 @@ using ops::from_vector;
 
 namespace {
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  REQUIRE(f);
-  f << text;
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   REQUIRE(f);

@@ -557,6 +557,12 @@ int run(const Cli& cli) {
       }
       if (methods.empty()) resolved = targets;
     }
+    // NaN or inf in the weights or the input reaches the output: say so rather than print "nan%".
+    for (float v : logits.detach().to(kCPU).to(kFloat32).contiguous().to_vector<float>())
+      VT_CHECK(std::isfinite(v),
+               "the model's output holds {} for the images given: the checkpoint's weights or the "
+               "input hold non-finite values (NaN or inf)",
+               v);
     // Class probabilities; a model without a head has none (its "logits" are its features).
     const Tensor probs = l.headless ? Tensor() : ops::softmax(logits.to(kFloat32), -1);
 

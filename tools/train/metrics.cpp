@@ -2,6 +2,8 @@
 // metrics.h for the definitions).
 #include "tools/train/metrics.h"
 
+#include <cmath>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -48,6 +50,10 @@ void Evaluator::add(const Tensor& logits, const Tensor& labels, double batch_los
            dtype_name(labels.dtype()));
   const int64_t c = logits.size(1);
   VT_CHECK(c >= 1, "Evaluator::add: logits have no class (shape {})", logits.shape());
+  VT_CHECK(std::isfinite(batch_loss_sum),
+           "evaluation: the loss is {} on a batch: the model's output is not finite (the weights "
+           "or the images hold NaN or inf)",
+           batch_loss_sum);
   if (num_classes_ == 0) {
     num_classes_ = c;
     confusion_.assign(static_cast<size_t>(c), std::vector<int64_t>(static_cast<size_t>(c), 0));
