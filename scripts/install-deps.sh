@@ -11,6 +11,7 @@ pkgs=(
   libpng-dev libjpeg62-turbo-dev               # decoding images from outside (fuzzed upstream)
   dataset-fashion-mnist                        # the default data set
   libopenmpi-dev openmpi-bin                   # data-parallel training (mpirun, tests/dist)
+  clang libclang-rt-14-dev libomp-14-dev       # the clang build check, make sanitize, make fuzz
   fonts-dejavu-core                            # DejaVu Sans: the labels in vitrine-explain's
                                                # pictures (drawn without labels if missing)
   chromium                                     # tests/explain/test_browser (the HTML report in a

@@ -106,7 +106,9 @@ TEST_CASE("explain parity: saliency, SmoothGrad with PyTorch's noise, integrated
     check_map(smooth.values, sg["attribution"]);
     check_map(attribution_map(smooth, Method::SmoothGrad), sg["map"]);
 
-    for (const auto& [key, ig] : c["ig"].items()) {
+    for (const auto& item : c["ig"].items()) {
+      const std::string key = item.key();
+      const auto& ig = item.value();
       INFO(key);
       Options io;
       io.steps = ig["steps"].get<int64_t>();

@@ -286,7 +286,9 @@ TEST_CASE("render: without a usable font the strip stays, blank, and loading say
       {"png.ttf", std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16)},
       {"tables.ttf", std::string("\0\1\0\0\xff\xff\0\0\0\0\0\0\0\0\0\0", 16)},
   };
-  for (const auto& [name, bytes] : bad) {
+  for (const auto& item : bad) {
+    const auto& name = item.first;
+    const auto& bytes = item.second;
     INFO(name);
     write_bytes(dir / name, bytes);
     problem.clear();

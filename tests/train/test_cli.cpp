@@ -262,7 +262,9 @@ TEST_CASE("train-cli: --finetune --freeze-backbone trains the new head only") {
   const auto before = tensor_bytes(r.out + "/last.safetensors");
   const auto after = tensor_bytes(out + "/last.safetensors");
   int compared = 0;
-  for (const auto& [name, bytes] : after) {
+  for (const auto& item : after) {
+    const auto& name = item.first;
+    const auto& bytes = item.second;
     if (name.rfind("head.", 0) == 0) {
       CHECK_MESSAGE(bytes != before.at(name), name);
     } else if (name.rfind("optimizer.", 0) != 0) {  // the optimizers' states differ

@@ -236,7 +236,9 @@ TEST_CASE(
   tr::Trainer uninterrupted(config, s.train, s.val, s.test, full.dir.string());
   CHECK(uninterrupted.model().num_parameters(true) == 16 * 3 + 3);  // the head only
   uninterrupted.run();                                              // reads the checkpoint itself
-  for (const auto& [name, bytes] : state_bytes(uninterrupted.model())) {
+  for (const auto& item : state_bytes(uninterrupted.model())) {
+    const auto& name = item.first;
+    const auto& bytes = item.second;
     CAPTURE(name);
     if (name.rfind("head.", 0) == 0)
       CHECK(bytes != state_bytes(*pretrained).at(name));
