@@ -51,8 +51,15 @@ IdxFile read_idx_file(const std::string& path) {
   VT_CHECK(gz != nullptr, "IDX file '{}': zlib cannot open it", path);
   gzbuffer(gz.get(), 1u << 17);
   constexpr size_t kChunk = 1u << 20;
+  // A gzip bomb (a small file that inflates without end) stops here: the largest IDX data set,
+  // EMNIST byclass, inflates to 0.55 GB.
+  constexpr size_t kMaxInflated = size_t{2} << 30;
   size_t used = 0;
   for (;;) {
+    VT_CHECK(used < kMaxInflated,
+             "IDX file '{}': its gzip data inflates to more than {} bytes, the limit for an IDX "
+             "file (a damaged file or a gzip bomb?)",
+             path, kMaxInflated);
     out.bytes.resize(used + kChunk);
     const int n = gzread(gz.get(), out.bytes.data() + used, static_cast<unsigned>(kChunk));
     if (n <= 0) break;
