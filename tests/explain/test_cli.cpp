@@ -230,6 +230,14 @@ TEST_CASE("vitrine-explain: bad input is a message and a non-zero exit, and noth
     for (auto& item : f.tensors)
       if (item.first == "head.bias") item.second.data<float>()[0] = std::nanf("");
     nn::write_safetensors(s.dir / "nan.safetensors", f.tensors, f.metadata);
+    // Metadata of the wrong type gave a raw "[json.exception.type_error.302]" naming no file.
+    f = nn::read_safetensors(s.checkpoint);
+    nn::set_metadata_json(f.metadata, nn::kClassesKey, {1, 2, 3});
+    nn::write_safetensors(s.dir / "classes.safetensors", f.tensors, f.metadata);
+    f.metadata.erase(nn::kClassesKey);
+    nn::set_metadata_json(f.metadata, nn::kMeanKey, {0.5});
+    nn::set_metadata_json(f.metadata, nn::kStdKey, {0});
+    nn::write_safetensors(s.dir / "std0.safetensors", f.tensors, f.metadata);
   }
   // A decompression bomb's header: 20000 x 20000 pixels in 33 bytes.
   {
@@ -267,6 +275,10 @@ TEST_CASE("vitrine-explain: bad input is a message and a non-zero exit, and noth
       {{"--checkpoint", ck, "a.png", "--std", "-1"}, 2, {"--std"}},
       {{"--checkpoint", ck, "a.png", "--steps", "1000000000"}, 2, {"--steps"}},  // was bad_alloc
       {{"--checkpoint", "nan.safetensors", "a.png"}, 1, {"non-finite values (NaN or inf)"}},
+      {{"--checkpoint", "classes.safetensors", "a.png"},
+       1,
+       {"classes.safetensors", "metadata has a value of the wrong type"}},
+      {{"--checkpoint", "std0.safetensors", "a.png"}, 1, {"std0.safetensors", "its std must be"}},
       {{"--checkpoint", ck, "bomb.png"},
        1,
        {"bomb.png", "20000x20000", "ImageLimits::max_pixels", "refused before decoding"}},

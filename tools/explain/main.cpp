@@ -27,6 +27,7 @@
 #include "nn/data/open.h"
 #include "nn/data/pasted.h"
 #include "nn/data/transforms.h"
+#include "nn/json.h"
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "tools/common/files.h"
@@ -152,14 +153,26 @@ Loaded load(const Cli& cli) {
   }
   const models::ClassifierSpec& c = l.spec;
   l.headless = c.num_classes == 0;
-  if (json v = nn::metadata_json(l.meta, nn::kClassesKey); v.is_array())
-    l.classes = v.get<std::vector<std::string>>();
+  // Metadata written by another program may hold anything: read with checks, the file named.
+  json mean, std;
+  try {
+    if (json v = nn::metadata_json(l.meta, nn::kClassesKey); v.is_array())
+      l.classes = v.get<std::vector<std::string>>();
+    mean = nn::metadata_json(l.meta, nn::kMeanKey);
+    std = nn::metadata_json(l.meta, nn::kStdKey);
+    if (mean.is_array() && std.is_array()) {
+      for (const json& m : mean) (void)nn::json_number(m, "its mean");
+      for (const json& s : std) (void)nn::json_number(s, "its std", 1e-12);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: its metadata has a value of the wrong type ({})", cli.checkpoint, e.what());
+  } catch (const Error& e) {
+    fail("{}: {}", cli.checkpoint, e.what());
+  }
   if (static_cast<int64_t>(l.classes.size()) != c.num_classes) {
     l.classes.clear();
     for (int64_t k = 0; k < c.num_classes; ++k) l.classes.push_back(fmt::format("class {}", k));
   }
-  const json mean = nn::metadata_json(l.meta, nn::kMeanKey),
-             std = nn::metadata_json(l.meta, nn::kStdKey);
   if (!cli.mean.empty() || !cli.std.empty()) {
     l.mean = cli.mean;
     l.std = cli.std;
