@@ -360,6 +360,9 @@ std::vector<std::string> mpirun_args(int n, const std::vector<std::string>& args
                                 std::to_string(n),
                                 "-x",
                                 "OMP_NUM_THREADS=1",
+                                // no leak check under a sanitizer build (tests/CMakeLists.txt)
+                                "-x",
+                                "ASAN_OPTIONS=detect_leaks=0",
                                 kExe};
   a.insert(a.end(), args.begin(), args.end());
   return a;
