@@ -53,16 +53,29 @@ demo: deps
 #   make sanitize   the whole test suite under ASan + UBSan (any report fails its test)
 #   make fuzz       each reader's fuzz target for FUZZ_SECONDS (60) from its seeds; fails on any
 #                   crash, sanitizer report or leak (findings in $(BUILD_SANITIZE)/fuzz-findings)
-SANITIZE_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+# A report exits with status 86 (so that no test expecting a failure can take it for its own), and
+# `make sanitize` also has every report written to $(BUILD_SANITIZE)/sanitizer-reports/: a report
+# from a program a test started (whose output the test may not show) fails the run too.
+SANITIZER_FLAGS := abort_on_error=0:exitcode=86
+SANITIZE_ENV := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=0:$(SANITIZER_FLAGS) \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:$(SANITIZER_FLAGS) \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0
+REPORTS := $(CURDIR)/$(BUILD_SANITIZE)/sanitizer-reports
 sanitize-build: deps
 	CC=clang CXX=clang++ cmake -S . -B $(BUILD_SANITIZE) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DVITRINE_CUDA=OFF -DVITRINE_FUZZ=ON
 
 sanitize: sanitize-build
 	cmake --build $(BUILD_SANITIZE) -j $(JOBS)
-	cd $(BUILD_SANITIZE) && $(SANITIZE_ENV) ctest --output-on-failure -j $(JOBS)
+	rm -rf $(REPORTS) && mkdir -p $(REPORTS)
+	cd $(BUILD_SANITIZE) && $(SANITIZE_ENV) \
+	  ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=0:$(SANITIZER_FLAGS):log_path=$(REPORTS)/asan \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:$(SANITIZER_FLAGS):log_path=$(REPORTS)/ubsan \
+	  ctest --output-on-failure -j $(JOBS); status=$$?; \
+	  if [ -n "$$(ls -A $(REPORTS))" ]; then cat $(REPORTS)/*; \
+	    echo "sanitize: the sanitizer reports above (in $(REPORTS))"; exit 1; fi; \
+	  [ $$status -eq 0 ] && echo "sanitize: the whole suite under ASan + UBSan: no report"; \
+	  exit $$status
 
 fuzz: sanitize-build
 	cmake --build $(BUILD_SANITIZE) -j $(JOBS) --target fuzz_make_seeds $(addprefix fuzz_,$(FUZZ_TARGETS))
