@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs each fuzz target (built by `make fuzz` in BUILD with VITRINE_FUZZ=ON) for SECONDS from its
-# seeds: the files fuzz_make_seeds writes, the image fixtures, the training configs and the kept
-# findings (tests/fuzz/regressions). The corpus grows in BUILD/fuzz-corpus/<target>; a crash,
+# seeds: the files fuzz_make_seeds writes (valid files made by the library, the image fixtures, the
+# training configs) and the kept findings (tests/fuzz/regressions). The corpus grows in BUILD/fuzz-corpus/<target>; a crash,
 # sanitizer report, leak, timeout or out-of-memory input is saved in BUILD/fuzz-findings/<target>/
 # and fails the run (keep it in tests/fuzz/regressions/<target>/ once fixed).
 #   scripts/fuzz.sh BUILD SECONDS TARGET...
@@ -9,12 +9,10 @@ set -uo pipefail
 build=$1 seconds=$2
 shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$build/tests/fuzz/fuzz_make_seeds" "$build/fuzz-seeds" || exit 1
+"$build/tests/fuzz/fuzz_make_seeds" "$build/fuzz-seeds" "$root" || exit 1
 failed=()
 for t in "$@"; do
   seeds=("$build/fuzz-seeds/$t")
-  [ "$t" = image ] && seeds=("$root/tests/fixtures/images")
-  [ "$t" = train_config ] && seeds=("$root/configs")
   [ -d "$root/tests/fuzz/regressions/$t" ] && seeds+=("$root/tests/fuzz/regressions/$t")
   corpus="$build/fuzz-corpus/$t" findings="$build/fuzz-findings/$t"
   mkdir -p "$corpus" "$findings"

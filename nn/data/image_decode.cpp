@@ -55,8 +55,10 @@ std::string first_bytes(std::span<const uint8_t> bytes) {
   return s;
 }
 
-void check_size(int64_t w, int64_t h, const char* format, const std::string& name,
-                const ImageLimits& limits) {
+/// An image's size and layout as its header gives them, checked against the limits; no pixel
+/// is allocated yet.
+DecodedImage checked_header(int64_t w, int64_t h, int64_t channels, const char* format,
+                            const std::string& name, const ImageLimits& limits) {
   VT_CHECK(w > 0 && h > 0, "{}: the {} header gives a size of {}x{} pixels", name, format, w, h);
   VT_CHECK(w <= limits.max_side && h <= limits.max_side,
            "{}: the {} image is {}x{} pixels; a side may be at most {} (ImageLimits::max_side)",
@@ -65,6 +67,12 @@ void check_size(int64_t w, int64_t h, const char* format, const std::string& nam
            "{}: the {} image is {}x{} = {} pixels, over the limit of {} "
            "(ImageLimits::max_pixels); refused before decoding",
            name, format, w, h, w * h, limits.max_pixels);
+  DecodedImage out;
+  out.width = w;
+  out.height = h;
+  out.channels = channels;
+  out.format = format;
+  return out;
 }
 
 // ---- PNG (libpng) ------------------------------------------------------------------------------
@@ -136,16 +144,15 @@ DecodedImage decode_png(std::span<const uint8_t> bytes, const std::string& name,
   // The size, from the IHDR chunk that must come first, checked before libpng reads further.
   VT_CHECK(bytes.size() >= 26 && std::memcmp(bytes.data() + 12, "IHDR", 4) == 0,
            "{}: cannot decode the PNG file: it has no IHDR chunk after the signature", name);
-  check_size(big_endian32(bytes.data() + 16), big_endian32(bytes.data() + 20), "PNG", name, limits);
-  if (header_only) {
-    DecodedImage out;
-    out.width = big_endian32(bytes.data() + 16);
-    out.height = big_endian32(bytes.data() + 20);
-    const uint8_t colour = bytes[25];  // 0 grey, 2 RGB, 3 palette, 4 grey+alpha, 6 RGBA
-    out.channels = colour == 0 ? 1 : colour == 4 ? 2 : colour == 6 ? 4 : 3;
-    out.format = "PNG";
-    return out;
-  }
+  const uint8_t colour = bytes[25];  // 0 grey, 2 RGB, 3 palette, 4 grey+alpha, 6 RGBA
+  const DecodedImage header =
+      checked_header(big_endian32(bytes.data() + 16), big_endian32(bytes.data() + 20),
+                     colour == 0   ? 1
+                     : colour == 4 ? 2
+                     : colour == 6 ? 4
+                                   : 3,
+                     "PNG", name, limits);
+  if (header_only) return header;
   PngContext ctx{bytes.data(), bytes.size(), 0, {0}};
   PngReader r;
   r.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, png_on_error, png_on_warning);
@@ -166,13 +173,7 @@ DecodedImage decode_png(std::span<const uint8_t> bytes, const std::string& name,
     fail("{}: cannot decode the PNG file: {}", name,
          ctx.error[0] ? ctx.error : "unsupported layout");
   }
-  check_size(w, h, "PNG", name, limits);
-  DecodedImage out;
-  out.width = w;
-  out.height = h;
-  out.channels = channels;
-  out.format = "PNG";
-  if (header_only) return out;
+  DecodedImage out = checked_header(w, h, channels, "PNG", name, limits);  // after libpng's expand
   const size_t row = static_cast<size_t>(w) * static_cast<size_t>(channels);
   out.pixels.resize(row * h);
   std::vector<png_bytep> rows(h);
@@ -293,7 +294,7 @@ DecodedImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& name
                          const ImageLimits& limits, bool header_only) {
   // The size from the frame header, checked before libjpeg reads anything.
   if (const auto [w, h] = jpeg_frame_size(bytes); w > 0 || h > 0)
-    check_size(w, h, "JPEG", name, limits);
+    (void)checked_header(w, h, 3, "JPEG", name, limits);
   auto r = std::make_unique<JpegReader>();
   r->cinfo.err = jpeg_std_error(&r->err.mgr);
   r->err.mgr.error_exit = jpeg_on_error;
@@ -301,13 +302,10 @@ DecodedImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& name
   VT_CHECK(jpeg_start(r.get(), bytes.data(), bytes.size()), "{}: cannot decode the JPEG file: {}",
            name, r->err.message);
   const jpeg_decompress_struct& c = r->cinfo;
-  check_size(c.image_width, c.image_height, "JPEG", name, limits);
   const bool cmyk = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
-  DecodedImage out;
-  out.width = c.image_width;
-  out.height = c.image_height;
-  out.channels = c.jpeg_color_space == JCS_GRAYSCALE ? 1 : 3;
-  out.format = "JPEG";
+  DecodedImage out =
+      checked_header(c.image_width, c.image_height, c.jpeg_color_space == JCS_GRAYSCALE ? 1 : 3,
+                     "JPEG", name, limits);
   if (header_only) return out;
   const size_t in_channels = cmyk ? 4 : static_cast<size_t>(out.channels);
   const size_t row = static_cast<size_t>(out.width) * in_channels;
@@ -341,7 +339,7 @@ DecodedImage decode_bmp(std::span<const uint8_t> bytes, const std::string& name,
     const char* reason = stbi_failure_reason();
     fail("{}: cannot decode the BMP file: {}", name, reason ? reason : "a damaged header");
   }
-  check_size(w, h, "BMP", name, limits);
+  DecodedImage out = checked_header(w, h, n, "BMP", name, limits);
   // stb_image reads past the end of a truncated file as zeros: refuse one whose uncompressed
   // pixel rows are not all there (file header: data offset at 10; info header: bits per pixel
   // at 28, compression at 30; rows padded to 4 bytes).
@@ -356,11 +354,6 @@ DecodedImage decode_bmp(std::span<const uint8_t> bytes, const std::string& name,
                "{}, the file has {}",
                name, w, h, bpp, row * static_cast<uint64_t>(h), offset, bytes.size());
   }
-  DecodedImage out;
-  out.width = w;
-  out.height = h;
-  out.channels = n;
-  out.format = "BMP";
   if (header_only) return out;
   std::unique_ptr<stbi_uc, void (*)(void*)> data(
       stbi_load_from_memory(bytes.data(), size, &w, &h, &n, 0), stbi_image_free);

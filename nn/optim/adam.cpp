@@ -94,19 +94,8 @@ NamedTensors Adam::state_tensors() const {
 }
 
 nlohmann::json Adam::state_json() const {
-  nlohmann::json groups = nlohmann::json::array();
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    nlohmann::json jg = detail::group_json(groups_[g]);
-    std::vector<int64_t> steps(groups_[g].params.size());
-    for (size_t i = 0; i < steps.size(); ++i) steps[i] = step_count(g, i);
-    jg["steps"] = steps;
-    groups.push_back(std::move(jg));
-  }
-  return {{"type", type_name()},
-          {"beta1", beta1_},
-          {"beta2", beta2_},
-          {"eps", eps_},
-          {"groups", std::move(groups)}};
+  return detail::adam_state_json(type_name(), beta1_, beta2_, eps_, groups_,
+                                 [&](size_t g, size_t i) { return step_count(g, i); });
 }
 
 void Adam::load_state(const NamedTensors& tensors, const nlohmann::json& j) {

@@ -1,6 +1,7 @@
 // Internal helpers shared by the optimizers (sgd.cpp, adam.cpp); defined in optimizer.cpp. Not
 // part of the public API.
 #pragma once
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -48,6 +49,12 @@ std::string state_key(size_t g, size_t i, const std::string& slot);
 
 /// The hyperparameters every group has: {name, lr, initial_lr, weight_decay, num_params}.
 nlohmann::json group_json(const ParamGroup& group);
+
+/// Adam(W)'s state JSON, which ZeroAdam writes too so that checkpoints interchange:
+/// {type, beta1, beta2, eps, groups: [group_json(g) + {"steps": [steps(g, i) for each i]}]}.
+nlohmann::json adam_state_json(const std::string& type, double beta1, double beta2, double eps,
+                               const std::vector<ParamGroup>& groups,
+                               const std::function<int64_t(size_t g, size_t i)>& steps);
 
 /// Checks that j["groups"] matches groups (count, parameter counts per group) and that j["type"]
 /// is type. Throws with a message naming the first mismatch.

@@ -94,6 +94,20 @@ nlohmann::json group_json(const ParamGroup& group) {
           {"num_params", group.params.size()}};
 }
 
+nlohmann::json adam_state_json(const std::string& type, double beta1, double beta2, double eps,
+                               const std::vector<ParamGroup>& groups,
+                               const std::function<int64_t(size_t g, size_t i)>& steps) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    nlohmann::json jg = group_json(groups[g]);
+    std::vector<int64_t> counts(groups[g].params.size());
+    for (size_t i = 0; i < counts.size(); ++i) counts[i] = steps(g, i);
+    jg["steps"] = counts;
+    out.push_back(std::move(jg));
+  }
+  return {{"type", type}, {"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"groups", out}};
+}
+
 void check_state_groups(const std::string& type, const std::vector<ParamGroup>& groups,
                         const nlohmann::json& j) {
   VT_CHECK(j.is_object() && j.contains("type") && j["type"].is_string() && j.contains("groups") &&

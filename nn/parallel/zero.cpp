@@ -129,17 +129,9 @@ NamedTensors ZeroAdam::state_tensors() const {
 }
 
 nlohmann::json ZeroAdam::state_json() const {
-  nlohmann::json groups = nlohmann::json::array();
-  for (const optim::ParamGroup& group : groups_) {
-    nlohmann::json jg = optim::detail::group_json(group);
-    jg["steps"] = std::vector<int64_t>(group.params.size(), steps_);
-    groups.push_back(std::move(jg));
-  }
-  return {{"type", type_name()},
-          {"beta1", beta1_},
-          {"beta2", beta2_},
-          {"eps", eps_},
-          {"groups", std::move(groups)}};
+  // Adam's format: every parameter has taken the same number of steps.
+  return optim::detail::adam_state_json(type_name(), beta1_, beta2_, eps_, groups_,
+                                        [&](size_t, size_t) { return steps_; });
 }
 
 void ZeroAdam::load_state(const NamedTensors& tensors, const nlohmann::json& j) {

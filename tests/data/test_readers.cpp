@@ -559,7 +559,8 @@ TEST_CASE("image_folder: get is safe from several threads") {
           try {
             (void)ds.get(k);  // p/broken.png, sorted last; its message must name it
           } catch (const vitrine::Error& e) {
-            if (std::string(e.what()).find("broken.png: not a PNG, JPEG or BMP") != std::string::npos)
+            if (std::string(e.what()).find("broken.png: not a PNG, JPEG or BMP") !=
+                std::string::npos)
               ++errors[t];
           }
         }

@@ -11,23 +11,13 @@
 #include <string>
 
 #include "backends/error.h"
-#include "models/vit.h"
+#include "explain/tiny_vit.h"
 
 namespace vt_fuzz {
 
-/// The ViT whose checkpoints fuzz_safetensors reads (and fuzz_make_seeds writes).
-inline vitrine::models::ViTConfig tiny_vit() {
-  vitrine::models::ViTConfig c;
-  c.image_h = c.image_w = 4;
-  c.patch = 2;
-  c.channels = 1;
-  c.num_classes = 2;
-  c.dim = 4;
-  c.depth = 1;
-  c.heads = 1;
-  c.mlp_dim = 4;
-  return c;
-}
+/// The ViT whose checkpoints fuzz_safetensors reads (and fuzz_make_seeds writes): the explanation
+/// tests' tiny ViT on one 4x4 grey patch.
+inline vitrine::models::ViTConfig tiny_vit() { return vt_test::tiny_vit_config(4, 4, 1); }
 
 /// A file holding `data` (one per process, rewritten for each input, in /dev/shm when there).
 inline const std::string& write_input(const uint8_t* data, size_t size, const char* suffix) {

@@ -1,5 +1,7 @@
-// fuzz_make_seeds DIR: writes the fuzz targets' seed corpora, valid files made with the library
-// itself, into DIR/<target>/ (`make fuzz` runs it before the fuzzers; the replay tests too).
+// fuzz_make_seeds DIR SOURCE_DIR: writes the fuzz targets' seed corpora into DIR/<target>/:
+// valid files made with the library itself, and copies of the repository's image fixtures
+// (SOURCE_DIR/tests/fixtures/images) and training configs (SOURCE_DIR/configs). `make fuzz` runs
+// it before the fuzzers, the suite before its replay tests.
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -27,12 +29,21 @@ std::string bytes_of(std::initializer_list<int> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: fuzz_make_seeds DIR\n");
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: fuzz_make_seeds DIR SOURCE_DIR\n");
     return 2;
   }
-  const fs::path dir = argv[1];
+  const fs::path dir = argv[1], source = argv[2];
   try {
+    // The repository's valid files: images in every layout, and the training configs.
+    const auto copy_all = [&](const fs::path& from, const char* target) {
+      fs::create_directories(dir / target);
+      for (const auto& e : fs::directory_iterator(from))
+        fs::copy_file(e.path(), dir / target / e.path().filename(),
+                      fs::copy_options::overwrite_existing);
+    };
+    copy_all(source / "tests/fixtures/images", "image");
+    copy_all(source / "configs", "train_config");
     // safetensors: a checkpoint with AdamW state after one step, and plain tensors of every dtype.
     models::VisionTransformer model(vt_fuzz::tiny_vit());
     nn::optim::AdamW opt(model.parameters());

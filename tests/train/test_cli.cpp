@@ -354,16 +354,10 @@ namespace {
 
 /// mpirun -np n (as root too, two ranks on however many cores) vitrine-train args.
 std::vector<std::string> mpirun_args(int n, const std::vector<std::string>& args) {
-  std::vector<std::string> a = {"--oversubscribe",
-                                "--allow-run-as-root",
-                                "-np",
-                                std::to_string(n),
-                                "-x",
-                                "OMP_NUM_THREADS=1",
+  std::vector<std::string> a = {"--oversubscribe", "--allow-run-as-root", "-np", std::to_string(n),
+                                "-x", "OMP_NUM_THREADS=1",
                                 // no leak check under a sanitizer build (tests/CMakeLists.txt)
-                                "-x",
-                                "ASAN_OPTIONS=detect_leaks=0",
-                                kExe};
+                                "-x", "ASAN_OPTIONS=detect_leaks=0", kExe};
   a.insert(a.end(), args.begin(), args.end());
   return a;
 }

@@ -79,7 +79,8 @@ int remove_stale_temporaries(const std::string& dir) {
       continue;
     const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
     if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // still running
-    if (fs::remove(it->path(), ec)) ++removed;
+    std::error_code remove_ec;  // (a file that cannot be removed is left, the listing goes on)
+    if (fs::remove(it->path(), remove_ec)) ++removed;
   }
   return removed;
 }
