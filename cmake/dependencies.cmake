@@ -6,6 +6,9 @@ find_package(ZLIB REQUIRED)
 # Decoders for images from outside (nn/data/image_decode.cpp): libpng and libjpeg-turbo.
 find_package(PNG REQUIRED)
 find_package(JPEG REQUIRED)
+# cpp-httplib (Debian's compiled build: its pkg-config flags must match the library's).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 # OpenBLAS, the OpenMP build, from its own directory (never through Debian's alternatives).
 set(_vt_blas_hints)

@@ -10,6 +10,8 @@
 //   vitrine-explain --checkpoint runs/resnet/best.safetensors --dataset fashion-mnist --evaluate
 //   vitrine-explain --checkpoint dino.safetensors --model-config vit_small_patch8_224
 //       --method attention --pos-interp dino --resize none --crop topleft --threshold 0.6 photo.jpg
+//   vitrine-explain --checkpoint runs/demo/best.safetensors --serve      (then open
+//       http://127.0.0.1:8080/ and drop an image on the page)
 //
 // Exit codes: 0 done, 1 error (the message names the file or option), 2 bad command line.
 #include <fmt/format.h>
@@ -33,9 +35,11 @@
 #include "tools/common/files.h"
 #include "tools/explain/evaluate.h"
 #include "tools/explain/explain.h"
+#include "tools/explain/model.h"
 #include "tools/explain/npy.h"
 #include "tools/explain/render.h"
 #include "tools/explain/report.h"
+#include "tools/explain/serve_http.h"
 #include "tools/explain/text.h"
 
 namespace {
@@ -62,32 +66,15 @@ struct Cli {
   bool evaluate = false;
   int64_t sanity_count = 100, patches_per_step = 4;
   std::string removal = "zero";
+  // --serve
+  bool serve = false;
+  ex::HttpOptions http;
+  ex::ServeLimits limits;
+  double max_body_mb = 16;
 };
 
-/// One image to explain: what the model sees and what a person sees.
-struct Sample {
-  std::string name;
-  Tensor input;    // [C, H, W], the model's input (normalised)
-  Tensor display;  // [C, H, W] in [0, 1]
-  int64_t label = -1;
-  std::optional<nn::data::Box> box;  // the object's box (the pasted benchmark's images)
-};
-
-/// The model, its class names and the input normalisation it was trained with.
-struct Loaded {
-  std::shared_ptr<nn::Module> model;               // any image classifier
-  std::shared_ptr<models::VisionTransformer> vit;  // the same model when it is a ViT, else null
-  models::ClassifierSpec spec;                     // channels, classes, input size
-  /// A ViT's patch; for another model --cell, the squares its grid maps average over: images
-  /// are cropped to (--resize none) or must be (--input) a multiple of it.
-  int64_t patch = 1;
-  std::string gradcam_layer;  // another model: the submodule Grad-CAM reads (a ResNet's layer3)
-  nn::Metadata meta;          // the checkpoint's metadata
-  bool headless = false;      // no classification head: attention methods only
-  std::vector<std::string> classes;  // empty without a head
-  std::vector<float> mean, std;
-  std::string normalisation;  // where mean/std came from, for the report
-};
+using ex::Sample;
+using Loaded = ex::LoadedModel;
 
 /// The methods of --method a model without a head cannot run, as one Error; none: fine.
 void check_headless(const Cli& cli, const std::vector<ex::Method>& methods) {
@@ -127,142 +114,25 @@ std::vector<ex::Method> methods_for_any_model(const Cli& cli, const Loaded& l,
 }
 
 Loaded load(const Cli& cli) {
-  Loaded l;
-  l.meta = nn::read_safetensors_metadata(cli.checkpoint);
   const double mb = static_cast<double>(fs::file_size(cli.checkpoint)) / 1e6;
   if (mb >= 100) {
     fmt::print("reading {} ({:.0f} MB) ...\n", cli.checkpoint, mb);
     std::fflush(stdout);
   }
-  std::optional<models::ClassifierSpec> given;  // --model-config: a ViT's architecture
-  if (!cli.model_config.empty())
-    given = models::ClassifierSpec::of(models::resolve_config(cli.model_config));
-  l.model = models::load_classifier(cli.checkpoint, given, &l.spec);
-  l.vit = std::dynamic_pointer_cast<models::VisionTransformer>(l.model);
-  if (l.vit) {
-    l.patch = l.vit->config().patch;
-    VT_CHECK(cli.gradcam_layer.empty(),
-             "--gradcam-layer {}: a ViT's Grad-CAM reads a block's tokens; choose the block with "
-             "--layer",
-             cli.gradcam_layer);
-  } else {
-    l.patch = cli.cell;
-    l.gradcam_layer =
-        cli.gradcam_layer.empty() && l.spec.arch == "resnet" ? "layer3" : cli.gradcam_layer;
-    if (!l.gradcam_layer.empty()) (void)ex::submodule(*l.model, l.gradcam_layer);  // checked
-  }
-  const models::ClassifierSpec& c = l.spec;
-  l.headless = c.num_classes == 0;
-  // Metadata written by another program may hold anything: read with checks, the file named.
-  json mean, std;
-  try {
-    if (json v = nn::metadata_json(l.meta, nn::kClassesKey); v.is_array())
-      l.classes = v.get<std::vector<std::string>>();
-    mean = nn::metadata_json(l.meta, nn::kMeanKey);
-    std = nn::metadata_json(l.meta, nn::kStdKey);
-    if (mean.is_array() && std.is_array()) {
-      for (const json& m : mean) (void)nn::json_number(m, "its mean");
-      for (const json& s : std) (void)nn::json_number(s, "its std", 1e-12);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: its metadata has a value of the wrong type ({})", cli.checkpoint, e.what());
-  } catch (const Error& e) {
-    fail("{}: {}", cli.checkpoint, e.what());
-  }
-  if (static_cast<int64_t>(l.classes.size()) != c.num_classes) {
-    l.classes.clear();
-    for (int64_t k = 0; k < c.num_classes; ++k) l.classes.push_back(fmt::format("class {}", k));
-  }
-  if (!cli.mean.empty() || !cli.std.empty()) {
-    l.mean = cli.mean;
-    l.std = cli.std;
-    l.normalisation = "--mean/--std";
-  } else if (mean.is_array() && std.is_array()) {
-    l.mean = mean.get<std::vector<float>>();
-    l.std = std.get<std::vector<float>>();
-    l.normalisation = "the checkpoint";
-  } else if (l.headless && c.channels == 3) {
-    // A backbone without a head is most often DINO's, trained on ImageNet's statistics.
-    l.mean = {0.485f, 0.456f, 0.406f};
-    l.std = {0.229f, 0.224f, 0.225f};
-    l.normalisation =
-        "ImageNet's, as DINO's backbones (the checkpoint names none; set --mean/--std)";
-  } else {
-    l.mean.assign(static_cast<size_t>(c.channels), 0.5f);
-    l.std.assign(static_cast<size_t>(c.channels), 0.5f);
-    l.normalisation =
-        "timm's ViT default (the checkpoint names none; torchvision's and DINO's ViTs expect "
-        "ImageNet's: --mean 0.485 0.456 0.406 --std 0.229 0.224 0.225)";
-  }
-  if (l.mean.size() == 1) l.mean.resize(static_cast<size_t>(c.channels), l.mean[0]);
-  if (l.std.size() == 1) l.std.resize(static_cast<size_t>(c.channels), l.std[0]);
-  VT_CHECK(static_cast<int64_t>(l.mean.size()) == c.channels &&
-               static_cast<int64_t>(l.std.size()) == c.channels,
-           "normalisation from {}: {} mean and {} std values for a {}-channel model",
-           l.normalisation, l.mean.size(), l.std.size(), c.channels);
+  Loaded l = ex::load_model({.checkpoint = cli.checkpoint,
+                             .model_config = cli.model_config,
+                             .gradcam_layer = cli.gradcam_layer,
+                             .cell = cli.cell,
+                             .mean = cli.mean,
+                             .std = cli.std});
   if (l.normalisation != "the checkpoint")
     fmt::print("normalisation: mean {} std {} from {}\n", l.mean, l.std, l.normalisation);
   return l;
 }
 
-Tensor to_tensor(const nn::data::Image& im) {
-  return ops::from_vector(im.pixels, {im.channels, im.height, im.width});
-}
-
-/// --resize factor:F's F, or 0 for model / none.
-double resize_factor(const std::string& resize) {
-  if (resize.rfind("factor:", 0) != 0) return 0;
-  const std::string f = resize.substr(7);
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(f, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  VT_CHECK(used == f.size() && used > 0 && std::isfinite(x) && x > 0 && x <= 16,
-           "--resize {}: expected model, none or factor:F with F a number in (0, 16] (as "
-           "factor:0.5), got factor \"{}\"",
-           resize, f);
-  return x;
-}
-
-/// A decoded image as the model takes it: checked against the patch size, resized to the
-/// model's size (--resize model), or kept at its size (none) or scaled (factor:F) and cropped to
-/// a multiple of the patch (--crop center or topleft, as DINO's visualize_attention), then
-/// normalised.
 Sample prepare(const std::string& name, const nn::data::Image& raw, int64_t label, const Cli& cli,
                const Loaded& l) {
-  const models::ClassifierSpec& c = l.spec;
-  const int64_t patch = l.patch;
-  VT_CHECK(raw.height >= patch && raw.width >= patch,
-           "{}: the image is {}x{}, smaller than one {}x{} patch", name, raw.height, raw.width,
-           patch, patch);
-  nn::data::Image im = raw;
-  if (cli.resize == "model") {
-    if (im.height != c.image_h || im.width != c.image_w)
-      im = nn::data::resize(im, c.image_h, c.image_w);
-  } else {
-    if (const double f = resize_factor(cli.resize); f > 0)
-      im = nn::data::resize(im, std::max<int64_t>(1, std::llround(f * im.height)),
-                            std::max<int64_t>(1, std::llround(f * im.width)));
-    VT_CHECK(im.height >= patch && im.width >= patch,
-             "{}: the image is {}x{}{}, smaller than one {}x{} patch", name, im.height, im.width,
-             cli.resize == "none" ? "" : fmt::format(" after --resize {}", cli.resize), patch,
-             patch);
-    const int64_t h = im.height / patch * patch, w = im.width / patch * patch;
-    if (cli.crop == "topleft") {
-      nn::data::Image out{im.channels, h, w, {}};
-      out.pixels.resize(static_cast<size_t>(im.channels * h * w));
-      for (int64_t ch = 0; ch < im.channels; ++ch)
-        for (int64_t y = 0; y < h; ++y)
-          for (int64_t x = 0; x < w; ++x) out.at(ch, y, x) = im.at(ch, y, x);
-      im = std::move(out);
-    } else {
-      im = nn::data::center_crop(im, h, w);
-    }
-  }
-  return {name, to_tensor(nn::data::normalize(im, l.mean, l.std)), to_tensor(im), label, {}};
+  return ex::prepare_image(name, raw, label, {.resize = cli.resize, .crop = cli.crop}, l);
 }
 
 /// The test set of --dataset, read as the checkpoint was trained: its run's config.json or its
@@ -378,8 +248,8 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
                  cli.dataset, set.display.describe(), name, e.image.height, e.image.width,
                  shown.height, shown.width, c.image_h, c.image_w);
         out.push_back({name,
-                       to_tensor(nn::data::normalize(shown, l.mean, l.std)),
-                       to_tensor(shown),
+                       ex::image_tensor(nn::data::normalize(shown, l.mean, l.std)),
+                       ex::image_tensor(shown),
                        e.label,
                        {}});
       } else {
@@ -427,8 +297,7 @@ ex::Options options_of(const Cli& cli, const Loaded& l) {
                                                : ex::HeadFusion::Mean;
   opt.ig_rule = cli.ig_method == "trapezoid" ? ex::IgRule::Trapezoid : ex::IgRule::GaussLegendre;
   opt.baseline = cli.baseline == "blur" ? ex::IgBaseline::Blur : ex::IgBaseline::Black;
-  if (cli.input.empty())  // a black pixel, normalised; with --input the baseline is exactly 0
-    for (size_t ch = 0; ch < l.mean.size(); ++ch) opt.black.push_back(-l.mean[ch] / l.std[ch]);
+  if (cli.input.empty()) opt.black = ex::black_pixel(l);  // with --input the baseline is exactly 0
   opt.pos_interp = cli.pos_interp == "dino" ? models::PosInterp::Dino : models::PosInterp::Size;
   return opt;
 }
@@ -839,6 +708,19 @@ int run_evaluation(const Cli& cli) {
   return 0;
 }
 
+/// --serve: the page and the JSON API until Ctrl-C.
+int run_serve(Cli cli) {
+  ex::block_stop_signals();  // before the model's loading starts any thread
+  Loaded l = load(cli);
+  cli.limits.max_body_bytes = static_cast<int64_t>(cli.max_body_mb * (1 << 20));
+  ex::ExplainService service(std::move(l), cli.limits);
+  cli.http.log = [](const std::string& line) {
+    fmt::print("  {}\n", line);
+    std::fflush(stdout);
+  };
+  return ex::serve(service, cli.http);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -884,7 +766,7 @@ int main(int argc, char** argv) {
       ->check([](const std::string& v) {
         if (v == "model" || v == "none") return std::string();
         try {
-          (void)resize_factor(v);
+          (void)ex::resize_factor(v);
         } catch (const std::exception& e) {
           return std::string(e.what());
         }
@@ -973,18 +855,63 @@ int main(int argc, char** argv) {
                  "--evaluate: what replaces a deleted patch: zero (black), mean or blur")
       ->check(CLI::IsMember({"zero", "mean", "blur"}))
       ->capture_default_str();
+  app.add_flag("--serve", cli.serve,
+               "serve a page (and a JSON API) where you drop your own images and see every "
+               "method, layer and head: http://127.0.0.1:8080/ by default (Ctrl-C stops)");
+  app.add_option("--host", cli.http.host,
+                 "--serve: the address to listen on (another than 127.0.0.1 opens the server to "
+                 "other machines, with a warning)")
+      ->capture_default_str();
+  app.add_option("--port", cli.http.port, "--serve: the port (0: any free one)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--threads", cli.http.threads, "--serve: threads reading and writing requests")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--max-body-mb", cli.max_body_mb, "--serve: the largest request body, MB")
+      ->check(CLI::Range(0.001, 1024.0))
+      ->capture_default_str();
+  app.add_option("--max-image-side", cli.limits.max_image_side,
+                 "--serve: the largest image width or height, pixels (read from the header "
+                 "before decoding)")
+      ->check(CLI::Range(int64_t{1}, int64_t{32768}))
+      ->capture_default_str();
+  app.add_option("--request-timeout", cli.limits.request_timeout_s,
+                 "--serve: seconds a request may wait for the model and run")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--queue", cli.limits.queue,
+                 "--serve: requests that may wait while one runs; more get 503 with Retry-After")
+      ->check(CLI::Range(int64_t{0}, int64_t{1024}))
+      ->capture_default_str();
+  app.add_option("--max-steps", cli.limits.max_steps,
+                 "--serve: the most integrated-gradients steps or SmoothGrad samples a request "
+                 "may ask")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}))
+      ->capture_default_str();
+  app.add_option("--max-attention-mb", cli.limits.max_attention_mb,
+                 "--serve: the most memory one image's attention and its gradients may take "
+                 "(bounds images kept at their own size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   const int sources = !cli.images.empty() + !cli.dataset.empty() + !cli.input.empty();
+  if (cli.serve && (sources > 0 || cli.evaluate)) {
+    fmt::print(stderr,
+               "vitrine-explain: --serve takes its images from the page; give no images, "
+               "--dataset, --input or --evaluate with it\n");
+    return 2;
+  }
   if (sources > 1) {
     fmt::print(stderr, "vitrine-explain: give images, --dataset or --input, not several\n");
     return 2;
   }
   try {
-    return cli.evaluate ? run_evaluation(cli) : run(cli);
+    return cli.serve ? run_serve(cli) : cli.evaluate ? run_evaluation(cli) : run(cli);
   } catch (const std::exception& e) {
     fmt::print(stderr, "vitrine-explain: error: {}\n", e.what());
     return 1;

@@ -1,0 +1,85 @@
+// The model vitrine-explain explains, as the command line and the server (--serve) load it: any
+// image classifier in a safetensors checkpoint, its class names, and the input normalisation it
+// was trained with; and how one decoded image becomes the model's input (a Sample).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/classifier.h"
+#include "models/vit.h"
+#include "nn/data/image_folder.h"
+#include "nn/data/pasted.h"
+#include "nn/state.h"
+
+namespace vitrine::explain {
+
+/// Where the model comes from and what the user said about it.
+struct ModelSource {
+  std::string checkpoint;
+  /// The architecture when the checkpoint names none: a preset or a JSON file (empty: none).
+  std::string model_config;
+  /// A model other than a ViT: the submodule Grad-CAM reads (empty: a ResNet's layer3).
+  std::string gradcam_layer;
+  /// A model other than a ViT: the squares (in pixels) its grid maps average over.
+  int64_t cell = 4;
+  /// The input normalisation; empty: the checkpoint's.
+  std::vector<float> mean, std;
+};
+
+/// The model, its class names and the input normalisation it was trained with.
+struct LoadedModel {
+  std::shared_ptr<nn::Module> model;               // any image classifier
+  std::shared_ptr<models::VisionTransformer> vit;  // the same model when it is a ViT, else null
+  models::ClassifierSpec spec;                     // channels, classes, input size
+  /// A ViT's patch; for another model the cell, the squares its grid maps average over: images
+  /// are cropped to (resize none) or must be (a raw input) a multiple of it.
+  int64_t patch = 1;
+  std::string gradcam_layer;    // another model: the submodule Grad-CAM reads (a ResNet's layer3)
+  nn::Metadata meta;            // the checkpoint's metadata
+  std::string checkpoint_name;  // the checkpoint's file name (without its folder)
+  bool headless = false;        // no classification head: attention methods only
+  std::vector<std::string> classes;  // "class k" where the checkpoint names none; empty: no head
+  std::vector<float> mean, std;      // one per channel
+  /// Where mean and std came from ("the checkpoint", "--mean/--std", or a default and why).
+  std::string normalisation;
+};
+
+/// Reads the checkpoint (any classifier load_classifier knows), its class names, mean and std
+/// (the source's, else the checkpoint's metadata, else ImageNet's for a head-less 3-channel
+/// backbone, else timm's 0.5). Errors name the checkpoint and the faulty value.
+LoadedModel load_model(const ModelSource& source);
+
+/// The model-input value of a black pixel per channel: -mean[c] / std[c].
+std::vector<float> black_pixel(const LoadedModel& model);
+
+/// How an image is fitted to the model: resize "model" (to the model's size), "none" (its own
+/// size) or "factor:F" (scaled by F in (0, 16]); the last two then crop to a multiple of the
+/// patch, at the "center" or the "topleft" (DINO's visualize_attention).
+struct InputGeometry {
+  std::string resize = "model", crop = "center";
+};
+
+/// resize "factor:F"'s F, or 0 for "model" and "none"; a malformed factor is an Error.
+double resize_factor(const std::string& resize);
+
+/// One image to explain: what the model sees and what a person sees.
+struct Sample {
+  std::string name;
+  Tensor input;    // [C, H, W], the model's input (normalised)
+  Tensor display;  // [C, H, W] in [0, 1]
+  int64_t label = -1;
+  std::optional<nn::data::Box> box;  // the object's box (the pasted benchmark's images)
+};
+
+/// A decoded image as the model takes it: checked against the patch size, fitted (geometry),
+/// then normalised. Errors name the image.
+Sample prepare_image(const std::string& name, const nn::data::Image& raw, int64_t label,
+                     const InputGeometry& geometry, const LoadedModel& model);
+
+/// A decoded image as a tensor [C, H, W].
+Tensor image_tensor(const nn::data::Image& image);
+
+}  // namespace vitrine::explain
