@@ -293,7 +293,10 @@ json ExplainService::model_info() const {
 
 ServeStats ExplainService::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  ServeStats s = stats_;
+  s.running = running_;
+  s.waiting = waiting_;
+  return s;
 }
 
 json ExplainService::explain(std::string_view image_bytes, std::string_view options_json,

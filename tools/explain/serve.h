@@ -90,6 +90,8 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
 /// Counters since the service started (GET /api/model shows them).
 struct ServeStats {
   int64_t requests = 0, answered = 0, refused_busy = 0, client_errors = 0, pass_cache_hits = 0;
+  bool running = false;  // a request has the model now
+  int64_t waiting = 0;   // requests waiting for it
 };
 
 class ExplainService {

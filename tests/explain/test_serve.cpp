@@ -1,0 +1,644 @@
+// vitrine-explain --serve: the service's answers against the library's own maps, its cache, its
+// bounded queue and time limit (in process); then the real program on a loopback port: the API,
+// every bad request (each followed by a good one that still succeeds), path traversal, the
+// limits, 200 requests from 8 clients with the server's memory measured, the bind address and a
+// clean stop on SIGINT; and the page itself driven in headless Chromium.
+#include <fmt/ranges.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "browser.h"
+#include "cdp.h"
+#include "nn/data/image_decode.h"
+#include "nn/state.h"
+#include "test_util.h"
+#include "tools/common/html.h"
+#include "tools/explain/explain.h"
+#include "tools/explain/serve.h"
+
+using namespace vitrine;
+using namespace vt_test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+namespace ex = vitrine::explain;
+
+namespace {
+
+const std::string kExe = VITRINE_EXPLAIN_EXE;
+
+models::ViTConfig serve_config(int64_t classes) {
+  models::ViTConfig c;
+  c.image_h = c.image_w = 28;
+  c.patch = 7;
+  c.channels = 1;
+  c.num_classes = classes;
+  c.dim = 16;
+  c.depth = 2;
+  c.heads = 2;
+  c.mlp_dim = 32;
+  return c;
+}
+
+/// A 28 x 28 grey image: a bright square at (y, x) on a dark ramp.
+std::vector<uint8_t> square(int y0, int x0) {
+  std::vector<uint8_t> px(28 * 28);
+  for (int y = 0; y < 28; ++y)
+    for (int x = 0; x < 28; ++x)
+      px[y * 28 + x] = (y >= y0 && y < y0 + 8 && x >= x0 && x < x0 + 8) ? 230 : (x + y) % 60;
+  return px;
+}
+
+/// A checkpoint (three classes with names, or none), and images, in a folder of their own.
+/// (It holds no tensors: a static that outlives the backends' own statics must not free any.)
+struct Files {
+  TempDir dir;
+  std::string checkpoint = dir / "model.safetensors", backbone = dir / "backbone.safetensors";
+  std::vector<std::string> images;  // 12 PNGs, the square in different places
+  Files() {
+    for (const auto& [path, classes] : {std::pair{checkpoint, 3}, std::pair{backbone, 0}}) {
+      Generator gen(5);
+      models::VisionTransformer model(serve_config(classes), gen);
+      nn::Metadata md;
+      nn::set_metadata_json(md, nn::kMeanKey, std::vector<double>{0.25});
+      nn::set_metadata_json(md, nn::kStdKey, std::vector<double>{0.5});
+      if (classes)
+        nn::set_metadata_json(md, nn::kClassesKey,
+                              std::vector<std::string>{"shirt", "bag", "boot"});
+      models::save_vit_timm(path, model, md);
+    }
+    for (int i = 0; i < 12; ++i) {
+      images.push_back(dir / fmt::format("im{}.png", i));
+      write_png(images.back(), 28, 28, 1, square(2 * i, 20 - i));
+    }
+  }
+};
+
+Files& files() {
+  static Files f;
+  return f;
+}
+
+std::string bytes_of(const std::string& path) { return read_text(path); }
+
+ex::ExplainService make_service(const std::string& checkpoint, ex::ServeLimits limits = {}) {
+  ex::ModelSource source;
+  source.checkpoint = checkpoint;
+  return ex::ExplainService(ex::load_model(source), limits);
+}
+
+/// The default limits with one changed.
+ex::ServeLimits with(int64_t ex::ServeLimits::*field, int64_t value) {
+  ex::ServeLimits l;
+  l.*field = value;
+  return l;
+}
+
+/// The ClientError a call throws (status and message); fails when it throws none.
+std::pair<int, std::string> client_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ex::ClientError& e) {
+    return {e.status, e.what()};
+  }
+  FAIL("no ClientError");
+  return {0, ""};
+}
+
+/// The pixels of a data:image/png;base64 URI.
+nn::data::DecodedImage png_of(const std::string& uri) {
+  const std::string prefix = "data:image/png;base64,";
+  REQUIRE(uri.rfind(prefix, 0) == 0);
+  const std::string bytes = base64_decode(uri.substr(prefix.size()));
+  return nn::data::decode_image(
+      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "overlay");
+}
+
+}  // namespace
+
+TEST_CASE("serve: the answer holds the library's maps and prediction, drawn at 224 pixels") {
+  ex::ExplainService s = make_service(files().checkpoint);
+  const std::string image = bytes_of(files().images[3]);
+  const json r = s.explain(image, R"({"grids": true, "head": 1, "threshold": 0.5})", "im3.png");
+  // The library on the same input: the image prepared as the CLI does, one pass.
+  const ex::LoadedModel& m = s.model();
+  const ex::Sample sample =
+      ex::prepare_image("im3", nn::data::read_image(files().images[3], 1), -1, {}, m);
+  const Tensor batch = sample.input.unsqueeze(0);
+  const ex::Pass pass = ex::run_pass(*m.vit, batch, {-1});
+  ex::Options o;
+  o.head = 1;
+  o.threshold = 0.5;
+  o.black = ex::black_pixel(m);
+  const auto probs = ops::softmax(pass.logits, -1).to_vector<double>();
+  const int64_t predicted = std::max_element(probs.begin(), probs.end()) - probs.begin();
+  CHECK(r["prediction"]["predicted"] == predicted);
+  CHECK(r["prediction"]["target"] == predicted);
+  CHECK(r["prediction"]["top"].size() == 3);
+  CHECK(r["prediction"]["top"][0]["probability"].get<double>() ==
+        doctest::Approx(probs[predicted]).epsilon(1e-6));
+  CHECK(r["prediction"]["top"][0]["name"] == m.classes[predicted]);
+  REQUIRE(r["methods"].size() == 8);  // every method of a ViT with a head
+  for (const json& e : r["methods"]) {
+    const ex::Method method = ex::parse_methods(e["method"].get<std::string>()).front();
+    const ex::Explanation want = ex::explain_method(*m.vit, batch, pass, method, o);
+    const auto got = e["grid"]["values"].get<std::vector<double>>();
+    const auto expected = want.grid.to(kFloat64).to_vector<double>();
+    REQUIRE(got.size() == expected.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      CHECK_MESSAGE(got[i] == doctest::Approx(expected[i]).epsilon(1e-5), e["method"]);
+    const nn::data::DecodedImage png = png_of(e["png"]);
+    CHECK(png.width == 224);  // 28 pixels enlarged 8 times
+    CHECK(png.height == 224);
+    CHECK(png.channels == 3);
+  }
+  CHECK(r["methods"][0].contains("mask_png"));  // attention with a threshold: its mask
+  CHECK(r["heads"]["pngs"].size() == 2);
+  CHECK(r["heads"]["mask_pngs"].size() == 2);
+  CHECK(r["heads"]["layer"] == 1);
+  // The attention distance is the library's.
+  const Tensor d = ex::attention_distance(pass, 7);
+  CHECK(r["attention_distance"].size() == 2);
+  CHECK(r["attention_distance"][1][0].get<double>() ==
+        doctest::Approx(d.to_vector<double>()[2]).epsilon(1e-6));
+  CHECK(r["image"]["format"] == "PNG");
+  CHECK(r["input"]["grid"] == json::array({4, 4}));
+}
+
+TEST_CASE("serve: a change of head or colormap reuses the cached pass, SmoothGrad its result") {
+  ex::ExplainService s = make_service(files().checkpoint);
+  const std::string image = bytes_of(files().images[0]);
+  const json a = s.explain(image, R"({"methods": "attention,smoothgrad", "samples": 4})");
+  CHECK(s.stats().pass_cache_hits == 0);
+  CHECK(a["methods"][1]["cached"] == false);
+  const json b = s.explain(
+      image, R"({"methods": "attention,smoothgrad", "samples": 4, "head": 0, "colormap": "jet"})");
+  CHECK(s.stats().pass_cache_hits == 1);
+  CHECK(b["methods"][1]["cached"] == true);
+  CHECK(b["timings"].contains("pass (cached)"));
+  CHECK(a["methods"][0]["png"] != b["methods"][0]["png"]);
+  // Another target is another pass; another sample count another SmoothGrad.
+  const json c = s.explain(image, R"({"methods": "smoothgrad", "samples": 5, "target": "bag"})");
+  CHECK(s.stats().pass_cache_hits == 1);
+  CHECK(c["methods"][0]["cached"] == false);
+  CHECK(c["prediction"]["target_name"] == "bag");
+  CHECK(s.stats().answered == 3);
+}
+
+TEST_CASE("serve: bad options are a 400 naming the option, the value and what is allowed") {
+  ex::ExplainService s = make_service(files().checkpoint, with(&ex::ServeLimits::max_steps, 64));
+  const std::string image = bytes_of(files().images[0]);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"head": 99})", "option head: 99 is out of range: expected -1 to 1"},
+      {R"({"layer": -3})", "option layer: -3 is out of range: expected -2 to 1"},
+      {R"({"methods": "foo"})", "unknown method 'foo'"},
+      {R"({"methods": []})", "option methods: expected \"all\""},
+      {R"({"steps": -3})",
+       "option steps: -3 is out of range: expected 1 to 64 (steps (--max-steps 64))"},
+      {R"({"steps": 65})", "--max-steps 64"},
+      {R"({"samples": 0})", "option samples: 0 is out of range"},
+      {R"({"steps": 2.5})", "option steps: expected a whole number"},
+      {R"({"threshold": 2})", "option threshold: 2 is out of range: expected the fraction"},
+      {R"({"alpha": "x"})", "option alpha: expected a number"},
+      {R"({"discard_ratio": 1})", "option discard_ratio: 1 is out of range"},
+      {R"({"colormap": "rainbow"})", "option colormap: expected one of inferno, jet, viridis"},
+      {R"({"target": "cat"})",
+       "option target: \"cat\" is not a class of the model (shirt, bag, boot)"},
+      {R"({"target": 3})", "option target: 3 is out of range: expected -1 to 2"},
+      {R"({"resize": "factor:99"})", "option resize: expected \"model\", \"none\" or \"factor:F\""},
+      {R"({"heads": 1})", "option heads: expected true or false"},
+      {R"({"bogus": 1})", "unknown option \"bogus\""},
+      {R"({"head": )", "the options: invalid JSON"},
+      {R"([1, 2])", "the options: expected a JSON object"},
+      {std::string(70000, ' '), "the options"},
+  };
+  for (const auto& [options, message] : cases) {
+    const auto [status, what] = client_error([&] { s.explain(image, options); });
+    CHECK_MESSAGE(status == 400, options.substr(0, 40));
+    CHECK_MESSAGE(what.find(message) != std::string::npos, what, " should hold ", message);
+  }
+  CHECK(s.stats().client_errors == static_cast<int64_t>(cases.size()));
+  CHECK(s.explain(image, R"({"methods": "attention"})")["methods"].size() == 1);
+}
+
+TEST_CASE("serve: bad images are a 4xx naming the problem; a bomb is refused from its header") {
+  ex::ExplainService s =
+      make_service(files().checkpoint, with(&ex::ServeLimits::max_image_side, 512));
+  const std::string good = bytes_of(files().images[1]);
+  std::string corrupt = good;
+  corrupt[corrupt.size() / 2] ^= 0x55;  // the image data's CRC no longer matches
+  const std::string big = [&] {
+    TempDir d;
+    write_png(d / "big.png", 600, 20, 1, std::vector<uint8_t>(600 * 20, 9));
+    return bytes_of(d / "big.png");
+  }();
+  const std::vector<std::tuple<std::string, int, std::string>> cases = {
+      {"", 400, "no image"},
+      {"hello, I am text\n", 415, "not a PNG, JPEG or BMP file"},
+      {good.substr(0, good.size() / 2), 400, "cannot decode the PNG file"},
+      {corrupt, 400, "cannot decode the PNG file"},
+      {big, 413,
+       "the PNG image is 600x20 pixels, over the limit of 512 a side (--max-image-side "
+       "512); nothing was decoded"},
+  };
+  for (const auto& [bytes, status, message] : cases) {
+    const auto [got, what] = client_error([&] { s.explain(bytes, "", "x.png"); });
+    CHECK_MESSAGE(got == status, message);
+    CHECK_MESSAGE(what.find(message) != std::string::npos, what, " should hold ", message);
+    CHECK(s.explain(good, R"({"methods": "rollout"})")["methods"].size() == 1);
+  }
+  // A tiny image (smaller than a patch) at its own size.
+  TempDir d;
+  write_png(d / "tiny.png", 5, 5, 1, std::vector<uint8_t>(25, 100));
+  const auto [status, what] = client_error(
+      [&] { s.explain(bytes_of(d / "tiny.png"), R"({"resize": "none"})", "tiny.png"); });
+  CHECK(status == 400);
+  CHECK(what.find("tiny.png: the image is 5x5, smaller than one 7x7 patch") != std::string::npos);
+}
+
+TEST_CASE("serve: one request runs, --queue more wait, the next is a 503 with Retry-After") {
+  ex::ExplainService s = make_service(files().checkpoint, with(&ex::ServeLimits::queue, 0));
+  const std::string image = bytes_of(files().images[2]);
+  std::atomic<bool> done{false};
+  std::thread slow([&] {
+    s.explain(image,
+              R"({"methods": "smoothgrad,integrated-gradients", "samples": 256, "steps": 256})");
+    done = true;
+  });
+  while (!s.stats().running && !done) std::this_thread::yield();
+  if (!done) {  // it is running: no room to wait
+    try {
+      s.explain(image, R"({"methods": "attention"})");
+      CHECK_MESSAGE(done.load(), "a second request was admitted with --queue 0");
+    } catch (const ex::ClientError& e) {
+      CHECK(e.status == 503);
+      CHECK(e.retry_after >= 1);
+      CHECK(std::string(e.what()).find("busy: one request is running and 0 are waiting (--queue "
+                                       "0)") != std::string::npos);
+    }
+  }
+  slow.join();
+  CHECK(s.explain(image, R"({"methods": "attention"})")["methods"].size() == 1);
+  CHECK(s.stats().answered == 2);
+}
+
+TEST_CASE("serve: a request past --request-timeout stops between methods with a 503") {
+  ex::ServeLimits limits;
+  limits.request_timeout_s = 0.001;
+  ex::ExplainService s = make_service(files().checkpoint, limits);
+  const auto [status, what] = client_error([&] {
+    s.explain(bytes_of(files().images[4]),
+              R"({"methods": "smoothgrad,integrated-gradients", "samples": 256})");
+  });
+  CHECK(status == 503);
+  CHECK(what.find("longer than --request-timeout 0.001 s") != std::string::npos);
+}
+
+TEST_CASE("serve: a backbone without a head gets the attention methods and no prediction") {
+  ex::ExplainService s = make_service(files().backbone);
+  const json info = s.model_info();
+  CHECK(info["headless"] == true);
+  CHECK(info["methods"] == json::array({"attention", "rollout"}));
+  const std::string image = bytes_of(files().images[5]);
+  const json r = s.explain(image, "");
+  CHECK(!r.contains("prediction"));
+  CHECK(r["methods"].size() == 2);
+  CHECK(r["heads"]["pngs"].size() == 2);
+  const auto [status, what] = client_error([&] { s.explain(image, R"({"methods": "chefer"})"); });
+  CHECK(status == 400);
+  CHECK(what.find("no classification head") != std::string::npos);
+  CHECK(client_error([&] { s.explain(image, R"({"target": 1})"); }).first == 400);
+}
+
+// ---- the program on a loopback port ------------------------------------------------------------
+
+namespace {
+
+/// vitrine-explain --serve on a free loopback port, stopped with SIGINT at scope exit (unless
+/// stop() was called): its port and its log.
+struct Server {
+  TempDir dir;
+  Process process;
+  int port = 0;
+  bool stopped = false;
+  explicit Server(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--checkpoint", files().checkpoint, "--serve", "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    process = spawn_process(kExe, args, dir / "server.log", dir.dir.string());
+    const std::regex listening(R"(at http://[^:]+:(\d+)/)");
+    for (int i = 0; i < 600 && port == 0; ++i) {
+      std::smatch m;
+      const std::string log = read_text(dir / "server.log");
+      if (std::regex_search(log, m, listening))
+        port = std::stoi(m[1]);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    REQUIRE_MESSAGE(port > 0, "the server did not start: " << read_text(dir / "server.log"));
+  }
+  std::string log() const { return read_text(dir / "server.log"); }
+  std::string url() const { return fmt::format("http://127.0.0.1:{}/", port); }
+  /// Sends a signal and returns the exit status.
+  int stop(int sig = SIGINT) {
+    kill(process.pid, sig);
+    stopped = true;
+    return wait_process(process);
+  }
+  ~Server() {
+    if (!stopped) stop();
+  }
+  /// The server's resident memory, kB (VmRSS).
+  int64_t rss_kb() const {
+    std::ifstream f(fmt::format("/proc/{}/status", process.pid));
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+    return -1;
+  }
+};
+
+httplib::Client client(const Server& s) {
+  httplib::Client c("127.0.0.1", s.port);
+  c.set_read_timeout(60, 0);
+  c.set_url_encode(false);  // paths go out as written (the traversal cases)
+  return c;
+}
+
+httplib::Result post_image(httplib::Client& c, const std::string& bytes,
+                           const std::string& options = "", const std::string& name = "a.png") {
+  httplib::MultipartFormDataItems items = {{"image", bytes, name, "image/png"}};
+  if (!options.empty()) items.push_back({"options", options, "", ""});
+  return c.Post("/api/explain", items);
+}
+
+/// The JSON error of an answer: its status, and the message.
+void check_error(const httplib::Result& r, int status, const std::string& message,
+                 const std::string& what) {
+  REQUIRE_MESSAGE(r, what << ": no answer (" << httplib::to_string(r.error()) << ")");
+  CHECK_MESSAGE(r->status == status, what << ": " << r->body.substr(0, 300));
+  CHECK_MESSAGE(r->get_header_value("Content-Type") == "application/json", what);
+  const json body = json::parse(r->body, nullptr, false);
+  REQUIRE_MESSAGE(body.is_object(), what << ": not a JSON error: " << r->body.substr(0, 200));
+  CHECK(body["status"] == status);
+  const std::string error = body.value("error", "");
+  CHECK_MESSAGE(error.find(message) != std::string::npos, what << ": " << error);
+}
+
+}  // namespace
+
+TEST_CASE("vitrine-explain --serve: every bad request gets a JSON 4xx, and the next one succeeds") {
+  Server server({"--max-body-mb", "1", "--max-image-side", "1024"});
+  httplib::Client c = client(server);
+  const std::string good = bytes_of(files().images[0]);
+  const auto good_request = [&](const std::string& after) {
+    const auto r = post_image(c, good, R"({"methods": "attention,rollout"})");
+    REQUIRE_MESSAGE(r, "no answer after " << after);
+    CHECK_MESSAGE(r->status == 200, "after " << after << ": " << r->body.substr(0, 200));
+  };
+  {
+    const auto r = c.Get("/");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(r->get_header_value("Content-Type") == "text/html; charset=utf-8");
+    CHECK(r->get_header_value("Content-Security-Policy").find("default-src 'none'") == 0);
+    CHECK(r->body.find("<title>vitrine-explain</title>") != std::string::npos);
+    CHECK(r->body.find("/api/explain") != std::string::npos);
+    const auto m = c.Get("/api/model");
+    REQUIRE(m);
+    const json info = json::parse(m->body);
+    CHECK(info["classes"] == json::array({"shirt", "bag", "boot"}));
+    CHECK(info["layers"] == 2);
+    CHECK(info["limits"]["max_body_bytes"] == 1 << 20);
+  }
+  good_request("the start");
+  // Images: truncated, corrupt, text, empty, a bomb, too big a body, no image part, not a form.
+  std::string corrupt = good;
+  corrupt[corrupt.size() / 2] ^= 0x55;
+  const std::string bomb = [] {  // a valid header claiming 20000 x 20000 pixels, 60 bytes in all
+    TempDir d;
+    write_png(d / "b.png", 8, 8, 1, std::vector<uint8_t>(64, 0));
+    std::string png = read_text(d / "b.png");
+    for (int at : {16, 20}) {  // IHDR's width and height, then its CRC recomputed
+      png[at] = 0;
+      png[at + 1] = 0;
+      png[at + 2] = static_cast<char>(20000 >> 8);
+      png[at + 3] = static_cast<char>(20000 & 0xff);
+    }
+    uint32_t crc = 0xffffffffu;  // CRC-32 of "IHDR" + its 13 data bytes
+    for (int i = 12; i < 29; ++i) {
+      crc ^= static_cast<uint8_t>(png[i]);
+      for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1)));
+    }
+    crc ^= 0xffffffffu;
+    for (int k = 0; k < 4; ++k) png[29 + k] = static_cast<char>(crc >> (24 - 8 * k));
+    return png;
+  }();
+  const std::vector<std::tuple<std::string, std::string, int, std::string>> images = {
+      {"truncated", good.substr(0, good.size() - 30), 400, "cannot decode the PNG file"},
+      {"corrupt", corrupt, 400, "cannot decode the PNG file"},
+      {"a text file named .png", "just text\n", 415, "a.png: not a PNG, JPEG or BMP file"},
+      {"an empty image", "", 400, "no image"},
+      {"a decompression bomb", bomb, 413,
+       "is 20000x20000 pixels, over the limit of 1024 a side (--max-image-side 1024)"},
+      {"a body over --max-body-mb", std::string(1 << 20, 'x'), 413,
+       "over the limit of 1048576 bytes (--max-body-mb)"},
+  };
+  for (const auto& [what, bytes, status, message] : images) {
+    check_error(post_image(c, bytes), status, message, what);
+    good_request(what);
+  }
+  // Options.
+  const std::vector<std::tuple<std::string, int, std::string>> options = {
+      {R"({"head": 99})", 400, "option head: 99 is out of range"},
+      {R"({"methods": "foo"})", 400, "unknown method 'foo'"},
+      {R"({"steps": -3})", 400, "option steps: -3 is out of range"},
+      {R"({"samples": -1})", 400, "option samples: -1 is out of range"},
+      {R"({"head": )", 400, "invalid JSON"},
+  };
+  for (const auto& [o, status, message] : options) {
+    check_error(post_image(c, good, o), status, message, o);
+    good_request(o);
+  }
+  // Requests of the wrong shape, unknown paths and traversal attempts.
+  check_error(c.Post("/api/explain", "", "application/json"), 415, "expected multipart/form-data",
+              "an empty body");
+  good_request("an empty body");
+  check_error(c.Post("/api/explain", httplib::MultipartFormDataItems{{"file", good, "a.png", ""}}),
+              400, "no \"image\" part", "no image part");
+  check_error(c.Post("/api/explain", "{\"image\": 1}", "application/json"), 415,
+              "got Content-Type \"application/json\"", "JSON instead of a form");
+  for (const std::string path :
+       {"/nope", "/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/..%2f..%2f..%2fetc%2fpasswd",
+        "/api/../../../etc/passwd", "/api/model/../../../etc/passwd", "/index.html", "//etc/passwd",
+        "/serve_page.html"}) {
+    const auto r = c.Get(path);
+    check_error(r, 404, "no such page", path);
+    CHECK_MESSAGE(r->body.find("root:") == std::string::npos, path);
+    good_request(path);
+  }
+  check_error(c.Get("/api/explain"), 404, "POST /api/explain", "GET /api/explain");
+  check_error(c.Delete("/api/model"), 404, "no such page", "DELETE");
+  good_request("the end");
+  // The log names every request, but never more than 60 characters of a path, nor any body.
+  const std::string log = server.log();
+  CHECK(log.find("POST /api/explain 413") != std::string::npos);
+  CHECK(log.find("just text") == std::string::npos);
+  CHECK(server.stop() == 0);
+  CHECK(server.log().find("stopped on SIGINT") != std::string::npos);
+}
+
+TEST_CASE("vitrine-explain --serve: 200 requests from 8 clients all answered, memory flat") {
+  Server server({"--queue", "3"});
+  std::vector<std::string> images;
+  for (const std::string& p : files().images) images.push_back(bytes_of(p));
+  // One round: 8 clients, 25 requests each, over 12 images (more than the 8 cached).
+  const auto round = [&](std::vector<double>& latencies) {
+    std::atomic<int64_t> ok{0}, busy{0}, other{0};
+    std::mutex m;
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 8; ++t)
+      clients.emplace_back([&, t] {
+        httplib::Client c = client(server);
+        for (int i = 0; i < 25; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          const auto r = post_image(c, images[(t * 25 + i) % images.size()],
+                                    R"({"methods": "all", "samples": 4, "steps": 8})");
+          const double s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (r && r->status == 200)
+            ++ok;
+          else if (r && r->status == 503 && !r->get_header_value("Retry-After").empty())
+            ++busy;
+          else
+            ++other;
+          std::lock_guard lock(m);
+          latencies.push_back(s);
+        }
+      });
+    for (auto& c : clients) c.join();
+    CHECK(ok + busy == 200);
+    CHECK(other == 0);
+    CHECK(ok > 0);
+    return std::pair<int64_t, int64_t>{ok, busy};
+  };
+  std::vector<double> warm, measured;
+  round(warm);  // fills the cache and the allocators' pools
+  const int64_t before = server.rss_kb();
+  const auto [ok, busy] = round(measured);
+  const int64_t after = server.rss_kb();
+  std::sort(measured.begin(), measured.end());
+  MESSAGE(fmt::format(
+      "200 requests, 8 clients: {} answered, {} busy (503); latency p50 {:.1f} "
+      "ms, p99 {:.1f} ms; server memory {} -> {} MB",
+      ok, busy, 1000 * measured[99], 1000 * measured[197], before / 1024, after / 1024));
+  CHECK(before > 0);
+  CHECK(after - before < 16 * 1024);  // flat: within 16 MB after 200 more requests
+  httplib::Client c = client(server);
+  const auto r = c.Get("/api/model");
+  REQUIRE(r);
+  const json stats = json::parse(r->body)["stats"];
+  CHECK(stats["requests"] == 400);
+  CHECK(stats["answered"].get<int64_t>() + stats["refused_busy"].get<int64_t>() == 400);
+  CHECK(server.stop() == 0);
+}
+
+TEST_CASE("vitrine-explain --serve: the loopback interface unless asked; SIGTERM stops it") {
+  {
+    Server local({});
+    CHECK(local.log().find("at http://127.0.0.1:") != std::string::npos);
+    CHECK(local.log().find("warning") == std::string::npos);
+  }
+  Server open({"--host", "0.0.0.0"});
+  CHECK(open.log().find("warning: listening on 0.0.0.0, not only this machine's loopback "
+                        "interface") != std::string::npos);
+  CHECK(open.stop(SIGTERM) == 0);
+  CHECK(open.log().find("stopped on SIGTERM") != std::string::npos);
+  // Images with --serve are a command-line error.
+  TempDir dir;
+  const ProcessResult r = run_process(
+      kExe, {"--checkpoint", files().checkpoint, "--serve", files().images[0]}, dir, "both");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--serve takes its images from the page") != std::string::npos);
+}
+
+TEST_CASE("vitrine-explain --serve: the page in Chromium: upload, overlays, head, method, class") {
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) {
+    skip("chromium is not on PATH (scripts/install-deps.sh installs it): the page is not tested");
+    return;
+  }
+  Server server({});
+  TempDir browser_dir;
+  Devtools page(chromium, browser_dir.dir.string());
+  page.navigate(server.url());
+  REQUIRE(page.wait_for("document.body.dataset.state === 'idle'"));
+  CHECK(page.eval("document.getElementById('model').textContent")
+            .get<std::string>()
+            .find("ViT 1x28x28") == 0);
+  // Choose an image as a user does: the file input.
+  page.set_files("#file", {files().images[6]});
+  REQUIRE_MESSAGE(page.wait_for("document.body.dataset.explained === '1'"),
+                  page.eval("document.getElementById('error').textContent"));
+  const auto count = [&](const std::string& selector) {
+    return page.eval(fmt::format("document.querySelectorAll('{}').length", selector)).get<int>();
+  };
+  const auto decoded = [&](const std::string& selector) {
+    return page
+        .eval(fmt::format("Array.from(document.querySelectorAll('{}')).filter((i) => i.complete "
+                          "&& i.naturalWidth === 224).length",
+                          selector))
+        .get<int>();
+  };
+  CHECK(count("#gallery figure") == 8);
+  CHECK(decoded("#gallery img") == 8);
+  CHECK(decoded("#heads-grid img") == 2);
+  CHECK(count("#top li") == 3);
+  CHECK(decoded("#overlay") == 1);
+  // What the page drew is what the API gives for the same options.
+  httplib::Client c = client(server);
+  const auto api = [&](const std::string& extra) {
+    const auto r = post_image(
+        c, bytes_of(files().images[6]),
+        R"({"methods": "attention", "heads": false, "layer": -1, "threshold": 0, "alpha": 0.5)" +
+            extra + "}");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    return json::parse(r->body)["methods"][0]["png"].get<std::string>();
+  };
+  const std::string overlay0 = page.eval("document.getElementById('overlay').src");
+  CHECK(overlay0 == api(R"(, "head": -1)"));
+  // Another head: the server redraws from its cached pass.
+  page.eval(
+      "(() => { const h = document.getElementById('head'); h.value = '1'; "
+      "h.dispatchEvent(new Event('change')); })()");
+  REQUIRE(page.wait_for("document.body.dataset.explained === '2'"));
+  const std::string overlay1 = page.eval("document.getElementById('overlay').src");
+  CHECK(overlay1 != overlay0);
+  CHECK(overlay1 == api(R"(, "head": 1)"));
+  // Another method: drawn from the answer at hand, no request.
+  page.eval(
+      "(() => { const m = document.getElementById('method'); m.value = 'chefer'; "
+      "m.dispatchEvent(new Event('change')); })()");
+  CHECK(page.eval("document.getElementById('overlay').src ===  document.querySelector('#gallery "
+                  "figure[data-method=chefer] img').src") == json(true));
+  CHECK(page.eval("document.querySelector('#gallery figure.selected').dataset.method") == "chefer");
+  // Another class: click it in the top list.
+  const std::string other =
+      page.eval("document.querySelectorAll('#top li')[1].dataset.class").get<std::string>();
+  page.eval("document.querySelectorAll('#top li')[1].click()");
+  REQUIRE(page.wait_for("document.body.dataset.explained === '3'"));
+  CHECK(page.eval("document.querySelector('#top li.target').dataset.class") == other);
+  CHECK(page.eval("document.getElementById('error').textContent") == "");
+  page.screenshot(browser_dir / "serve.png");
+  CHECK(fs::file_size(browser_dir / "serve.png") > 10000);
+  // A quiet console, and nothing fetched but this server.
+  CHECK_MESSAGE(page.console.empty(), fmt::format("{}", fmt::join(page.console, "\n")));
+  CHECK(!page.requested.empty());
+  for (const std::string& url : page.requested)
+    CHECK_MESSAGE((url.rfind(server.url(), 0) == 0 || url.rfind("data:", 0) == 0), url);
+}
