@@ -2,6 +2,7 @@
 // valid files made with the library itself, and copies of the repository's image fixtures
 // (SOURCE_DIR/tests/fixtures/images) and training configs (SOURCE_DIR/configs). `make fuzz` runs
 // it before the fuzzers, the suite before its replay tests.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -44,6 +45,23 @@ int main(int argc, char** argv) {
     };
     copy_all(source / "tests/fixtures/images", "image");
     copy_all(source / "configs", "train_config");
+    // The explain server's requests: options, a NUL byte, an image file (fuzz_serve_request).
+    const std::vector<std::string> options = {
+        "", R"({"methods": "all", "head": 1, "threshold": 0.5, "samples": 2, "steps": 3})",
+        R"({"methods": ["attention", "rollout"], "layer": -2, "resize": "none", "crop": "topleft"})",
+        R"({"target": 2, "colormap": "jet", "alpha": 0.2, "grids": true, "heads": false})",
+        R"({"resize": "factor:0.5", "pos_interp": "dino", "head_fusion": "max"})"};
+    std::vector<fs::path> images;
+    for (const auto& e : fs::directory_iterator(source / "tests/fixtures/images"))
+      if (e.path().extension() != ".json") images.push_back(e.path());
+    std::sort(images.begin(), images.end());
+    size_t n = 0;
+    for (const fs::path& p : images) {
+      std::ifstream in(p, std::ios::binary);
+      const std::string image((std::istreambuf_iterator<char>(in)), {});
+      write(dir / "serve_request" / p.filename(),
+            options[n++ % options.size()] + std::string(1, '\0') + image);
+    }
     // safetensors: a checkpoint with AdamW state after one step, and plain tensors of every dtype.
     models::VisionTransformer model(vt_fuzz::tiny_vit());
     nn::optim::AdamW opt(model.parameters());

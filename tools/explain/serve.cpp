@@ -102,6 +102,9 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
   RequestOptions r;
   r.methods = methods_of(model);
   r.method.black = black_pixel(model);
+  // The defaults (50 steps, 16 samples) within --max-steps too.
+  r.method.steps = std::min(r.method.steps, limits.max_steps);
+  r.method.samples = std::min(r.method.samples, limits.max_steps);
   if (json_text.empty()) return r;
   json o;
   try {
