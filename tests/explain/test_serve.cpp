@@ -218,8 +218,12 @@ TEST_CASE("serve: bad options are a 400 naming the option, the value and what is
       {R"([1, 2])", "the options: expected a JSON object"},
       {std::string(70000, ' '), "the options"},
   };
-  for (const auto& [options, message] : cases) {
-    const auto [status, what] = client_error([&] { s.explain(image, options); });
+  for (const auto& c : cases) {
+    const std::string& options = c.first;
+    const std::string& message = c.second;
+    const std::pair<int, std::string> e = client_error([&] { s.explain(image, options); });
+    const int status = e.first;
+    const std::string& what = e.second;
     CHECK_MESSAGE(status == 400, options.substr(0, 40));
     CHECK_MESSAGE(what.find(message) != std::string::npos, what, " should hold ", message);
   }
@@ -247,8 +251,13 @@ TEST_CASE("serve: bad images are a 4xx naming the problem; a bomb is refused fro
        "the PNG image is 600x20 pixels, over the limit of 512 a side (--max-image-side "
        "512); nothing was decoded"},
   };
-  for (const auto& [bytes, status, message] : cases) {
-    const auto [got, what] = client_error([&] { s.explain(bytes, "", "x.png"); });
+  for (const auto& c : cases) {
+    const std::string& bytes = std::get<0>(c);
+    const int status = std::get<1>(c);
+    const std::string& message = std::get<2>(c);
+    const std::pair<int, std::string> e = client_error([&] { s.explain(bytes, "", "x.png"); });
+    const int got = e.first;
+    const std::string& what = e.second;
     CHECK_MESSAGE(got == status, message);
     CHECK_MESSAGE(what.find(message) != std::string::npos, what, " should hold ", message);
     CHECK(s.explain(good, R"({"methods": "rollout"})")["methods"].size() == 1);
