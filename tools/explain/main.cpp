@@ -712,6 +712,7 @@ int run_evaluation(const Cli& cli) {
 int run_serve(Cli cli) {
   ex::block_stop_signals();  // before the model's loading starts any thread
   Loaded l = load(cli);
+  l.model->to(Device::parse(cli.device));
   cli.limits.max_body_bytes = static_cast<int64_t>(cli.max_body_mb * (1 << 20));
   ex::ExplainService service(std::move(l), cli.limits);
   cli.http.log = [](const std::string& line) {

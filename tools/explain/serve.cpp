@@ -337,6 +337,7 @@ json ExplainService::explain(std::string_view image_bytes, std::string_view opti
     }
     running_ = true;
     lock.unlock();
+    const auto run_start = clock::now();
     json out;
     try {
       out = run(image_bytes, o, image_name, deadline);
@@ -348,7 +349,8 @@ json ExplainService::explain(std::string_view image_bytes, std::string_view opti
     }
     lock.lock();
     running_ = false;
-    recent_seconds_ = 0.7 * recent_seconds_ + 0.3 * seconds_since(start);
+    // A running mean of the requests' own times (not their waits): the Retry-After estimate.
+    recent_seconds_ = 0.7 * recent_seconds_ + 0.3 * seconds_since(run_start);
     ++stats_.answered;
     turn_.notify_one();
     out["timings"]["total"] = seconds_since(start);
