@@ -95,7 +95,7 @@ Bytes jpeg_header(uint16_t w, uint16_t h) {
 
 }  // namespace
 
-TEST_CASE("image decode: PNG, JPEG and BMP give Pillow's pixels; PNG and BMP stb_image's too") {
+TEST_CASE("image decode: PNG, JPEG and BMP give Pillow's pixels, PNG and BMP stb_image's too") {
   const nlohmann::json& fx = vt_test::fixture_json("images/pixels.json");
   const int64_t H = fx["height"], W = fx["width"];
   for (const auto& item : fx["files"].items()) {

@@ -231,7 +231,7 @@ TEST_CASE("serve: bad options are a 400 naming the option, the value and what is
   CHECK(s.explain(image, R"({"methods": "attention"})")["methods"].size() == 1);
 }
 
-TEST_CASE("serve: bad images are a 4xx naming the problem; a bomb is refused from its header") {
+TEST_CASE("serve: bad images are a 4xx naming the problem, a bomb refused from its header") {
   ex::ExplainService s =
       make_service(files().checkpoint, with(&ex::ServeLimits::max_image_side, 512));
   const std::string good = bytes_of(files().images[1]);
@@ -556,7 +556,7 @@ TEST_CASE("vitrine-explain --serve: 200 requests from 8 clients all answered, me
   CHECK(server.stop() == 0);
 }
 
-TEST_CASE("vitrine-explain --serve: the loopback interface unless asked; SIGTERM stops it") {
+TEST_CASE("vitrine-explain --serve: the loopback interface unless asked, and SIGTERM stops it") {
   {
     Server local({});
     CHECK(local.log().find("at http://127.0.0.1:") != std::string::npos);
