@@ -9,7 +9,7 @@ namespace vitrine {
 
 struct CpuGemmInfo {
   std::string openblas_core;  ///< openblas_get_corename(), e.g. "SkylakeX", "Haswell", "Prescott"
-  bool openblas_current;      ///< that kernel set is one made for AVX2 or AVX-512
+  bool openblas_current;      ///< that kernel set is made for this CPU's vector width
   std::string own_gemm;       ///< which float32 products the own GEMM takes, in words
 };
 

@@ -1,6 +1,7 @@
 // How many threads the CPU backend uses: OpenMP's parallel regions and OpenBLAS's (the same
 // pool: OpenBLAS is its OpenMP build), as torch.set_num_threads / torch.get_num_threads.
 #pragma once
+#include <string>
 
 namespace vitrine {
 
@@ -8,5 +9,9 @@ namespace vitrine {
 void set_num_threads(int n);
 /// The threads a CPU kernel will use now.
 int get_num_threads();
+/// How idle CPU threads wait between parallel regions, in words for reports, e.g.
+/// "GOMP_SPINCOUNT=10000 (Vitrine's default)" or "OMP_WAIT_POLICY=PASSIVE (set by the user)"
+/// (backends/cpu/thread_wait.h: libgomp read it when it was loaded, before main).
+std::string thread_wait_policy();
 
 }  // namespace vitrine

@@ -105,7 +105,7 @@ namespace vitrine {
 CpuGemmInfo cpu_gemm_info() {
   CpuGemmInfo info;
   info.openblas_core = openblas_get_corename();
-  info.openblas_current = cpu::openblas_kernels_current(info.openblas_core);
+  info.openblas_current = cpu::openblas_kernels_current(info.openblas_core, cpu::cpu_has_avx512());
   switch (cpu::gemm_policy()) {
     case cpu::GemmPolicy::Off:
       info.own_gemm = "none (no AVX-512, or VITRINE_GEMM=openblas)";

@@ -34,21 +34,33 @@
 
 namespace vitrine::cpu {
 
-bool openblas_kernels_current(std::string_view core) {
-  // (bench/compare.py's OPENBLAS_CURRENT is the same list, for PyTorch's side.)
-  for (std::string_view known : {"haswell", "skylakex", "cooperlake", "sapphirerapids", "zen"}) {
-    if (core.size() == known.size() &&
-        std::equal(core.begin(), core.end(), known.begin(),
-                   [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; }))
-      return true;
-  }
+bool openblas_kernels_current(std::string_view core, bool avx512) {
+  // (bench/compare.py's openblas_current is the same rule, for PyTorch's side.)
+  const auto is = [core](std::string_view known) {
+    return core.size() == known.size() &&
+           std::equal(core.begin(), core.end(), known.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) == y;
+           });
+  };
+  for (std::string_view set : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (is(set)) return true;
+  // The AVX2 sets are current only where there is nothing wider to run.
+  return !avx512 && (is("haswell") || is("zen"));
+}
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") != 0;
+#else
   return false;
+#endif
 }
 
 GemmPolicy gemm_policy_for(std::string_view env, bool avx512, std::string_view openblas_core) {
   if (env == "openblas" || !avx512) return GemmPolicy::Off;
   if (env == "own") return GemmPolicy::All;
-  return openblas_kernels_current(openblas_core) ? GemmPolicy::SmallWeights : GemmPolicy::All;
+  return openblas_kernels_current(openblas_core, true) ? GemmPolicy::SmallWeights : GemmPolicy::All;
 }
 
 #ifdef VT_HAVE_OWN_SGEMM
@@ -237,10 +249,8 @@ void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int6
 
 GemmPolicy gemm_policy() {
   static const GemmPolicy policy = [] {
-    __builtin_cpu_init();
     const char* env = std::getenv("VITRINE_GEMM");
-    return gemm_policy_for(env != nullptr ? env : "", __builtin_cpu_supports("avx512f") != 0,
-                           openblas_get_corename());
+    return gemm_policy_for(env != nullptr ? env : "", cpu_has_avx512(), openblas_get_corename());
   }();
   return policy;
 }

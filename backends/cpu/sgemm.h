@@ -22,14 +22,20 @@ enum class GemmPolicy { Off, SmallWeights, All };
 /// This process's policy: gemm_policy_for(VITRINE_GEMM, the CPU's AVX-512, OpenBLAS's kernels).
 GemmPolicy gemm_policy();
 /// The rule, for given inputs: env "openblas" or no AVX-512: Off; env "own": All; else
-/// SmallWeights when OpenBLAS's kernels are current, All when they are a fallback.
+/// SmallWeights when OpenBLAS's kernels are current for an AVX-512 CPU, All when they are a
+/// fallback (Prescott on an Emerald Rapids Xeon, Haswell on a Zen 5).
 GemmPolicy gemm_policy_for(std::string_view env, bool avx512, std::string_view openblas_core);
-/// Whether an OpenBLAS kernel set (openblas_get_corename(), any case) is one made for AVX2 or
-/// AVX-512: Haswell, SkylakeX, Cooperlake, SapphireRapids, Zen. OpenBLAS picks its kernels by
-/// CPU model when it is loaded, and on a model newer than its table falls back to old ones:
-/// Debian 12's 0.3.21 runs its SSE3 "Prescott" kernels on an Intel Xeon of 2024 (Emerald Rapids),
-/// about a fifth of the sgemm speed of its AVX-512 kernels there.
-bool openblas_kernels_current(std::string_view core);
+/// Whether this CPU runs AVX-512 (AVX512F), as the loader's ifuncs see it.
+bool cpu_has_avx512();
+/// Whether an OpenBLAS kernel set (openblas_get_corename(), any case) is made for this CPU's
+/// vector width. On a CPU with AVX-512 only the AVX-512 sets count (SkylakeX, Cooperlake,
+/// SapphireRapids); on one with AVX2 but not AVX-512, the AVX2 sets (Haswell, Zen) count too.
+/// OpenBLAS picks its kernels by CPU model when it is loaded, and on a model newer than its table
+/// falls back to old ones: Debian 12's 0.3.21 runs its SSE3 "Prescott" kernels on an Intel Xeon
+/// of 2024 (Emerald Rapids), about a fifth of the sgemm speed of its AVX-512 kernels there, and
+/// its AVX2 "Haswell" kernels on an AMD Zen 5 (family 26), whose full-width AVX-512 units then
+/// stay idle.
+bool openblas_kernels_current(std::string_view core, bool avx512);
 
 /// C[M, N] = A[M, K] B[K, N] (+ C when accumulate), float32, C row-major with row stride ldc.
 /// With a bias: C[m][n] = bias[n] + (A B)[m][n] (accumulate is then ignored).

@@ -1,8 +1,13 @@
 #include "backends/threads.h"
 
 #include <cblas.h>
+#include <fmt/format.h>
 #include <omp.h>
 
+#include <cstdlib>
+#include <string_view>
+
+#include "backends/cpu/thread_wait.h"
 #include "backends/error.h"
 
 namespace vitrine {
@@ -14,5 +19,17 @@ void set_num_threads(int n) {
 }
 
 int get_num_threads() { return omp_get_max_threads(); }
+
+std::string thread_wait_policy() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spins = std::getenv("GOMP_SPINCOUNT");
+  if (vitrine_thread_wait_default_applied() != 0)
+    return fmt::format("GOMP_SPINCOUNT={} (Vitrine's default)", cpu::kDefaultSpinCount);
+  std::string words;
+  if (policy != nullptr) words = fmt::format("OMP_WAIT_POLICY={}", policy);
+  if (spins != nullptr)
+    words += fmt::format("{}GOMP_SPINCOUNT={}", words.empty() ? "" : " ", spins);
+  return words.empty() ? "libgomp's default" : words + " (set by the user)";
+}
 
 }  // namespace vitrine

@@ -110,24 +110,60 @@ TEST_CASE("own sgemm: declines products it is not made for") {
 
 TEST_CASE("own sgemm: which products it takes, by VITRINE_GEMM, AVX-512 and OpenBLAS's kernels") {
   using cpu::GemmPolicy;
-  CHECK(cpu::openblas_kernels_current("SkylakeX"));
-  CHECK(cpu::openblas_kernels_current("HASWELL"));
-  CHECK(cpu::openblas_kernels_current("Zen"));
-  CHECK_FALSE(cpu::openblas_kernels_current("Prescott"));
-  CHECK_FALSE(cpu::openblas_kernels_current("Zen2"));
-  CHECK_FALSE(cpu::openblas_kernels_current(""));
+  // Current means made for this CPU's vector width: the AVX2 sets count only without AVX-512.
+  CHECK(cpu::openblas_kernels_current("SkylakeX", true));
+  CHECK(cpu::openblas_kernels_current("cooperlake", true));
+  CHECK(cpu::openblas_kernels_current("SapphireRapids", true));
+  CHECK(cpu::openblas_kernels_current("HASWELL", false));
+  CHECK(cpu::openblas_kernels_current("Zen", false));
+  CHECK_FALSE(cpu::openblas_kernels_current("Haswell", true));
+  CHECK_FALSE(cpu::openblas_kernels_current("Zen", true));
+  CHECK_FALSE(cpu::openblas_kernels_current("Prescott", true));
+  CHECK_FALSE(cpu::openblas_kernels_current("Prescott", false));
+  CHECK_FALSE(cpu::openblas_kernels_current("Zen2", false));
+  CHECK_FALSE(cpu::openblas_kernels_current("", true));
   CHECK(cpu::gemm_policy_for("", true, "SkylakeX") == GemmPolicy::SmallWeights);
   CHECK(cpu::gemm_policy_for("", true, "Prescott") == GemmPolicy::All);  // OpenBLAS fell back
   CHECK(cpu::gemm_policy_for("own", true, "SkylakeX") == GemmPolicy::All);
   CHECK(cpu::gemm_policy_for("openblas", true, "Prescott") == GemmPolicy::Off);
   CHECK(cpu::gemm_policy_for("own", false, "Prescott") == GemmPolicy::Off);  // no AVX-512
   CHECK(cpu::gemm_policy_for("", false, "Haswell") == GemmPolicy::Off);
+  CHECK(cpu::gemm_policy_for("", true, "Haswell") == GemmPolicy::All);  // AVX2 on AVX-512
   // This process's policy follows the same rule.
   __builtin_cpu_init();
   const char* env = std::getenv("VITRINE_GEMM");
   CHECK(cpu::gemm_policy() == cpu::gemm_policy_for(env ? env : "",
                                                    __builtin_cpu_supports("avx512f") != 0,
                                                    cpu_gemm_info().openblas_core));
+}
+
+TEST_CASE("own sgemm: the OpenBLAS rule on the machines met (Zen 5's Haswell is a fallback)") {
+  // What Debian 12's OpenBLAS 0.3.21 chose on each machine (openblas_get_corename()), and what
+  // the rule must make of it: the own GEMM takes every product when the kernels are narrower
+  // than the CPU's vectors.
+  using cpu::GemmPolicy;
+  struct Machine {
+    const char* name;
+    int family;  // lscpu's "CPU family"
+    bool avx512;
+    const char* openblas_core;
+    bool current;
+    GemmPolicy policy;
+  };
+  const Machine machines[] = {
+      {"AMD EPYC Zen 5", 26, true, "Haswell", false, GemmPolicy::All},
+      {"AMD EPYC Zen 4", 25, true, "Cooperlake", true, GemmPolicy::SmallWeights},
+      {"Intel Xeon Emerald Rapids", 6, true, "Prescott", false, GemmPolicy::All},
+      {"Intel Xeon Skylake-SP", 6, true, "SkylakeX", true, GemmPolicy::SmallWeights},
+      {"AMD EPYC Zen 3 (AVX2)", 25, false, "Zen", true, GemmPolicy::Off},
+      {"Intel Haswell (AVX2)", 6, false, "Haswell", true, GemmPolicy::Off},
+  };
+  for (const Machine& m : machines) {
+    CAPTURE(m.name);
+    CAPTURE(m.family);
+    CHECK(cpu::openblas_kernels_current(m.openblas_core, m.avx512) == m.current);
+    CHECK(cpu::gemm_policy_for("", m.avx512, m.openblas_core) == m.policy);
+  }
 }
 
 TEST_CASE("own sgemm: linear and matmul through it agree with float64") {

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/thread_wait.h"
 #include "test_util.h"
 #include "tools/bench/bench.h"
 
@@ -80,4 +81,57 @@ TEST_CASE("bench-cli: a tiny config end to end, then bad input with its messages
   CHECK(r.code == 2);
   CHECK(r.output.find("--batch") != std::string::npos);
   CHECK(!std::filesystem::exists(dir / "bad.json"));  // no output from a failed run
+}
+
+TEST_CASE("bench-cli: idle threads wait as Vitrine's default says, unless the user chose") {
+  // libgomp reads GOMP_SPINCOUNT once, in its initialiser: with OMP_DISPLAY_ENV=verbose it prints
+  // the value it read, which must be Vitrine's default when neither variable was set
+  // (backends/cpu/thread_wait.h: libvitrine_thread_wait.so is initialised before libgomp).
+  TempDir dir;
+  write_file(dir / "tiny.json", R"({"image_size": 8, "patch": 4, "channels": 1,
+      "num_classes": 3, "dim": 8, "depth": 1, "heads": 2, "mlp_dim": 16})");
+  const std::vector<std::string> bench = {VITRINE_BENCH_EXE,
+                                          "--model",
+                                          dir / "tiny.json",
+                                          "--batch",
+                                          "4",
+                                          "--warmup",
+                                          "0",
+                                          "--repeats",
+                                          "1",
+                                          "--steps",
+                                          "1",
+                                          "--threads",
+                                          "2",
+                                          "--what",
+                                          "infer"};
+  const auto run = [&](std::vector<std::string> env, const std::string& name) {
+    std::vector<std::string> args = {"-u", "OMP_WAIT_POLICY", "-u", "GOMP_SPINCOUNT",
+                                     "OMP_DISPLAY_ENV=verbose"};
+    args.insert(args.end(), env.begin(), env.end());
+    args.insert(args.end(), bench.begin(), bench.end());
+    return run_process("env", args, dir, name);
+  };
+  ProcessResult r = run({}, "default");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find(fmt::format("GOMP_SPINCOUNT = '{}'", cpu::kDefaultSpinCount)) !=
+        std::string::npos);
+  CHECK(r.output.find(fmt::format("idle threads wait: GOMP_SPINCOUNT={} (Vitrine's default)",
+                                  cpu::kDefaultSpinCount)) != std::string::npos);
+
+  r = run({"OMP_WAIT_POLICY=PASSIVE"}, "passive");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("OMP_WAIT_POLICY = 'PASSIVE'") != std::string::npos);
+  CHECK(r.output.find("GOMP_SPINCOUNT = '0'") != std::string::npos);
+  CHECK(r.output.find("idle threads wait: OMP_WAIT_POLICY=PASSIVE (set by the user)") !=
+        std::string::npos);
+
+  r = run({"GOMP_SPINCOUNT=1234"}, "spincount");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("GOMP_SPINCOUNT = '1234'") != std::string::npos);
+  CHECK(r.output.find("idle threads wait: GOMP_SPINCOUNT=1234 (set by the user)") !=
+        std::string::npos);
 }

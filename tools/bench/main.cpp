@@ -180,6 +180,8 @@ int run(const Cli& cli) {
                  {"own_gemm", g.own_gemm}};
     fmt::print("matrix products: OpenBLAS kernels {}{}; Vitrine's own GEMM takes {}\n",
                g.openblas_core, g.openblas_current ? "" : " (a fallback for this CPU)", g.own_gemm);
+    j["thread_wait"] = thread_wait_policy();
+    fmt::print("idle threads wait: {}\n", thread_wait_policy());
   }
   if (wants("train") || wants("infer"))
     fmt::print("\n{:<8} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "", "images/s", "min", "max",

@@ -1,0 +1,33 @@
+// How the CPU backend's idle threads wait, and Vitrine's default for it.
+//
+// A training step runs a few hundred OpenMP parallel regions (every GEMM, every row kernel).
+// Between two of them, and at the barrier that ends each, a thread that has finished its share
+// waits. libgomp's default (OMP_WAIT_POLICY unset) is to spin for GOMP_SPINCOUNT = 300000 turns
+// of a pause loop, about 3 ms, before sleeping on a futex. On a quiet machine that spin buys a
+// few microseconds per region; on a busy one (other processes, a data loader's threads, several
+// ranks of data-parallel training) the spinning thread holds a core that the thread it waits for,
+// or another program, needs. Vitrine therefore spins for kDefaultSpinCount turns
+// (docs/performance.md gives the measurements, quiet and loaded), unless the user chose:
+// OMP_WAIT_POLICY or GOMP_SPINCOUNT set in the environment is left as it is.
+//
+// libgomp reads both variables once, in its initialiser, and a library cannot change them
+// afterwards. The default is therefore set by the initialiser of a library of its own,
+// libvitrine_thread_wait.so (thread_wait_default.cpp), which needs only libc and which
+// libvitrine.so lists after libgomp: the dynamic loader then initialises it before libgomp.
+// tests/backends/test_thread_wait.cpp checks that libgomp sees the value (OMP_DISPLAY_ENV).
+#pragma once
+
+namespace vitrine::cpu {
+
+/// GOMP_SPINCOUNT that a process using Vitrine gets when neither OMP_WAIT_POLICY nor
+/// GOMP_SPINCOUNT is set: spin turns before a waiting thread sleeps (libgomp counts about 100
+/// turns per microsecond).
+inline constexpr char kDefaultSpinCount[] = "10000";
+
+}  // namespace vitrine::cpu
+
+extern "C" {
+/// 1 when libvitrine_thread_wait.so's initialiser set Vitrine's default in this process (neither
+/// variable was set), else 0.
+int vitrine_thread_wait_default_applied();
+}
