@@ -1,5 +1,5 @@
-// How many threads the CPU backend uses: OpenMP's parallel regions and OpenBLAS's (the same
-// pool: OpenBLAS is its OpenMP build), as torch.set_num_threads / torch.get_num_threads.
+// How many threads the CPU backend uses: its own parallel loops (backends/cpu/thread_pool.h) and
+// OpenBLAS's (its OpenMP build), as torch.set_num_threads / torch.get_num_threads.
 #pragma once
 #include <string>
 

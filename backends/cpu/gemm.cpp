@@ -75,8 +75,9 @@ void CpuBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool
                     N);
     };
     if (batch > 1 && small) {
-#pragma omp parallel for schedule(static)
-      for (int64_t bi = 0; bi < batch; ++bi) one(bi);
+      parallel_chunks(batch, chunk_of(batch), [&](int64_t b0, int64_t b1) {
+        for (int64_t bi = b0; bi < b1; ++bi) one(bi);
+      });
     } else {
       for (int64_t bi = 0; bi < batch; ++bi) one(bi);
     }

@@ -4,11 +4,11 @@
 // The row function receives each operand's offset of a block's first element and the block's
 // length; within the block operand k advances by inner[k].
 #pragma once
-#include <omp.h>
-
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
+#include "backends/cpu/thread_pool.h"
 #include "backends/shape.h"
 
 namespace vitrine::cpu {
@@ -16,6 +16,16 @@ namespace vitrine::cpu {
 /// Elements below which a loop stays on one thread.
 constexpr int64_t kParallelGrain = 32768;
 constexpr int64_t kBlock = 4096;
+/// Chunks per thread in a parallel loop. The threads take chunks as they come
+/// (backends/cpu/thread_pool.h), not a fixed share each: on a busy machine the threads that run
+/// take the work of one the operating system has put aside (docs/performance.md). Every item is
+/// still computed by one thread in the same way, so results do not depend on who takes it.
+constexpr int64_t kChunksPerThread = 8;
+
+/// Items per chunk for n items on the current thread count.
+inline int64_t chunk_of(int64_t n) {
+  return std::max<int64_t>(1, n / (int64_t{pool_threads()} * kChunksPerThread));
+}
 
 template <size_t N>
 struct Loop {
@@ -54,28 +64,38 @@ struct Loop {
     std::array<int64_t, N> in;
     for (size_t k = 0; k < N; ++k) in[k] = strides[k][nd - 1];
     const bool par = shape.numel() >= kParallelGrain && total > 1;
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t t = 0; t < total; ++t) {
-      int64_t r = t / nblk, b = t % nblk;
-      std::array<int64_t, N> off{};
-      for (int d = nd - 2; d >= 0; --d) {
-        int64_t i = r % shape[d];
-        r /= shape[d];
-        for (size_t k = 0; k < N; ++k) off[k] += i * strides[k][d];
+    const auto blocks = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        int64_t r = t / nblk, b = t % nblk;
+        std::array<int64_t, N> off{};
+        for (int d = nd - 2; d >= 0; --d) {
+          int64_t i = r % shape[d];
+          r /= shape[d];
+          for (size_t k = 0; k < N; ++k) off[k] += i * strides[k][d];
+        }
+        int64_t start = b * kBlock;
+        for (size_t k = 0; k < N; ++k) off[k] += start * in[k];
+        row(off, std::min(kBlock, inner - start), in);
       }
-      int64_t start = b * kBlock;
-      for (size_t k = 0; k < N; ++k) off[k] += start * in[k];
-      row(off, std::min(kBlock, inner - start), in);
-    }
+    };
+    if (par)
+      parallel_chunks(total, chunk_of(total), blocks);
+    else
+      blocks(0, total);
   }
 };
 
-/// Runs f(i) for i in [0, n), in parallel (static schedule) when n * work_per_item is large.
+/// Runs f(i) for i in [0, n), in parallel (chunks of chunk_of(n) items, taken as threads come
+/// free) when n * work_per_item is large.
 template <typename F>
 void parallel_for(int64_t n, int64_t work_per_item, F&& f) {
-  const bool par = n > 1 && n * work_per_item >= kParallelGrain;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t i = 0; i < n; ++i) f(i);
+  const auto items = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) f(i);
+  };
+  if (n > 1 && n * work_per_item >= kParallelGrain)
+    parallel_chunks(n, chunk_of(n), items);
+  else
+    items(0, n);
 }
 
 /// Offsets of flat indices [begin, end) of a (shape, strides) space, visited in row-major order.

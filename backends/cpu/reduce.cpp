@@ -121,7 +121,7 @@ void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
       });
       return;
     }
-    if (nchunk == 1 || nout >= omp_get_max_threads()) {
+    if (nchunk == 1 || nout >= pool_threads()) {
       parallel_for(nout, m, [&](int64_t o) {
         auto r = chunk(o, 0);
         for (int64_t c = 1; c < nchunk; ++c) r = combine(r, chunk(o, c));

@@ -2,7 +2,8 @@
 //
 //   B row-major: read in place                     B[k][n] = b[k * ldb + n]
 //   B transposed (a weight): packed once           Bp[p][k][0..31], panels of 32 columns
-//   threads split the rows of C                    rows [m0, m1) each, in strips of 12
+//   runs of rows of C, taken by threads as they   rows [m0, m1) each, in strips of 12
+//   come free (thread_pool.h)
 //     for each depth slice k0 .. k0+kc (kc <= 256)
 //       for each block of up to 512 columns        B[k0..k0+kc, block]: at most 512 KiB, in L2
 //         for each 12-row strip of A               A[i..i+12, k0..k0+kc]: 12 KiB, stays in L1
@@ -13,11 +14,10 @@
 // floats of A (one per row of the strip; A may be stored transposed, as dy^T in dW = dy^T x,
 // and then those 12 floats are contiguous), for 24 fused multiply-adds. Every element of C is a
 // plain sequential sum over k in float32, as OpenBLAS's is, computed by one thread whatever the
-// thread count; only the grouping into depth slices differs.
+// thread count or the schedule; only the grouping into depth slices differs.
 #include "backends/cpu/sgemm.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -26,6 +26,9 @@
 #include <memory>
 #include <string_view>
 #include <utility>
+
+#include "backends/cpu/loops.h"
+#include "backends/cpu/thread_pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -275,20 +278,27 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
     bv = {bp, K * kNR, kNR};
   }
   const int64_t strips = (M + kMR - 1) / kMR;
-  const bool parallel = M * N * K >= (int64_t{1} << 20) && !omp_in_parallel();
-#pragma omp parallel if (parallel)
-  {
-    if (b_trans) {
-#pragma omp for schedule(static)
-      for (int64_t p = 0; p < panels; ++p) pack_panel(p, N, K, b, ldb, bp);
-    }  // (the implicit barrier: B is packed before any thread reads it)
-    // Contiguous runs of strips per thread.
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t s0 = strips * t / nt, s1 = strips * (t + 1) / nt;
-    if (s0 < s1)
-      run_rows(s0 * kMR, std::min(M, s1 * kMR), N, K, a, lda, a_trans, bv, b_trans, c, ldc,
-               accumulate && !bias, bias);
-  }
+  // Large products run on the pool's threads (backends/cpu/thread_pool.h); one inside a
+  // parallel loop (attention's per-head products) on its chunk's thread.
+  const int threads = M * N * K >= (int64_t{1} << 20) ? pool_threads() : 1;
+  if (b_trans)
+    run_chunks_of(panels, 1, threads, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) pack_panel(p, N, K, b, ldb, bp);
+    });  // (B is packed before any row reads it)
+  // Runs of contiguous strips, taken as threads come free: a thread the operating system puts
+  // aside holds up no more than its current run. Up to kChunksPerThread runs per thread, but at
+  // least 16 strips each (each run streams the blocks of B once more), and one per thread at
+  // least.
+  const int64_t runs =
+      std::min(strips, std::clamp<int64_t>(strips / 16, threads, threads * kChunksPerThread));
+  run_chunks_of(runs, 1, threads, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t s0 = strips * r / runs, s1 = strips * (r + 1) / runs;
+      if (s0 < s1)
+        run_rows(s0 * kMR, std::min(M, s1 * kMR), N, K, a, lda, a_trans, bv, b_trans, c, ldc,
+                 accumulate && !bias, bias);
+    }
+  });
   return true;
 }
 

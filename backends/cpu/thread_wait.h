@@ -1,14 +1,15 @@
 // How the CPU backend's idle threads wait, and Vitrine's default for it.
 //
-// A training step runs a few hundred OpenMP parallel regions (every GEMM, every row kernel).
-// Between two of them, and at the barrier that ends each, a thread that has finished its share
-// waits. libgomp's default (OMP_WAIT_POLICY unset) is to spin for GOMP_SPINCOUNT = 300000 turns
-// of a pause loop, about 3 ms, before sleeping on a futex. On a quiet machine that spin buys a
-// few microseconds per region; on a busy one (other processes, a data loader's threads, several
-// ranks of data-parallel training) the spinning thread holds a core that the thread it waits for,
-// or another program, needs. Vitrine therefore spins for kDefaultSpinCount turns
-// (docs/performance.md gives the measurements, quiet and loaded), unless the user chose:
-// OMP_WAIT_POLICY or GOMP_SPINCOUNT set in the environment is left as it is.
+// A training step runs a few hundred parallel loops (every GEMM, every row kernel), on the
+// backend's own threads (thread_pool.h), and OpenBLAS's products run OpenMP parallel regions.
+// Between two of them a thread that has finished its share waits. libgomp's default
+// (OMP_WAIT_POLICY unset) is to spin for GOMP_SPINCOUNT = 300000 turns of a pause loop, about 3 ms,
+// before sleeping on a futex. On a quiet machine that spin buys a few microseconds per region; on a
+// busy one (other processes, a data loader's threads, several ranks of data-parallel training) the
+// spinning thread holds a core that the thread it waits for, or another program, needs. Vitrine
+// therefore spins for kDefaultSpinCount turns, in libgomp and in its own pool, which reads the same
+// two variables (docs/performance.md gives the measurements, quiet and loaded), unless the user
+// chose: OMP_WAIT_POLICY or GOMP_SPINCOUNT set in the environment is left as it is.
 //
 // libgomp reads both variables once, in its initialiser, and a library cannot change them
 // afterwards. The default is therefore set by the initialiser of a library of its own,

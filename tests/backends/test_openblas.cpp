@@ -1,5 +1,5 @@
-// The BLAS in use is OpenBLAS's OpenMP build (linked from its own directory with a runpath), so
-// BLAS threads and Vitrine's OpenMP threads share one pool.
+// The BLAS in use is OpenBLAS's OpenMP build (linked from its own directory with a runpath), whose
+// thread count follows omp_set_num_threads as Vitrine's own loops do.
 #include <cblas.h>
 
 #include "test_util.h"
