@@ -14,36 +14,13 @@
 #include <fstream>
 #include <thread>
 
+#include "decode.h"
 #include "test_util.h"
 
 namespace vt_test {
 
 using json = nlohmann::json;
 using clock_type = std::chrono::steady_clock;
-
-std::string base64_decode(const std::string& in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  int bits = 0, acc = 0;
-  for (char c : in) {
-    const int v = value(c);
-    if (v < 0) continue;
-    acc = (acc << 6) | v;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> bits) & 0xff);
-    }
-  }
-  return out;
-}
 
 Devtools::Devtools(const std::string& chromium, const std::string& profile_dir) {
   int to[2], from[2];

@@ -11,9 +11,6 @@
 
 namespace vt_test {
 
-/// Standard base64 decoded (characters outside its alphabet skipped).
-std::string base64_decode(const std::string& in);
-
 class Devtools {
  public:
   /// Starts Chromium headless (chromium: its path) with a fresh profile under profile_dir and

@@ -16,6 +16,7 @@
 
 #include "browser.h"
 #include "cdp.h"
+#include "decode.h"
 #include "nn/data/image_decode.h"
 #include "nn/state.h"
 #include "test_util.h"
