@@ -15,7 +15,9 @@
 // afterwards. The default is therefore set by the initialiser of a library of its own,
 // libvitrine_thread_wait.so (thread_wait_default.cpp), which needs only libc and which
 // libvitrine.so lists after libgomp: the dynamic loader then initialises it before libgomp.
-// tests/backends/test_thread_wait.cpp checks that libgomp sees the value (OMP_DISPLAY_ENV).
+// tests/bench/test_bench.cpp checks that libgomp sees the value (OMP_DISPLAY_ENV). (A build
+// against LLVM's libomp, as the clang sanitizer build is, reads KMP_BLOCKTIME instead: there only
+// Vitrine's own pool follows the setting.)
 #pragma once
 
 namespace vitrine::cpu {

@@ -1,5 +1,7 @@
 // vitrine-bench: its measures (analytic FLOPs, statistics of repeats) and the program end to end
 // on a tiny model config, with its bad-input cases and exit codes.
+#include <dlfcn.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -112,26 +114,32 @@ TEST_CASE("bench-cli: idle threads wait as Vitrine's default says, unless the us
     args.insert(args.end(), bench.begin(), bench.end());
     return run_process("env", args, dir, name);
   };
+  // libgomp's display; LLVM's libomp (the clang sanitizer build) reads neither variable and
+  // prints its own, so there only the report is checked.
+  const bool libgomp = dlsym(RTLD_DEFAULT, "kmp_set_blocktime") == nullptr;
   ProcessResult r = run({}, "default");
   INFO(r.output);
   REQUIRE(r.code == 0);
-  CHECK(r.output.find(fmt::format("GOMP_SPINCOUNT = '{}'", cpu::kDefaultSpinCount)) !=
-        std::string::npos);
+  if (libgomp)
+    CHECK(r.output.find(fmt::format("GOMP_SPINCOUNT = '{}'", cpu::kDefaultSpinCount)) !=
+          std::string::npos);
   CHECK(r.output.find(fmt::format("idle threads wait: GOMP_SPINCOUNT={} (Vitrine's default)",
                                   cpu::kDefaultSpinCount)) != std::string::npos);
 
   r = run({"OMP_WAIT_POLICY=PASSIVE"}, "passive");
   INFO(r.output);
   REQUIRE(r.code == 0);
-  CHECK(r.output.find("OMP_WAIT_POLICY = 'PASSIVE'") != std::string::npos);
-  CHECK(r.output.find("GOMP_SPINCOUNT = '0'") != std::string::npos);
+  if (libgomp) {
+    CHECK(r.output.find("OMP_WAIT_POLICY = 'PASSIVE'") != std::string::npos);
+    CHECK(r.output.find("GOMP_SPINCOUNT = '0'") != std::string::npos);
+  }
   CHECK(r.output.find("idle threads wait: OMP_WAIT_POLICY=PASSIVE (set by the user)") !=
         std::string::npos);
 
   r = run({"GOMP_SPINCOUNT=1234"}, "spincount");
   INFO(r.output);
   REQUIRE(r.code == 0);
-  CHECK(r.output.find("GOMP_SPINCOUNT = '1234'") != std::string::npos);
+  if (libgomp) CHECK(r.output.find("GOMP_SPINCOUNT = '1234'") != std::string::npos);
   CHECK(r.output.find("idle threads wait: GOMP_SPINCOUNT=1234 (set by the user)") !=
         std::string::npos);
 }
