@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <limits>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -46,13 +45,22 @@ std::chrono::microseconds spin_time() {
   return std::chrono::microseconds(3000);  // libgomp's 300000 turns
 }
 
+/// The job word: generation (32 bits) | chunk count (16) | next chunk (16). A claim is checked
+/// against this one value: the count must not be a field of its own, which the caller rewrites
+/// for the next job while a late worker may still be checking a claim on the last one (it then
+/// ran a chunk of the next job with the last one's function, or ran one twice).
+constexpr uint64_t kMaxChunks = 0xffff;
+constexpr uint64_t job_word(uint32_t g, int64_t chunks) {
+  return static_cast<uint64_t>(g) << 32 | static_cast<uint64_t>(chunks) << 16;
+}
+
 struct Pool {
-  // The job: (generation << 32) | next chunk index, claimed by compare-and-swap; the other fields
-  // are written by the caller before it publishes the generation.
+  // The job: its word, claimed by compare-and-swap; the other fields are written by the caller
+  // before it publishes the word, and read by a worker only once it holds a chunk of that job.
   std::atomic<uint64_t> word{0};
   std::atomic<ChunkFn> fn{nullptr};
   std::atomic<void*> ctx{nullptr};
-  std::atomic<int64_t> n{0}, chunk{0}, chunks{0};
+  std::atomic<int64_t> n{0}, chunk{0};
   std::atomic<int> workers{0};    // workers that may take part in this job
   std::atomic<int64_t> done{0};   // chunks finished
   std::atomic<bool> busy{false};  // a caller is running a job
@@ -71,8 +79,8 @@ struct Pool {
     uint64_t w = word.load(std::memory_order_acquire);
     for (;;) {
       if (static_cast<uint32_t>(w >> 32) != g) return -1;
-      const int64_t i = static_cast<int64_t>(w & 0xffffffffu);
-      if (i >= chunks.load(std::memory_order_relaxed)) return -1;
+      const int64_t i = static_cast<int64_t>(w & kMaxChunks);
+      if (i >= static_cast<int64_t>(w >> 16 & kMaxChunks)) return -1;
       if (word.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
                                      std::memory_order_acquire))
         return i;
@@ -150,8 +158,9 @@ int pool_threads() { return omp_get_max_threads(); }
 void run_chunks(int64_t n, int64_t chunk, int threads, ChunkFn fn, void* ctx) {
   if (n <= 0) return;
   chunk = std::max<int64_t>(chunk, 1);
-  // Chunk indices are 32 bits wide in the job word.
-  chunk = std::max<int64_t>(chunk, n / std::numeric_limits<int32_t>::max() + 1);
+  // Chunk counts and indices are 16 bits wide in the job word.
+  chunk = std::max<int64_t>(
+      chunk, (n + static_cast<int64_t>(kMaxChunks) - 1) / static_cast<int64_t>(kMaxChunks));
   const int64_t chunks = (n + chunk - 1) / chunk;
   Pool& p = pool();
   bool expected = false;
@@ -173,12 +182,11 @@ void run_chunks(int64_t n, int64_t chunk, int threads, ChunkFn fn, void* ctx) {
   p.ctx.store(ctx, std::memory_order_relaxed);
   p.n.store(n, std::memory_order_relaxed);
   p.chunk.store(chunk, std::memory_order_relaxed);
-  p.chunks.store(chunks, std::memory_order_relaxed);
   p.workers.store(workers, std::memory_order_relaxed);
   p.done.store(0, std::memory_order_relaxed);
   if (++p.generation == 0) ++p.generation;  // (0 is the workers' "none seen yet")
   const uint32_t g = p.generation;
-  p.word.store(static_cast<uint64_t>(g) << 32);  // publishes the job (sequentially consistent)
+  p.word.store(job_word(g, chunks));  // publishes the job (sequentially consistent)
   p.wake.fetch_add(1);
   if (p.sleepers.load() > 0) p.wake.notify_all();
   p.work(g);

@@ -13,7 +13,8 @@
 //   caller:  publish job g (fn, n chunks) -> wake sleeping workers -> take chunks -> wait until
 //            the chunks others took are done
 //   worker:  spin for a while (thread_wait.h), then sleep, until a new job appears -> take chunks
-//            (a chunk is claimed by one compare-and-swap of (g, next index)) -> back to waiting
+//            (a chunk is claimed by one compare-and-swap of the word (g, chunk count, next
+//            index)) -> back to waiting
 //
 // Every chunk is computed by one thread in the same way whoever takes it, so results do not
 // depend on the thread count or on the schedule.
