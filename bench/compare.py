@@ -133,7 +133,8 @@ def cpu_flags():
 
 def openblas_plan(args):
     """Which kernels OpenBLAS chooses here as installed, and the OPENBLAS_CORETYPE (or None) that
-    the Vitrine and PyTorch tuned runs get: {"installed": name, "coretype": name or None}."""
+    the Vitrine and PyTorch tuned runs get: {"installed": name, "coretype": name or None,
+    "current": whether the installed kernels are made for this CPU's vector width}."""
     installed = None
     if os.access(args.torch_python, os.X_OK):
         try:
@@ -145,19 +146,18 @@ def openblas_plan(args):
         except (OSError, subprocess.SubprocessError):
             pass
     choice = args.openblas_coretype
+    flags = cpu_flags()
+    current = installed is not None and openblas_current(installed, flags)
     if choice == "none":
         coretype = None
     elif choice != "auto":
         coretype = choice
-    elif (installed is None or installed.lower() == "none"
-          or openblas_current(installed, cpu_flags())):
+    elif installed is None or installed.lower() == "none" or current:
         coretype = None
     else:
-        flags = cpu_flags()
         coretype = ("SkylakeX" if "avx512f" in flags else
                     "Haswell" if {"avx2", "fma"} <= flags else None)
-    return {"installed": installed, "coretype": coretype,
-            "current": installed is not None and openblas_current(installed, cpu_flags())}
+    return {"installed": installed, "coretype": coretype, "current": current}
 
 
 def command(args, side, model, threads, what, json_path):
@@ -531,8 +531,8 @@ def openblas_line(o):
     if not o.get("coretype"):
         return f"**OpenBLAS:** kernels {o.get('installed') or 'unknown'} as installed, for all runs."
     installed = o.get("installed") or "unknown"
-    why = (", a fallback for this CPU" if installed != "unknown"
-           and not openblas_current(installed, cpu_flags()) else "")
+    # (the verdict recorded on the measuring machine: --summarize may run elsewhere)
+    why = ", a fallback for this CPU" if installed != "unknown" and not o.get("current") else ""
     return (f"**OpenBLAS:** as installed it runs its {installed} kernels here{why}; the Vitrine "
             f"and PyTorch tuned runs get `OPENBLAS_CORETYPE={o['coretype']}`, PyTorch default "
             f"runs as installed.")

@@ -63,7 +63,8 @@ bool cpu_has_avx512() {
 GemmPolicy gemm_policy_for(std::string_view env, bool avx512, std::string_view openblas_core) {
   if (env == "openblas" || !avx512) return GemmPolicy::Off;
   if (env == "own") return GemmPolicy::All;
-  return openblas_kernels_current(openblas_core, true) ? GemmPolicy::SmallWeights : GemmPolicy::All;
+  return openblas_kernels_current(openblas_core, avx512) ? GemmPolicy::SmallWeights
+                                                         : GemmPolicy::All;
 }
 
 #ifdef VT_HAVE_OWN_SGEMM
@@ -279,8 +280,8 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
   }
   const int64_t strips = (M + kMR - 1) / kMR;
   // Large products run on the pool's threads (backends/cpu/thread_pool.h); one inside a
-  // parallel loop (attention's per-head products) on its chunk's thread.
-  const int threads = M * N * K >= (int64_t{1} << 20) ? pool_threads() : 1;
+  // parallel loop (attention's per-head products) on its chunk's thread, as one run.
+  const int threads = M * N * K >= (int64_t{1} << 20) && !in_parallel_chunk() ? pool_threads() : 1;
   if (b_trans)
     run_chunks_of(panels, 1, threads, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) pack_panel(p, N, K, b, ldb, bp);
