@@ -29,11 +29,12 @@ def read_safetensors(path):
     meta = header.pop("__metadata__", {})
     tensors = {}
     for k, v in header.items():
-        if v["dtype"] != "F32":
-            raise SystemExit(f"{path}: tensor {k} is {v['dtype']}, expected F32")
+        dtypes = {"F32": torch.float32, "I64": torch.int64}  # I64: BatchNorm's batch count
+        if v["dtype"] not in dtypes:
+            raise SystemExit(f"{path}: tensor {k} is {v['dtype']}, expected F32 or I64")
         s, e = v["data_offsets"]
         tensors[k] = torch.frombuffer(bytearray(b[8 + n + s:8 + n + e]),
-                                      dtype=torch.float32).view(v["shape"])
+                                      dtype=dtypes[v["dtype"]]).view(v["shape"])
     return tensors, meta
 
 
@@ -47,7 +48,7 @@ def main():
         if "vitrine.config" not in meta:
             raise SystemExit(f"{path}: no vitrine.config metadata (not a vitrine-train checkpoint)")
         mc = json.loads(meta["vitrine.config"])
-        sets = [f"model.{k}={json.dumps(mc[k])}" for k in ("depth", "patch_kernel", "pool")
+        sets = [f"model.{k}={json.dumps(mc[k])}" for k in ("dim", "depth", "heads", "mlp_dim", "patch", "patch_kernel", "stem", "pool")
                 if k in mc]
         config = ft.load_config(ft.DEFAULT_CONFIG, sets)
         m, t = ft.check_recipe(config)

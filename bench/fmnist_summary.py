@@ -6,7 +6,7 @@
 Reads the per-epoch test lines of both (vitrine-train with train.test_each_epoch: {"type": "test",
 "epoch" from 0, "train_seconds", "accuracy"}; fmnist_torch.py: {"epoch" from 1, "train_seconds",
 "test_accuracy"}) and prints a markdown table: per epoch, the cumulative training time and test
-accuracy of each, then the time at which each first reached 90% and the final accuracy. Needs no
+accuracy of each, then the time at which each first reached 90% and 91% and the final accuracy. Needs no
 torch (any python3).
 """
 import json
@@ -31,7 +31,7 @@ def torch_epochs(path):
     return rows
 
 
-def first_at(rows, target=0.90):
+def first_at(rows, target):
     for epoch, seconds, acc in rows:
         if acc >= target:
             return f"reached after {seconds / 60:.1f} min (epoch {epoch})"
@@ -56,7 +56,8 @@ def main(argv):
     print()
     for name, rows in (("Vitrine", v), ("PyTorch", t)):
         final = f"{100 * rows[-1][2]:.2f}% after {rows[-1][1] / 60:.1f} min" if rows else "no data"
-        print(f"- {name}: 90% test accuracy {first_at(rows)}; final {final}")
+        print(f"- {name}: 90% test accuracy {first_at(rows, 0.90)}, 91% "
+              f"{first_at(rows, 0.91)}; final {final}")
     if v and t:
         print(f"- training time ratio (PyTorch / Vitrine, {min(len(v), len(t))} epochs): "
               f"{t[min(len(v), len(t)) - 1][1] / v[min(len(v), len(t)) - 1][1]:.2f}")

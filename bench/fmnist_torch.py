@@ -105,7 +105,7 @@ SECTION_KEYS = {
     "schedule": ["name", "warmup_epochs", "min_lr_factor", "step_epochs", "gamma"],
     "train": ["epochs", "seed", "eval_every", "log_every", "early_stopping_patience",
               "accum_steps", "ema_decay", "test_each_epoch", "tta_hflip", "finetune",
-              "max_steps", "freeze_backbone", "device", "precision", "out"],
+              "max_steps", "freeze_backbone", "device", "precision", "out", "zero", "bucket_mb"],
 }
 TRANSFORM_KEYS = ["resize", "center_crop", "random_crop", "hflip", "mean", "std"]
 SIZE_KEYS = ["model.image_size", "data.transforms.resize", "data.transforms.center_crop",
@@ -113,7 +113,8 @@ SIZE_KEYS = ["model.image_size", "data.transforms.resize", "data.transforms.cent
 
 # ViTConfig's defaults (models/vit.h), in to_json()'s form.
 VIT_DEFAULTS = {
-    "image_size": [224, 224], "patch": 16, "patch_kernel": 0, "channels": 3, "num_classes": 1000,
+    "image_size": [224, 224], "patch": 16, "patch_kernel": 0, "stem": [], "channels": 3,
+    "num_classes": 1000,
     "dim": 768, "depth": 12, "heads": 12, "mlp_dim": 3072, "dropout": 0.0, "attn_dropout": 0.0,
     "embed_dropout": 0.0, "drop_path": 0.0, "pool": "cls", "representation": 0,
     "qkv_bias": True, "eps": 1e-6, "registers": 0, "layer_scale": False,
@@ -129,8 +130,8 @@ RESNET_DEFAULTS = {"arch": "resnet", "depth": 20, "channels": 3, "num_classes": 
                    "image_size": [32, 32]}
 RESNET_PRESETS = {f"resnet{d}": dict(RESNET_DEFAULTS, depth=d) for d in (8, 14, 20, 32, 44, 56)}
 # The model fields this script implements beyond the preset.
-SUPPORTED_MODEL_FIELDS = ["dim", "depth", "heads", "mlp_dim", "patch", "patch_kernel", "pool",
-                          "dropout", "drop_path", "eps", "qkv_bias"]
+SUPPORTED_MODEL_FIELDS = ["dim", "depth", "heads", "mlp_dim", "patch", "patch_kernel", "stem",
+                          "pool", "dropout", "drop_path", "eps", "qkv_bias"]
 # Fields whose value only matters when another is set (layer_scale_init without layer_scale).
 IGNORABLE_MODEL_FIELDS = ["layer_scale_init"]
 
@@ -368,7 +369,21 @@ def model_config(config):
             (pk == 0 or (pk >= merged["patch"] and (pk - merged["patch"]) % 2 == 0))):
         raise ConfigError(f"config: model.patch_kernel {json.dumps(pk)} must be 0 (the patch "
                           f"size) or the patch size {merged['patch']} plus an even number")
-    merged["patch_kernel"] = int(pk) if pk else merged["patch"]
+    stem = merged["stem"]
+    if not (isinstance(stem, list) and len(stem) <= 8 and
+            all(is_number(w) and w == int(w) and 0 < w <= 4096 for w in stem)):
+        raise ConfigError(f"config: model.stem {json.dumps(stem)} must be a list of at most 8 "
+                          f"widths in [1, 4096]")
+    if stem and pk:
+        raise ConfigError(f"config: model: a stem and patch_kernel {pk} cannot be combined")
+    merged["stem"] = [int(w) for w in stem]
+    # ViTConfig::stem_strides: 2 while the patch size left is even, else 1.
+    strides, left = [], merged["patch"]
+    for _ in stem:
+        strides.append(2 if left % 2 == 0 else 1)
+        left //= strides[-1]
+    merged["stem_strides"] = strides
+    merged["patch_kernel"] = int(pk) if pk else left
     h, w = merged["image_size"]
     if h % merged["patch"] or w % merged["patch"]:
         raise ConfigError(f"config: model: image size {h}x{w} is not a multiple of the patch "
@@ -630,11 +645,21 @@ def build_model(m):
     class PatchEmbed(nn.Module):
         def __init__(self):
             super().__init__()
-            # kernel patch_kernel, stride patch, padding (kernel - patch) / 2: the grid stays
-            # image / patch (models/vit.h, ViTConfig::patch_kernel)
-            k = m["patch_kernel"]
-            self.proj = nn.Conv2d(m["channels"], m["dim"], k, stride=m["patch"],
-                                  padding=(k - m["patch"]) // 2)
+            # The convolutional stem (models/vit.h, ViTConfig::stem): per width, Conv2d 3x3
+            # (padding 1, no bias, stride from stem_strides), BatchNorm2d, ReLU.
+            layers, cin = [], m["channels"]
+            for width, stride in zip(m["stem"], m["stem_strides"]):
+                layers += [nn.Conv2d(cin, width, 3, stride=stride, padding=1, bias=False),
+                           nn.BatchNorm2d(width), nn.ReLU()]
+                cin = width
+            self.stem = nn.Sequential(*layers) if layers else None
+            # kernel patch_kernel, stride what the stem left of the patch, padding (kernel -
+            # patch) / 2: the grid stays image / patch (ViTConfig::patch_kernel)
+            k, st = m["patch_kernel"], m["patch"] // math.prod(m["stem_strides"])
+            self.proj = nn.Conv2d(cin, m["dim"], k, stride=st, padding=(k - st) // 2)
+
+        def forward(self, images):
+            return self.proj(self.stem(images) if self.stem is not None else images)
 
     class VisionTransformer(nn.Module):
         def __init__(self):
@@ -660,7 +685,7 @@ def build_model(m):
                         nn.init.zeros_(mod.bias)
 
         def forward(self, images):
-            x = self.patch_embed.proj(images).flatten(2).transpose(1, 2)  # [B, patches, dim]
+            x = self.patch_embed(images).flatten(2).transpose(1, 2)  # [B, patches, dim]
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
             for block in self.blocks:
                 x = block(x)
@@ -941,7 +966,7 @@ def self_check():
     # make_schedule on the default config with one epoch of warm-up, 10 epochs and depth 6 (the
     # values below are worked for those): 60000 / 128 -> 469 steps per epoch (last batch kept).
     cfg = load_config(DEFAULT_CONFIG, ["data.validation_fraction=0", "schedule.warmup_epochs=1",
-                                       "model.depth=6", "train.epochs=10"])
+                                       "model.depth=6", "model.stem=[]", "train.epochs=10"])
     f = make_schedule(cfg, 469)  # W = 469, T = 4690
     check("default config: factor(0)", f(0), 0.0)
     check("default config: factor(100) = 100/469", f(100), 100 / 469, 1e-15)
@@ -985,6 +1010,27 @@ def self_check():
           (tuple(proj8.weight.shape), proj8.stride, proj8.padding), ((128, 1, 8, 8), (4, 4), (2, 2)))
     check("--set model.patch_kernel=8: logits shape",
           tuple(build_model(m8)(torch.zeros(2, 1, 28, 28)).shape), (2, 10))
+
+    # The convolutional stem (models/vit.h, ViTConfig::stem): [24, 48, 96] over patch 4 has
+    # strides 2, 2, 1 and a 1x1 projection; parameters as vitrine-train prints them.
+    ms, _ = check_recipe(load_config(DEFAULT_CONFIG, ["model.stem=[24,48,96]"]))
+    stem_model = build_model(ms)
+    check("--set model.stem=[24,48,96]: strides", ms["stem_strides"], [2, 2, 1])
+    check("--set model.stem=[24,48,96]: projection",
+          (tuple(stem_model.patch_embed.proj.weight.shape), stem_model.patch_embed.proj.stride),
+          ((128, 96, 1, 1), (1, 1)))
+    check("--set model.stem=[24,48,96]: stem names",
+          [n for n, _ in stem_model.named_parameters()][2:5],
+          ["patch_embed.stem.0.weight", "patch_embed.stem.1.weight", "patch_embed.stem.1.bias"])
+    check("--set model.stem=[24,48,96]: parameters (depth 4)",
+          sum(p.numel() for p in stem_model.parameters()), 602802)
+    check("--set model.stem=[24,48,96]: logits shape",
+          tuple(stem_model(torch.zeros(2, 1, 28, 28)).shape), (2, 10))
+    try:
+        check_recipe(load_config(DEFAULT_CONFIG, ["model.stem=[24]", "model.patch_kernel=8"]))
+        check("a stem with patch_kernel is refused", False, True)
+    except ConfigError as e:
+        check("a stem with patch_kernel is refused", "cannot be combined" in str(e), True)
 
     # The ResNet of --set model.arch=resnet: ResNet-8 for 1x28x28 images, torchvision's names.
     mr, _ = check_recipe(load_config(DEFAULT_CONFIG, ["model.arch=resnet"]))

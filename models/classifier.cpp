@@ -69,8 +69,10 @@ std::string ClassifierSpec::describe() const {
   }
   const ViTConfig m = ViTConfig::from_json(config);
   const std::string overlap =
-      m.kernel() != m.patch ? fmt::format(" (seen through {}x{} kernels)", m.kernel(), m.kernel())
-                            : "";
+      !m.stem.empty()
+          ? fmt::format(" (after a convolutional stem of widths {})", fmt::join(m.stem, ", "))
+      : m.kernel() != m.patch ? fmt::format(" (seen through {}x{} kernels)", m.kernel(), m.kernel())
+                              : "";
   return fmt::format("ViT {}x{}x{} in {}x{} patches{}, dim {}, depth {}, {} heads, MLP {}",
                      m.channels, m.image_h, m.image_w, m.patch, m.patch, overlap, m.dim, m.depth,
                      m.heads, m.mlp_dim);

@@ -29,6 +29,13 @@ void ViTConfig::validate() const {
       "ViTConfig: patch_kernel {} must be 0 (the patch size) or the patch size {} plus an even "
       "number",
       patch_kernel, patch);
+  VT_CHECK(stem.size() <= 8, "ViTConfig: stem has {} stages, at most 8 are allowed", stem.size());
+  for (int64_t w : stem)
+    VT_CHECK(w > 0 && w <= 4096, "ViTConfig: stem widths must be in [1, 4096], got {}", w);
+  VT_CHECK(stem.empty() || patch_kernel == 0,
+           "ViTConfig: a stem and patch_kernel {} cannot be combined (the stem overlaps its "
+           "windows already)",
+           patch_kernel);
   VT_CHECK(dim > 0 && depth > 0 && heads > 0 && mlp_dim > 0,
            "ViTConfig: dim {}, depth {}, heads {} and mlp_dim {} must be positive", dim, depth,
            heads, mlp_dim);
@@ -57,10 +64,27 @@ void ViTConfig::validate() const {
   at_most("tokens (patches per image)", (image_h / patch) * (image_w / patch), 1 << 20);
 }
 
+std::vector<int64_t> ViTConfig::stem_strides() const {
+  std::vector<int64_t> strides;
+  int64_t left = patch;
+  for (size_t i = 0; i < stem.size(); ++i) {
+    strides.push_back(left % 2 == 0 ? 2 : 1);
+    left /= strides.back();
+  }
+  return strides;
+}
+
+int64_t ViTConfig::stem_stride() const {
+  int64_t product = 1;
+  for (int64_t s : stem_strides()) product *= s;
+  return product;
+}
+
 nlohmann::json ViTConfig::to_json() const {
   return {{"image_size", {image_h, image_w}},
           {"patch", patch},
           {"patch_kernel", patch_kernel},
+          {"stem", stem},
           {"channels", channels},
           {"num_classes", num_classes},
           {"dim", dim},
@@ -108,7 +132,12 @@ ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
         c.patch = integer(k, v);
       else if (k == "patch_kernel")
         c.patch_kernel = integer(k, v);
-      else if (k == "channels")
+      else if (k == "stem") {
+        VT_CHECK(v.is_array() && v.size() <= 8,
+                 "ViTConfig: stem must be a list of at most 8 widths, got {}", v.dump());
+        c.stem.clear();
+        for (const auto& w : v) c.stem.push_back(integer(k, w));
+      } else if (k == "channels")
         c.channels = integer(k, v);
       else if (k == "num_classes")
         c.num_classes = integer(k, v);
@@ -217,15 +246,33 @@ class LayerScale : public nn::Module {
   Tensor gamma;
 };
 
-/// Holds the patch projection under timm's name patch_embed.proj.
+/// Holds the patch projection under timm's name patch_embed.proj, and the convolutional stem
+/// before it (patch_embed.stem) when the config has one.
 class PatchEmbed : public nn::Module {
  public:
-  explicit PatchEmbed(std::shared_ptr<nn::Conv2d> p) {
+  PatchEmbed(std::shared_ptr<nn::Conv2d> p, std::shared_ptr<nn::Sequential> s) {
+    if (s) stem = register_module("stem", std::move(s));
     proj = register_module("proj", std::move(p));
   }
   std::string type_name() const override { return "PatchEmbed"; }
+  std::shared_ptr<nn::Sequential> stem;
   std::shared_ptr<nn::Conv2d> proj;
 };
+
+/// ViTConfig::stem as modules: per width, Conv2d 3x3 (no bias), BatchNorm2d, ReLU.
+std::shared_ptr<nn::Sequential> make_stem(const ViTConfig& c, Generator& gen) {
+  if (c.stem.empty()) return nullptr;
+  auto s = std::make_shared<nn::Sequential>();
+  const std::vector<int64_t> strides = c.stem_strides();
+  int64_t in = c.channels;
+  for (size_t i = 0; i < c.stem.size(); ++i) {
+    s->push_back(std::make_shared<nn::Conv2d>(in, c.stem[i], 3, strides[i], 1, false, gen));
+    s->push_back(std::make_shared<nn::BatchNorm2d>(c.stem[i]));
+    s->push_back(std::make_shared<nn::ReLU>());
+    in = c.stem[i];
+  }
+  return s;
+}
 
 /// Holds the representation layer under timm's name pre_logits.fc.
 class PreLogits : public nn::Module {
@@ -269,11 +316,12 @@ Tensor ViTBlock::forward(const Tensor& x) {
 
 VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : config_(c) {
   c.validate();
-  const int64_t k = c.kernel(), pad = c.kernel_padding();
-  auto proj =
-      std::make_shared<nn::Conv2d>(c.channels, c.dim, std::pair{k, k}, std::pair{c.patch, c.patch},
-                                   std::pair{pad, pad}, true, gen);
-  register_module("patch_embed", std::make_shared<PatchEmbed>(proj));
+  const int64_t k = c.kernel(), pad = c.kernel_padding(), st = c.stride();
+  stem = make_stem(c, gen);
+  const int64_t proj_in = c.stem.empty() ? c.channels : c.stem.back();
+  auto proj = std::make_shared<nn::Conv2d>(proj_in, c.dim, std::pair{k, k}, std::pair{st, st},
+                                           std::pair{pad, pad}, true, gen);
+  register_module("patch_embed", std::make_shared<PatchEmbed>(proj, stem));
   patch_embed = proj;
   cls_token = register_parameter("cls_token", ops::zeros({1, 1, c.dim}));
   nn::init::normal_(cls_token, 0, 1e-6, gen);
@@ -358,7 +406,7 @@ Tensor VisionTransformer::embed(const Tensor& images_in, const ViTForwardOptions
   const int64_t B = images.size(0), gh = H / c.patch, gw = W / c.patch;
   last_grid_ = {gh, gw};
   // [B, C, H, W] -> [B, D, gh, gw] -> [B, gh*gw, D]
-  Tensor x = (*patch_embed)(images).flatten(2).transpose(1, 2);
+  Tensor x = (*patch_embed)(stem ? (*stem)(images) : images).flatten(2).transpose(1, 2);
   Tensor pos = pos_embed_for(gh, gw, options.pos_interp);
   Tensor cls = cls_token.expand({B, 1, c.dim});
   if (c.no_embed_class) {  // timm: prefix tokens carry no position embedding

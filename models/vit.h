@@ -25,6 +25,12 @@ struct ViTConfig {
   /// kernel k overlaps neighbouring patches: the convolution keeps stride patch and pads by
   /// (k - patch) / 2 on each side, so the grid is still image / patch.
   int64_t patch_kernel = 0;
+  /// A convolutional stem before the patch projection (Xiao et al. 2021, "Early Convolutions Help
+  /// Transformers See Better"), one stage per width c_i: Conv2d(3x3, padding 1, no bias),
+  /// BatchNorm2d, ReLU, with stride 2 while the part of the patch size not yet covered is even,
+  /// else 1. The projection then has kernel = stride = patch / stem_stride() (1x1 when the stem's
+  /// strides make up the patch). Empty: timm's patchify embedding. Not with patch_kernel.
+  std::vector<int64_t> stem;
   int64_t channels = 3;
   int64_t num_classes = 1000;  // 0: no head (a feature extractor, as DINO)
   int64_t dim = 768;
@@ -45,8 +51,13 @@ struct ViTConfig {
   bool no_embed_class = false;  // timm: pos_embed covers the patches only
   bool fc_norm = false;         // timm: mean pooling over the patch tokens, then a norm
 
-  int64_t kernel() const { return patch_kernel > 0 ? patch_kernel : patch; }
-  int64_t kernel_padding() const { return (kernel() - patch) / 2; }
+  /// Each stem stage's stride (2 while the patch size left is even, else 1), and their product.
+  std::vector<int64_t> stem_strides() const;
+  int64_t stem_stride() const;
+  /// The patch projection's kernel (and stride: stride() below).
+  int64_t kernel() const { return patch_kernel > 0 ? patch_kernel : patch / stem_stride(); }
+  int64_t stride() const { return patch / stem_stride(); }
+  int64_t kernel_padding() const { return (kernel() - stride()) / 2; }
   int64_t grid_h() const { return image_h / patch; }
   int64_t grid_w() const { return image_w / patch; }
   int64_t num_patches() const { return grid_h() * grid_w(); }
@@ -150,6 +161,7 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   const ViTConfig& config() const { return config_; }
 
   std::shared_ptr<nn::Conv2d> patch_embed;  // registered as patch_embed.proj
+  std::shared_ptr<nn::Sequential> stem;     // patch_embed.stem (Conv2d, BatchNorm2d, ReLU, ...)
   Tensor cls_token;                         // [1, 1, dim]
   Tensor register_tokens;                   // [1, registers, dim] or undefined
   Tensor pos_embed;                         // [1, pos_tokens, dim]

@@ -103,10 +103,16 @@ const std::set<std::string, std::less<>> kBlockNames = {
     "attn.proj.bias", "ls1.gamma",      "norm2.weight",    "norm2.bias",    "mlp.fc1.weight",
     "mlp.fc1.bias",   "mlp.fc2.weight", "mlp.fc2.bias",    "ls2.gamma"};
 
+// The convolutional stem's tensors (ViTConfig::stem): patch_embed.stem.<i>.<leaf>, where the
+// module i is a Conv2d (weight) or a BatchNorm2d (the rest).
+const std::set<std::string, std::less<>> kStemLeaves = {
+    "weight", "bias", "running_mean", "running_var", "num_batches_tracked"};
+
 /// Whether name is one of a ViT's tensors in our naming (for some config).
 bool is_vit_name(std::string_view s) {
   if (kTopNames.count(s)) return true;
   int64_t n;
+  if (eat(s, "patch_embed.stem.")) return eat_index(s, n) && kStemLeaves.count(s);
   return eat(s, "blocks.") && eat_index(s, n) && kBlockNames.count(s);
 }
 
@@ -374,6 +380,10 @@ std::string why_absent(const std::string& name, const Tensor& t, const ViTConfig
     if (s.starts_with("ls")) return "the config has layer_scale off";
     if (s == "attn.qkv.bias") return "the config has qkv_bias off";
   }
+  if (eat(s, "patch_embed.stem.") && eat_index(s, n))
+    return c.stem.empty() ? std::string("the config has no stem")
+                          : fmt::format("the config's stem has {} stages ({} modules)",
+                                        c.stem.size(), 3 * c.stem.size());
   auto rows = t.dim() > 0 ? t.size(0) : 0;
   if (name.starts_with("head."))
     return fmt::format("the config has num_classes 0 (no head); this head has {} classes", rows);
@@ -392,22 +402,26 @@ std::string why_absent(const std::string& name, const Tensor& t, const ViTConfig
 void check_against(const std::vector<Entry>& entries, const VisionTransformer& model,
                    ViTNaming naming, const std::string& where) {
   const ViTConfig& c = model.config();
-  std::map<std::string, Dims> expected;
-  for (const auto& [name, t] : model.state_dict()) expected[name] = t.shape();
+  std::map<std::string, Tensor> expected;
+  for (const auto& [name, t] : model.state_dict()) expected[name] = t;
   std::set<std::string> found;
   for (const Entry& e : entries) {
     if (e.target.name.empty()) continue;
     const Tensor& t = e.tensor;
-    VT_CHECK(is_floating_point(t.dtype()),
-             "{}: tensor '{}'{} has dtype {}; expected a floating dtype (float32, float64, "
-             "float16 or bfloat16)",
-             where, e.source, describe_target(e), dtype_name(t.dtype()));
     auto it = expected.find(e.target.name);
+    // Weights may come in any floating dtype; an integer buffer (a stem BatchNorm's batch count)
+    // only in its own.
+    const bool integer = it != expected.end() && !is_floating_point(it->second.dtype());
+    VT_CHECK(integer ? t.dtype() == it->second.dtype() : is_floating_point(t.dtype()),
+             "{}: tensor '{}'{} has dtype {}; expected {}", where, e.source, describe_target(e),
+             dtype_name(t.dtype()),
+             integer ? std::string(dtype_name(it->second.dtype()))
+                     : std::string("a floating dtype (float32, float64, float16 or bfloat16)"));
     VT_CHECK(it != expected.end(),
              "{}: tensor '{}'{} of shape {} does not fit the config: {} ({} naming; config: {})",
              where, e.source, describe_target(e), t.shape(), why_absent(e.target.name, t, c),
              naming_name(naming), config_brief(c));
-    Dims want = it->second;
+    Dims want = it->second.shape();
     if (e.target.part >= 0) want[0] /= 3;
     VT_CHECK(t.shape() == want, "{}: tensor '{}'{} has shape {}, expected {} for the config ({})",
              where, e.source, describe_target(e), t.shape(), want, config_brief(c));

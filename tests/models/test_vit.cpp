@@ -112,6 +112,48 @@ TEST_CASE("vit: overlapping patch embedding (patch_kernel) keeps the grid") {
   CHECK(m.last_grid() == std::pair<int64_t, int64_t>{7, 7});
 }
 
+TEST_CASE("vit: convolutional stem: strides, modules, grid and config errors") {
+  Generator g(0);
+  ViTConfig c = ViTConfig::preset("fmnist");
+  c.depth = 1;
+  c.stem = {8, 16, 24};  // patch 4: strides 2, 2, then 1; a 1x1 projection
+  CHECK(c.stem_strides() == std::vector<int64_t>{2, 2, 1});
+  CHECK(c.kernel() == 1);
+  CHECK(c.stride() == 1);
+  VisionTransformer m(c, g);
+  CHECK(m.patch_embed->weight.shape() == Dims{128, 24, 1, 1});
+  CHECK(m.patch_embed->padding == std::pair<int64_t, int64_t>{0, 0});
+  std::vector<std::string> names;
+  for (const auto& [name, t] : m.state_dict())
+    if (name.starts_with("patch_embed.")) names.push_back(name);
+  CHECK(names.front() == "patch_embed.stem.0.weight");
+  CHECK(std::count(names.begin(), names.end(), "patch_embed.stem.7.running_mean") == 1);
+  CHECK(m.stem->size() == 9);
+  CHECK(std::dynamic_pointer_cast<nn::Conv2d>((*m.stem)[3])->stride ==
+        std::pair<int64_t, int64_t>{2, 2});
+  CHECK(std::dynamic_pointer_cast<nn::Conv2d>((*m.stem)[6])->stride ==
+        std::pair<int64_t, int64_t>{1, 1});
+  CHECK(m.forward_features(ops::randn({2, 1, 28, 28}, g)).shape() == Dims{2, 50, 128});
+  CHECK(m.last_grid() == std::pair<int64_t, int64_t>{7, 7});
+  CHECK(ViTConfig::from_json(c.to_json()).stem == c.stem);
+
+  ViTConfig odd = ViTConfig::preset("fmnist");  // patch 7: no stride-2 stage fits
+  odd.patch = 7, odd.stem = {4};
+  CHECK(odd.stem_strides() == std::vector<int64_t>{1});
+  CHECK(odd.kernel() == 7);
+  CHECK(VisionTransformer(odd, g).forward_features(ops::randn({1, 1, 28, 28}, g)).shape() ==
+        Dims{1, 17, 128});
+
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"stem", 32}}), "stem must be a list", "32");
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"stem", {32, 0}}}), "stem widths", "got 0");
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"stem", {1, 2, 3, 4, 5, 6, 7, 8, 9}}}),
+                       "at most 8 widths");
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"stem", {2.5}}}), "'stem'");
+  CHECK_ERROR_CONTAINS(
+      ViTConfig::from_json({{"patch", 4}, {"patch_kernel", 8}, {"stem", {16}}}),
+      "a stem and patch_kernel 8 cannot be combined");
+}
+
 TEST_CASE("vit presets: parameter counts equal timm's") {
   // timm.create_model(name).num_parameters, num_classes 1000
   CHECK(VisionTransformer(ViTConfig::preset("vit_tiny_patch16_224")).num_parameters() == 5717416);

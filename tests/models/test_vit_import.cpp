@@ -35,7 +35,11 @@ std::shared_ptr<VisionTransformer> random_model(const ViTConfig& c, uint64_t see
   Generator g(seed);
   auto m = std::make_shared<VisionTransformer>(c, g);
   NoGradGuard no_grad;
-  for (auto [name, t] : m->state_dict()) t.copy_(ops::randn(t.shape(), g));
+  for (auto [name, t] : m->state_dict()) {
+    if (!is_floating_point(t.dtype())) continue;  // a stem BatchNorm's batch count
+    Tensor r = ops::randn(t.shape(), g);
+    t.copy_(name.ends_with("running_var") ? ops::abs(r) + 0.5 : r);
+  }
   m->eval();
   return m;
 }
@@ -536,6 +540,36 @@ TEST_CASE("vit import: a Vitrine training checkpoint loads without its optimizer
   nn::save_checkpoint(path, *m, with_config(c), &opt);
   auto loaded = models::load_vit(path);
   check_same_state(loaded->state_dict(), m->state_dict());
+}
+
+TEST_CASE("vit import: a checkpoint with a convolutional stem loads with its BatchNorm statistics") {
+  ViTConfig c = tiny();
+  c.stem = {3, 5};
+  auto m = random_model(c, 19);
+  m->train();
+  {
+    NoGradGuard no_grad;
+    m->forward(images(c, 20));  // the stem's BatchNorms update their running statistics
+  }
+  TempDir dir;
+  std::string path = dir / "stem.safetensors";
+  nn::save_checkpoint(path, *m, with_config(c));
+  auto loaded = models::load_vit(path);
+  CHECK(loaded->config().stem == std::vector<int64_t>{3, 5});
+  check_same_state(loaded->state_dict(), m->state_dict());
+  CHECK(loaded->named_buffers().at(1).first == "patch_embed.stem.1.running_var");
+  // A stem tensor the config does not build, and a batch count in the wrong dtype, are named.
+  nn::NamedTensors state = m->state_dict();
+  nn::NamedTensors extra = state;
+  extra.emplace_back("patch_embed.stem.9.running_mean", ops::zeros({5}));
+  write(dir, "extra.safetensors", extra, with_config(c));
+  CHECK_ERROR_CONTAINS(models::load_vit(dir / "extra.safetensors"),
+                       "patch_embed.stem.9.running_mean", "the config's stem has 2 stages");
+  for (auto& [name, t] : state)
+    if (name.ends_with("num_batches_tracked")) t = t.to(DType::Float32);
+  write(dir, "float_count.safetensors", state, with_config(c));
+  CHECK_ERROR_CONTAINS(models::load_vit(dir / "float_count.safetensors"),
+                       "patch_embed.stem.1.num_batches_tracked", "dtype float32; expected int64");
 }
 
 TEST_CASE("vit import: save_vit_timm -> load_vit is bit-exact") {

@@ -1,7 +1,8 @@
 // models/vit: parity with PyTorch's Vision Transformers. tests/fixtures/make_vit_fixtures.py builds
 // small random-weight models -- torchvision's own VisionTransformer (with and without the
 // representation layer), timm / DINO and DINOv2-with-registers re-created with timm's names and
-// formulas, timm with reg_token / no_embed_class / fc_norm, and Hugging Face's
+// formulas, timm with reg_token / no_embed_class / fc_norm, timm's layout with an overlapping
+// patch embedding or a convolutional stem (BatchNorm in eval mode), and Hugging Face's
 // ViTForImageClassification -- and saves their weights in their own naming
 // (tests/fixtures/vit_<model>.safetensors) with inputs and float64 outputs (vit_parity.json).
 // Each model is loaded with load_vit(path, config), run in float32 with capture(true, true), and
@@ -65,10 +66,12 @@ ViTConfig config_of(const std::string& model) {
   return ViTConfig::from_json(c.at("config"));
 }
 
-/// The fixture model loaded as a user would: load_vit with the config given explicitly.
+/// The fixture model loaded as a user would: load_vit with the config given explicitly, then
+/// eval() (a stem's BatchNorms use their running statistics, as the PyTorch model's did).
 std::shared_ptr<models::VisionTransformer> load(const std::string& model) {
   auto vit = models::load_vit(fixture(model_case(model).at("file")), config_of(model));
   REQUIRE(vit != nullptr);
+  vit->eval();
   vit->capture(true, true);
   return vit;
 }
@@ -171,6 +174,7 @@ VIT_PARITY_CASES("timm")
 VIT_PARITY_CASES("dinov2_reg")
 VIT_PARITY_CASES("timm_avg")
 VIT_PARITY_CASES("overlap")
+VIT_PARITY_CASES("stem")
 VIT_PARITY_CASES("hf")
 
 // torchvision computes its attention with need_weights=False, so its fixtures have no attention
@@ -179,6 +183,7 @@ TEST_CASE("vit parity: timm: attention gradients") { check_gradients("timm", tru
 TEST_CASE("vit parity: dinov2_reg: attention gradients") { check_gradients("dinov2_reg", true); }
 TEST_CASE("vit parity: timm_avg: attention gradients") { check_gradients("timm_avg", true); }
 TEST_CASE("vit parity: overlap: attention gradients") { check_gradients("overlap", true); }
+TEST_CASE("vit parity: stem: attention gradients") { check_gradients("stem", true); }
 TEST_CASE("vit parity: hf: attention gradients") { check_gradients("hf", true); }
 
 TEST_CASE("vit parity: timm: dino interpolation") { check_resized("timm", "dino"); }
@@ -207,19 +212,20 @@ TEST_CASE("vit parity: fixture configs and parameter counts") {
   CHECK(hf.layer_scale == ours.layer_scale);
   CHECK(hf.no_embed_class == ours.no_embed_class);
   CHECK(hf.fc_norm == ours.fc_norm);
-  for (const char* model : {"tv", "tv_rep", "timm", "dinov2_reg", "timm_avg", "overlap", "hf"}) {
+  for (const char* model : {"tv", "tv_rep", "timm", "dinov2_reg", "timm_avg", "overlap", "stem",
+                            "hf"}) {
     INFO("model " << model);
     // The fixture configs are written as ViTConfig::to_json writes them.
     const json& written = model_case(model).at("config");
     CHECK_MESSAGE(ViTConfig::from_json(written).to_json() == written,
                   ViTConfig::from_json(written).to_json().dump() << " != " << written.dump());
-    // The model has the parameter count of its checkpoint (ignored keys aside).
+    // The model has the parameter (and buffer) count of its checkpoint (ignored keys aside).
     auto vit = load(model);
     nn::SafetensorsFile f = nn::read_safetensors(fixture(model_case(model).at("file")));
     int64_t in_file = 0, in_model = 0;
     for (const auto& [name, t] : f.tensors)
       if (name != "mask_token") in_file += t.numel();
-    for (const auto& [name, p] : vit->named_parameters()) in_model += p.numel();
+    for (const auto& [name, t] : vit->state_dict()) in_model += t.numel();
     CHECK(in_model == in_file);
   }
 }

@@ -14,8 +14,17 @@ namespace vitrine::bench {
 double forward_flops(const models::ViTConfig& c) {
   const double P = static_cast<double>(c.num_patches()), N = P + c.prefix_tokens();
   const double D = c.dim, M = c.mlp_dim, K = c.num_classes;
-  const double patch_values = static_cast<double>(c.channels) * c.kernel() * c.kernel();
+  const int64_t proj_in = c.stem.empty() ? c.channels : c.stem.back();
+  const double patch_values = static_cast<double>(proj_in) * c.kernel() * c.kernel();
   double f = 2 * P * patch_values * D;
+  // The convolutional stem: per stage, a 3x3 convolution onto its (strided) grid.
+  const std::vector<int64_t> strides = c.stem_strides();
+  int64_t in = c.channels, h = c.image_h, w = c.image_w;
+  for (size_t i = 0; i < c.stem.size(); ++i) {
+    h /= strides[i], w /= strides[i];
+    f += 2.0 * static_cast<double>(h * w) * static_cast<double>(c.stem[i] * 9 * in);
+    in = c.stem[i];
+  }
   const double block = 2 * N * D * 3 * D + 4 * N * N * D + 2 * N * D * D + 4 * N * D * M;
   f += c.depth * block;
   if (c.representation > 0) f += 2 * D * c.representation;
