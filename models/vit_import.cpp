@@ -105,8 +105,8 @@ const std::set<std::string, std::less<>> kBlockNames = {
 
 // The convolutional stem's tensors (ViTConfig::stem): patch_embed.stem.<i>.<leaf>, where the
 // module i is a Conv2d (weight) or a BatchNorm2d (the rest).
-const std::set<std::string, std::less<>> kStemLeaves = {
-    "weight", "bias", "running_mean", "running_var", "num_batches_tracked"};
+const std::set<std::string, std::less<>> kStemLeaves = {"weight", "bias", "running_mean",
+                                                        "running_var", "num_batches_tracked"};
 
 /// Whether name is one of a ViT's tensors in our naming (for some config).
 bool is_vit_name(std::string_view s) {

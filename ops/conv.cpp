@@ -105,8 +105,8 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
   }
   const Strided xs = x.strided();
   const int64_t chunk = chunk_size(B, K, Cout, L);
-  Tensor cols = empty_on(x, {chunk, K, L}, dt);   // im2col's output, image by image
-  Tensor wide = empty_on(x, {K, chunk, L}, dt);   // the chunk's columns side by side
+  Tensor cols = empty_on(x, {chunk, K, L}, dt);  // im2col's output, image by image
+  Tensor wide = empty_on(x, {K, chunk, L}, dt);  // the chunk's columns side by side
   Tensor dy_wide = empty_on(x, {Cout, chunk, L}, dt);
   const Strided cs = cols.strided();
   for (int64_t b0 = 0; b0 < B; b0 += chunk) {
@@ -182,8 +182,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     const Tensor wc = weight.contiguous();  // [Cout, K]
     const Strided y3 = view_as(y, {B, Cout, L}, {Cout * L, L, 1});
     const int64_t chunk = chunk_size(B, K, Cout, L);
-    Tensor cols = empty_on(x, {chunk, K, L}, dt);   // im2col's output, image by image
-    Tensor wide = empty_on(x, {K, chunk, L}, dt);   // the chunk's columns side by side
+    Tensor cols = empty_on(x, {chunk, K, L}, dt);  // im2col's output, image by image
+    Tensor wide = empty_on(x, {K, chunk, L}, dt);  // the chunk's columns side by side
     Tensor y_wide = empty_on(x, {Cout, chunk, L}, dt);
     const Strided xs = x.strided(), cs = cols.strided();
     for (int64_t b0 = 0; b0 < B; b0 += chunk) {

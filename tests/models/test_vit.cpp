@@ -149,9 +149,8 @@ TEST_CASE("vit: convolutional stem: strides, modules, grid and config errors") {
   CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"stem", {1, 2, 3, 4, 5, 6, 7, 8, 9}}}),
                        "at most 8 widths");
   CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"stem", {2.5}}}), "'stem'");
-  CHECK_ERROR_CONTAINS(
-      ViTConfig::from_json({{"patch", 4}, {"patch_kernel", 8}, {"stem", {16}}}),
-      "a stem and patch_kernel 8 cannot be combined");
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"patch", 4}, {"patch_kernel", 8}, {"stem", {16}}}),
+                       "a stem and patch_kernel 8 cannot be combined");
 }
 
 TEST_CASE("vit presets: parameter counts equal timm's") {

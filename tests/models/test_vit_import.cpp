@@ -542,7 +542,8 @@ TEST_CASE("vit import: a Vitrine training checkpoint loads without its optimizer
   check_same_state(loaded->state_dict(), m->state_dict());
 }
 
-TEST_CASE("vit import: a checkpoint with a convolutional stem loads with its BatchNorm statistics") {
+TEST_CASE(
+    "vit import: a checkpoint with a convolutional stem loads with its BatchNorm statistics") {
   ViTConfig c = tiny();
   c.stem = {3, 5};
   auto m = random_model(c, 19);

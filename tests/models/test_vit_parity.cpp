@@ -212,8 +212,8 @@ TEST_CASE("vit parity: fixture configs and parameter counts") {
   CHECK(hf.layer_scale == ours.layer_scale);
   CHECK(hf.no_embed_class == ours.no_embed_class);
   CHECK(hf.fc_norm == ours.fc_norm);
-  for (const char* model : {"tv", "tv_rep", "timm", "dinov2_reg", "timm_avg", "overlap", "stem",
-                            "hf"}) {
+  for (const char* model :
+       {"tv", "tv_rep", "timm", "dinov2_reg", "timm_avg", "overlap", "stem", "hf"}) {
     INFO("model " << model);
     // The fixture configs are written as ViTConfig::to_json writes them.
     const json& written = model_case(model).at("config");

@@ -63,19 +63,13 @@ void write_stripes(const std::string& dir, int train_n, int test_n) {
 
 /// The tiny config as --set assignments.
 std::vector<std::string> tiny_sets() {
-  return {"--set", "model.patch=7",
-          "--set", "model.dim=16",
-          "--set", "model.depth=1",
-          "--set", "model.heads=2",
-          "--set", "model.mlp_dim=32",
-          "--set", "data.batch_size=20",
-          "--set", "data.workers=0",
-          "--set", "optim.lr=1e-2",
-          "--set", "train.eval_every=6",
-          "--set", "train.log_every=5",
-          "--set", "model.drop_path=0.1",
-          "--set", "train.accum_steps=2",
-          "--set", "schedule.warmup_epochs=0.5"};
+  return {"--set", "model.patch=7",       "--set", "model.stem=[]",
+          "--set", "model.dim=16",        "--set", "model.depth=1",
+          "--set", "model.heads=2",       "--set", "model.mlp_dim=32",
+          "--set", "data.batch_size=20",  "--set", "data.workers=0",
+          "--set", "optim.lr=1e-2",       "--set", "train.eval_every=6",
+          "--set", "train.log_every=5",   "--set", "model.drop_path=0.1",
+          "--set", "train.accum_steps=2", "--set", "schedule.warmup_epochs=0.5"};
 }
 
 using Proc = Process;
@@ -235,13 +229,13 @@ TEST_CASE("train-cli: --eval reproduces the run's test metrics, --summary prints
   const std::string acc = fmt::format("{:.4f}", cm.at("accuracy").get<double>());
   CHECK(ev.output.find("accuracy") != std::string::npos);
   CHECK(ev.output.find(acc) != std::string::npos);
-  // the default config evaluates with flip TTA, as the run did
-  CHECK(ev.output.find("(300 images, with flip test-time augmentation; config from " + r.out +
-                       "/config.json)") != std::string::npos);
+  // the default config evaluates one view of each image, as the run did
+  CHECK(ev.output.find("(300 images; config from " + r.out + "/config.json)") != std::string::npos);
 
   const Ran sum = run({"--summary"}, dir, "summary");
   REQUIRE(sum.code == 0);
-  CHECK(sum.output.find("Total params: 540,170") != std::string::npos);
+  CHECK(sum.output.find("Total params: 602,802") != std::string::npos);  // with the stem
+  CHECK(sum.output.find("patch_embed.stem.4 (BatchNorm2d)") != std::string::npos);
   const Ran small = run({"--summary", "--set", "model.depth=1"}, dir, "summary_small");
   REQUIRE(small.code == 0);
   CHECK(small.output.find("blocks.0 (Block)") != std::string::npos);

@@ -79,7 +79,7 @@ json tiny_config(const std::vector<std::string>& sets = {}) {
   c["schedule"]["warmup_epochs"] = 0.5;
   c["train"]["epochs"] = 3;
   c["train"]["log_every"] = 4;
-  c["train"]["tta_hflip"] = false;  // the default's; it has its own test
+  c["train"]["tta_hflip"] = false;  // the default's (it has its own test)
   for (const auto& s : sets) tr::apply_override(c, s);
   tr::validate_config(c);
   return c;
