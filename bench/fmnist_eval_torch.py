@@ -28,8 +28,8 @@ def read_safetensors(path):
     header = json.loads(b[8:8 + n])
     meta = header.pop("__metadata__", {})
     tensors = {}
+    dtypes = {"F32": torch.float32, "I64": torch.int64}  # I64: BatchNorm's batch count
     for k, v in header.items():
-        dtypes = {"F32": torch.float32, "I64": torch.int64}  # I64: BatchNorm's batch count
         if v["dtype"] not in dtypes:
             raise SystemExit(f"{path}: tensor {k} is {v['dtype']}, expected F32 or I64")
         s, e = v["data_offsets"]
@@ -48,8 +48,8 @@ def main():
         if "vitrine.config" not in meta:
             raise SystemExit(f"{path}: no vitrine.config metadata (not a vitrine-train checkpoint)")
         mc = json.loads(meta["vitrine.config"])
-        sets = [f"model.{k}={json.dumps(mc[k])}" for k in ("dim", "depth", "heads", "mlp_dim", "patch", "patch_kernel", "stem", "pool")
-                if k in mc]
+        fields = ("dim", "depth", "heads", "mlp_dim", "patch", "patch_kernel", "stem", "pool")
+        sets = [f"model.{k}={json.dumps(mc[k])}" for k in fields if k in mc]
         config = ft.load_config(ft.DEFAULT_CONFIG, sets)
         m, t = ft.check_recipe(config)
         model = ft.build_model(m)

@@ -318,9 +318,8 @@ VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : confi
   c.validate();
   const int64_t k = c.kernel(), pad = c.kernel_padding(), st = c.stride();
   stem = make_stem(c, gen);
-  const int64_t proj_in = c.stem.empty() ? c.channels : c.stem.back();
-  auto proj = std::make_shared<nn::Conv2d>(proj_in, c.dim, std::pair{k, k}, std::pair{st, st},
-                                           std::pair{pad, pad}, true, gen);
+  auto proj = std::make_shared<nn::Conv2d>(c.proj_channels(), c.dim, std::pair{k, k},
+                                           std::pair{st, st}, std::pair{pad, pad}, true, gen);
   register_module("patch_embed", std::make_shared<PatchEmbed>(proj, stem));
   patch_embed = proj;
   cls_token = register_parameter("cls_token", ops::zeros({1, 1, c.dim}));

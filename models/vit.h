@@ -58,6 +58,8 @@ struct ViTConfig {
   int64_t kernel() const { return patch_kernel > 0 ? patch_kernel : patch / stem_stride(); }
   int64_t stride() const { return patch / stem_stride(); }
   int64_t kernel_padding() const { return (kernel() - stride()) / 2; }
+  /// The patch projection's input channels: the image's, or the stem's last width.
+  int64_t proj_channels() const { return stem.empty() ? channels : stem.back(); }
   int64_t grid_h() const { return image_h / patch; }
   int64_t grid_w() const { return image_w / patch; }
   int64_t num_patches() const { return grid_h() * grid_w(); }

@@ -6,13 +6,7 @@
 //   dW  = sum_b dy_b @ cols_b^T     (cols recomputed from the saved x, not kept from the forward)
 //   db  = sum of dy over B, OH, OW
 //   dx_b = col2im(W^T @ dy_b)       (skipped when x needs no gradient, e.g. a patch embedding)
-// Images go through in chunks of n so that each buffer stays under kColsBudget elements.
-// The products are made once per chunk, not once per image: the chunk's columns are laid side by
-// side, [K, n L] (a copy of the im2col output [n, K, L]), and so are dy's, [Cout, n L], so that
-//   Y [Cout, n L] = W @ cols,   dW += dY @ cols^T,   dcols [K, n L] = W^T @ dY
-// are each one GEMM with n L columns. A small convolution (a stem's 3x3 on a 7x7 or 14x14 grid:
-// L = 49 or 196) would otherwise make n small products, each too small to be split between the
-// threads at a profit.
+// Images go through in chunks so that one columns buffer stays under kColsBudget elements.
 #include <algorithm>
 
 #include "ops/helpers.h"
@@ -55,31 +49,8 @@ Strided rows(const Strided& s, int64_t b, int64_t n) {
   return r;
 }
 
-/// s [n, a, L] read as [a, n, L] (the first two dims swapped: a view, nothing moves).
-Strided swap01(const Strided& s) {
-  Strided r = s;
-  std::swap(r.shape[0], r.shape[1]);
-  std::swap(r.strides[0], r.strides[1]);
-  return r;
-}
-
-/// A contiguous [a, n, L] buffer of t's (which holds at least a n L elements), read as
-/// [a, n, L] or, flattened, as the matrix [a, n L].
-Strided side_by_side(const Tensor& t, int64_t a, int64_t n, int64_t L) {
-  return view_as(t, {a, n, L}, {n * L, L, 1});
-}
-Strided flat(const Strided& s) {
-  Strided r = s;
-  r.shape = {s.shape[0], s.shape[1] * s.shape[2]};
-  r.strides = {s.strides[0], 1};
-  return r;
-}
-
-/// Images per chunk: the largest of the chunk's buffers ([n, K, L], [K, n, L], [Cout, n, L])
-/// stays under kColsBudget elements.
-int64_t chunk_size(int64_t B, int64_t K, int64_t Cout, int64_t L) {
-  return std::clamp<int64_t>(kColsBudget / std::max<int64_t>(std::max(K, Cout) * L, 1), 1,
-                             std::max<int64_t>(B, 1));
+int64_t chunk_size(int64_t B, int64_t K, int64_t L) {
+  return std::clamp<int64_t>(kColsBudget / std::max<int64_t>(K * L, 1), 1, std::max<int64_t>(B, 1));
 }
 
 /// The gradients of conv2d (see the file comment); dx and dW are fused kernels, so a second
@@ -104,30 +75,25 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
     be.fill(dw.strided(), 0);
   }
   const Strided xs = x.strided();
-  const int64_t chunk = chunk_size(B, K, Cout, L);
-  Tensor cols = empty_on(x, {chunk, K, L}, dt);  // im2col's output, image by image
-  Tensor wide = empty_on(x, {K, chunk, L}, dt);  // the chunk's columns side by side
-  Tensor dy_wide = empty_on(x, {Cout, chunk, L}, dt);
+  const int64_t chunk = chunk_size(B, K, L);
+  Tensor cols = empty_on(x, {chunk, K, L}, dt);
   const Strided cs = cols.strided();
   for (int64_t b0 = 0; b0 < B; b0 += chunk) {
     const int64_t n = std::min(chunk, B - b0);
-    const Strided dyw = side_by_side(dy_wide, Cout, n, L);  // [Cout, n, L]
-    be.copy(swap01(rows(dy3, b0, n)), dyw);
     if (needs[1]) {
-      // dW [Cout, K] += dY [Cout, n L] @ cols^T [n L, K]
-      for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), item(cs, i), g);
-      const Strided cw = side_by_side(wide, K, n, L);
-      be.copy(swap01(rows(cs, 0, n)), cw);
-      Strided cwt = flat(cw);  // [K, n L] read as its transpose [n L, K]
-      std::swap(cwt.shape[0], cwt.shape[1]);
-      std::swap(cwt.strides[0], cwt.strides[1]);
-      be.gemm(flat(dyw), cwt, view_as(dw, {Cout, K}, {K, 1}), true);
+      // dW [Cout, K] += dy_b [Cout, L] @ cols_b^T [L, K]
+      const Strided dw2 = view_as(dw, {Cout, K}, {K, 1});
+      for (int64_t i = 0; i < n; ++i) {
+        Strided ci = item(cs, i);
+        be.im2col(item(xs, b0 + i), ci, g);
+        ci.shape = {L, K};
+        ci.strides = {1, L};
+        be.gemm(item(dy3, b0 + i), ci, dw2, true);
+      }
     }
     if (needs[0]) {
-      // dcols [K, n L] = W^T [K, Cout] @ dY [Cout, n L], then image by image back to dx
-      const Strided cw = side_by_side(wide, K, n, L);
-      be.gemm(view_as(wc, {K, Cout}, {1, K}), flat(dyw), flat(cw), false);
-      be.copy(swap01(cw), rows(cs, 0, n));
+      // dcols [n, K, L] = W^T [K, Cout] (broadcast over the chunk) @ dy [n, Cout, L]
+      be.gemm(view_as(wc, {n, K, Cout}, {0, 1, K}), rows(dy3, b0, n), rows(cs, 0, n), false);
       const Strided dxs = dx.strided();
       for (int64_t i = 0; i < n; ++i) be.col2im(item(cs, i), item(dxs, b0 + i), g);
     }
@@ -181,20 +147,16 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     NoGradGuard no_grad;
     const Tensor wc = weight.contiguous();  // [Cout, K]
     const Strided y3 = view_as(y, {B, Cout, L}, {Cout * L, L, 1});
-    const int64_t chunk = chunk_size(B, K, Cout, L);
-    Tensor cols = empty_on(x, {chunk, K, L}, dt);  // im2col's output, image by image
-    Tensor wide = empty_on(x, {K, chunk, L}, dt);  // the chunk's columns side by side
-    Tensor y_wide = empty_on(x, {Cout, chunk, L}, dt);
+    if (bias.defined()) be.copy(view_as(bias, {B, Cout, L}, {0, bias.strides()[0], 0}), y3);
+    const int64_t chunk = chunk_size(B, K, L);
+    Tensor cols = empty_on(x, {chunk, K, L}, dt);
     const Strided xs = x.strided(), cs = cols.strided();
     for (int64_t b0 = 0; b0 < B; b0 += chunk) {
       const int64_t n = std::min(chunk, B - b0);
       for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), item(cs, i), g);
-      const Strided cw = side_by_side(wide, K, n, L), yw = side_by_side(y_wide, Cout, n, L);
-      be.copy(swap01(rows(cs, 0, n)), cw);
-      if (bias.defined()) be.copy(view_as(bias, {Cout, n, L}, {bias.strides()[0], 0, 0}), yw);
-      // Y [Cout, n L] (+)= W [Cout, K] @ cols [K, n L], then y[b0 : b0 + n] = Y as [n, Cout, L]
-      be.gemm(view_as(wc, {Cout, K}, {K, 1}), flat(cw), flat(yw), bias.defined());
-      be.copy(swap01(yw), rows(y3, b0, n));
+      // y[b0 : b0 + n] (+)= W (broadcast over the chunk) @ cols
+      be.gemm(view_as(wc, {n, Cout, K}, {0, K, 1}), rows(cs, 0, n), rows(y3, b0, n),
+              bias.defined());
     }
   }
 

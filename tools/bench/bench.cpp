@@ -14,8 +14,7 @@ namespace vitrine::bench {
 double forward_flops(const models::ViTConfig& c) {
   const double P = static_cast<double>(c.num_patches()), N = P + c.prefix_tokens();
   const double D = c.dim, M = c.mlp_dim, K = c.num_classes;
-  const int64_t proj_in = c.stem.empty() ? c.channels : c.stem.back();
-  const double patch_values = static_cast<double>(proj_in) * c.kernel() * c.kernel();
+  const double patch_values = static_cast<double>(c.proj_channels()) * c.kernel() * c.kernel();
   double f = 2 * P * patch_values * D;
   // The convolutional stem: per stage, a 3x3 convolution onto its (strided) grid.
   const std::vector<int64_t> strides = c.stem_strides();
