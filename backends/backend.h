@@ -207,6 +207,21 @@ class Backend {
   /// The adjoint of im2col: dx [C, H, W] (zeroed here) += scattered cols.
   virtual void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) = 0;
 
+  // Batch normalisation's kernels (ops/batch_norm.cpp). x, dy, y: [B, C, L] contiguous (L: the
+  // positions of one channel's map); the per-channel operands are [C] contiguous. These defaults
+  // compose each from reduce and binary (backends/batch_norm_default.cpp); a backend may fuse
+  // them into one pass over x (the CPU does).
+  /// mean[c] = sum_{b,l} x[b,c,l] / n,  var[c] = sum_{b,l} (x[b,c,l] - mean[c])^2 / n  (biased;
+  /// two passes), n = B L.
+  virtual void batch_norm_stats(const Strided& x, const Strided& mean, const Strided& var);
+  /// sum_dy[c] = sum_{b,l} dy[b,c,l],  sum_dy_xmu[c] = sum_{b,l} dy[b,c,l] (x[b,c,l] - mean[c])
+  virtual void batch_norm_backward_reduce(const Strided& x, const Strided& mean, const Strided& dy,
+                                          const Strided& sum_dy, const Strided& sum_dy_xmu);
+  /// y[b,c,l] = x[b,c,l] a[c] + z[b,c,l] zc[c] + d[c]; the z term only when z.data is non-null.
+  /// Batch norm's output (x a + d) and its input gradient (dy a + x zc + d) are both this form.
+  virtual void channel_affine(const Strided& x, const Strided& a, const Strided& z,
+                              const Strided& zc, const Strided& d, const Strided& y);
+
   /// x: [B, C, H, W] -> y: [B, C, OH, OW], PyTorch's nearest / bilinear / bicubic (A = -0.75).
   virtual void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) = 0;
   /// The adjoint: dx (zeroed here) from dy.

@@ -47,7 +47,8 @@
   X(Gt)                                                               \
   X(Ge)                                                               \
   X(GeluBackward)     /* out = dy * gelu'(x)       (a = x, b = dy) */ \
-  X(GeluTanhBackward) /* out = dy * gelu_tanh'(x)  (a = x, b = dy) */
+  X(GeluTanhBackward) /* out = dy * gelu_tanh'(x)  (a = x, b = dy) */ \
+  X(ReluBackward)     /* out = x > 0 ? dy : 0      (a = x, b = dy) */
 
 /// Reductions over a set of dims (backends/backend.h: ReduceOp).
 #define VITRINE_REDUCE_OPS(X) \

@@ -1,11 +1,18 @@
-// Batch normalisation (PyTorch's F.batch_norm) as a composition of reductions and elementwise
-// ops, so that every backend runs it and autograd differentiates it. x [B, C, *]: one mean and
-// variance per channel c, over the batch and every position:
+// Batch normalisation (PyTorch's F.batch_norm). x [B, C, *], read as [B, C, L]: one mean and
+// variance per channel c, over the batch and every position (n = B L values):
 //   training: mu = mean(x[:, c]), s2 = mean((x[:, c] - mu)^2)       (the biased variance)
 //             running_mean = (1 - m) running_mean + m mu
 //             running_var  = (1 - m) running_var  + m s2 n / (n - 1)   (the unbiased one)
 //   eval:     mu, s2 = running_mean, running_var
-//   y = (x - mu) / sqrt(s2 + eps) * weight[c] + bias[c]
+//   y = (x - mu) rstd w + b = x a + d,   rstd = 1 / sqrt(s2 + eps),  a = rstd w,  d = b - mu a
+// (x a + d is how PyTorch's CPU kernel writes it too). Backward, from dy, with
+// sum_dy = sum dy and dot = sum dy (x - mu) over b and l:
+//   db = sum_dy,  dw = dot rstd
+//   training: dx = (dy - sum_dy / n - (x - mu) k) a,  k = dot rstd^2 / n   (mu and s2 depend on x)
+//   eval:     dx = dy a
+// Each full-size step is one backend kernel (batch_norm_stats, batch_norm_backward_reduce,
+// channel_affine); the per-channel arithmetic is ops on [C] tensors. The gradients are not
+// differentiable again (create_graph through batch_norm is an error, as for layer_norm).
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
@@ -31,44 +38,97 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
            "batch_norm: running_mean and running_var go together (one of them is undefined)");
   VT_CHECK(training || running_mean.defined(),
            "batch_norm: eval mode needs running_mean and running_var");
-  Dims reduce;  // every dim but the channels'
-  Dims stat_shape(std::vector<int64_t>(static_cast<size_t>(x.dim()), 1));
-  stat_shape[1] = C;
-  int64_t n = 1;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (d != 1) {
-      reduce.push_back(d);
-      n *= x.size(d);
-    }
+  const int64_t B = x.size(0);
+  const int64_t L = C == 0 || B == 0 ? 0 : x.numel() / (B * C);
+  const int64_t n = B * L;
+  using detail::empty_on;
+  using detail::plain;
+  // The kernels' view of a contiguous [B, C, *] tensor as [B, C, L].
+  auto bcl = [B, C, L](const Tensor& t) {
+    Strided s = t.strided();
+    s.shape = {B, C, L};
+    s.strides = {C * L, L, 1};
+    return s;
+  };
+  Backend& be = x.backend();
+  const Tensor xc = plain(x);
 
-  // The statistics are per channel ([1, C, 1, ...]); weight is folded into the per-channel
-  // scale first, so the full-size work is a subtraction, a multiplication and an addition.
-  Tensor centered, s2;
-  if (training) {
-    VT_CHECK(n > 1,
-             "batch_norm: expected more than 1 value per channel when training, got input shape "
-             "{}",
-             x.shape());
-    const Tensor mu = mean(x, reduce, true);
-    centered = sub(x, mu);
-    s2 = mean(mul(centered, centered), reduce, true);  // the biased variance
-    if (running_mean.defined()) {
-      NoGradGuard no_grad;
-      Tensor rm = running_mean, rv = running_var;
-      rm.mul_(1 - momentum).add_(reshape(mu.detach(), {C}), momentum);
-      rv.mul_(1 - momentum)
-          .add_(reshape(s2.detach(), {C}),
-                momentum * static_cast<double>(n) / static_cast<double>(n - 1));
+  Tensor mu, rstd;  // [C]
+  {
+    NoGradGuard no_grad;
+    if (training) {
+      VT_CHECK(n > 1,
+               "batch_norm: expected more than 1 value per channel when training, got input "
+               "shape {}",
+               x.shape());
+      mu = empty_on(x, {C}, x.dtype());
+      Tensor s2 = empty_on(x, {C}, x.dtype());
+      be.batch_norm_stats(bcl(xc), mu.strided(), s2.strided());
+      if (running_mean.defined()) {
+        Tensor rm = running_mean, rv = running_var;
+        rm.mul_(1 - momentum).add_(mu, momentum);
+        rv.mul_(1 - momentum)
+            .add_(s2, momentum * static_cast<double>(n) / static_cast<double>(n - 1));
+      }
+      rstd = rsqrt(add(s2, eps));
+    } else {
+      mu = plain(running_mean);
+      rstd = rsqrt(add(plain(running_var), eps));
     }
-  } else {
-    centered = sub(x, reshape(running_mean, stat_shape));
-    s2 = reshape(running_var, stat_shape);
   }
-  Tensor scale = rsqrt(add(s2, eps));
-  if (weight.defined()) scale = mul(scale, reshape(weight, stat_shape));
-  Tensor y = mul(centered, scale);
-  if (bias.defined()) y = add(y, reshape(bias, stat_shape));
-  return y;
+  // y = x a + d
+  Tensor y = empty_on(x, x.shape(), x.dtype());
+  {
+    NoGradGuard no_grad;
+    const Tensor a = weight.defined() ? mul(rstd, plain(weight)) : rstd;
+    const Tensor ma = mul(mu, a);
+    const Tensor d = bias.defined() ? sub(plain(bias), ma) : neg(ma);
+    be.channel_affine(bcl(xc), a.strided(), Strided(), Strided(), d.strided(), bcl(y));
+  }
+
+  return record(
+      y, "batch_norm", {x, weight, bias},
+      [sx = save(x), sw = save(weight), mu, rstd, training, n, bcl](const Tensor& dy,
+                                                                    const Needs& needs) -> Grads {
+        const Tensor& x = sx.get();
+        const Tensor& w = sw.get();
+        const Tensor xc = plain(x), dyc = plain(dy);
+        const int64_t C = mu.numel();
+        Backend& be = x.backend();
+        Tensor sum_dy, dot, dx, dw, db;
+        {
+          NoGradGuard no_grad;  // the results get their (refusing) node below
+          if (training || needs[1] || needs[2]) {
+            sum_dy = empty_on(x, {C}, x.dtype());
+            dot = empty_on(x, {C}, x.dtype());
+            be.batch_norm_backward_reduce(bcl(xc), mu.strided(), bcl(dyc), sum_dy.strided(),
+                                          dot.strided());
+          }
+          if (needs[0]) {
+            const Tensor a = w.defined() ? mul(rstd, plain(w)) : rstd;
+            dx = empty_on(x, x.shape(), x.dtype());
+            if (training) {
+              // dx = dy a + x (-k a) + (mu k - sum_dy / n) a
+              const double inv_n = 1.0 / static_cast<double>(n);
+              const Tensor k = mul(mul(dot, mul(rstd, rstd)), inv_n);
+              const Tensor xcoef = neg(mul(k, a));
+              const Tensor d = mul(sub(mul(mu, k), mul(sum_dy, inv_n)), a);
+              be.channel_affine(bcl(dyc), a.strided(), bcl(xc), xcoef.strided(), d.strided(),
+                                bcl(dx));
+            } else {
+              const Tensor zero = zeros_like(a);
+              be.channel_affine(bcl(dyc), a.strided(), Strided(), Strided(), zero.strided(),
+                                bcl(dx));
+            }
+          }
+          if (needs[1]) dw = mul(dot, rstd);
+          if (needs[2]) db = sum_dy;
+        }
+        auto refuse = [&](const Tensor& g) {
+          return g.defined() ? detail::no_double_backward(g, "batch_norm_backward", {x, w, dy}) : g;
+        };
+        return {refuse(dx), refuse(dw), refuse(db)};
+      });
 }
 
 }  // namespace vitrine::ops

@@ -198,11 +198,23 @@ Tensor softplus(const Tensor& x) {
   });
 }
 
+namespace {
+/// dx = dy where x > 0, else 0: one kernel. Linear in dy, so its own gradient (double backward)
+/// is the same mask applied to the incoming gradient; x gets none (the mask is constant a.e.).
+Tensor relu_backward(const Tensor& x, const Tensor& dy) {
+  Tensor dx = detail::empty_on(x, x.shape(), x.dtype());
+  x.backend().binary(BinaryOp::ReluBackward, x.strided(), detail::broadcast_view(dy, x.shape()),
+                     dx.strided());
+  return record(dx, "relu_backward", {dy}, [sx = save(x)](const Tensor& g, const Needs&) -> Grads {
+    return {relu_backward(sx.get(), g)};
+  });
+}
+}  // namespace
+
 Tensor relu(const Tensor& x) {
   Tensor y = unary_kernel(UnaryOp::Relu, x, "relu", true);
   return record(y, "relu", {x}, [sx = save(x)](const Tensor& dy, const Needs&) -> Grads {
-    const Tensor& x = sx.get();
-    return {where(gt(x, zeros_like(x)), dy, zeros_like(dy))};
+    return {relu_backward(sx.get(), dy)};
   });
 }
 

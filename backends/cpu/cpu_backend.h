@@ -45,6 +45,12 @@ class CpuBackend final : public Backend {
   void layer_norm_backward(const Strided& x, const Strided& w, const Strided& mean,
                            const Strided& rstd, const Strided& dy, const Strided& dx,
                            const Strided& dw, const Strided& db) override;
+  // batch_norm.cpp
+  void batch_norm_stats(const Strided& x, const Strided& mean, const Strided& var) override;
+  void batch_norm_backward_reduce(const Strided& x, const Strided& mean, const Strided& dy,
+                                  const Strided& sum_dy, const Strided& sum_dy_xmu) override;
+  void channel_affine(const Strided& x, const Strided& a, const Strided& z, const Strided& zc,
+                      const Strided& d, const Strided& y) override;
   // cross_entropy.cpp
   void cross_entropy(const Strided& logits, const Strided& target, int64_t ignore_index,
                      double label_smoothing, const Strided& loss) override;

@@ -86,6 +86,8 @@ T binary_value(BinaryOp op, T a, T b) {
     switch (op) {
       case BinaryOp::Pow:
         return std::pow(a, b);
+      case BinaryOp::ReluBackward:  // a = x, b = dy
+        return a > T(0) ? b : T(0);
       case BinaryOp::GeluBackward: {  // a = x, b = dy
         T cdf = T(0.5) * (T(1) + std::erf(a * T(kSqrt1_2)));
         T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * a * a);
@@ -141,6 +143,8 @@ void with_binary_fn(BinaryOp op, Body&& body) {
       return body([](T a, T b) { return a * b; });
     case BinaryOp::Div:
       return body([](T a, T b) { return a / b; });
+    case BinaryOp::ReluBackward:
+      return body([](T a, T b) { return a > T(0) ? b : T(0); });
     default:
       return body([op](T a, T b) { return binary_value<T>(op, a, b); });
   }
@@ -156,6 +160,8 @@ void with_unary_fn(UnaryOp op, T alpha, T beta, Body&& body) {
       return body([alpha](T x) { return x + alpha; });
     case UnaryOp::MulScalar:
       return body([alpha](T x) { return x * alpha; });
+    case UnaryOp::Relu:
+      return body([](T x) { return x > T(0) ? x : T(0); });
     default:
       return body([op, alpha, beta](T x) { return unary_value<T>(op, x, alpha, beta); });
   }

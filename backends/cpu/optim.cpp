@@ -15,6 +15,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/simd.h"
 
 namespace vitrine::cpu {
 
@@ -72,6 +73,17 @@ void CpuBackend::adam_step(const Strided& param, const Strided& grad, const Stri
     const T* g = grad.ptr<T>();
     T* m = exp_avg.ptr<T>();
     T* v = exp_avg_sq.ptr<T>();
+    if constexpr (std::is_same_v<T, float>) {  // the same arithmetic, vectorised (simd.h)
+      const simd::AdamRow row{decay,           wd,  beta1,         one_minus_beta1, beta2,
+                              one_minus_beta2, eps, neg_step_size, bc2_sqrt,        o.decoupled,
+                              coupled_decay};
+      const int64_t n = param.numel(), nblk = (n + kBlock - 1) / kBlock;
+      parallel_for(nblk, kBlock, [&](int64_t b) {
+        const int64_t i0 = b * kBlock, len = std::min(n, i0 + kBlock) - i0;
+        simd::adam_row(p + i0, g + i0, m + i0, v + i0, row, len);
+      });
+      return;
+    }
     for_each_element(param.numel(), [&](int64_t i) {
       T gi = g[i];
       if (o.decoupled) {

@@ -135,4 +135,50 @@ VT_SIMD_CLONES void layer_norm_backward_row(const float* x, const float* w, floa
   }
 }
 
+VT_SIMD_CLONES float sum_row(const float* x, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+VT_SIMD_CLONES float centered_sq_sum_row(const float* x, float c, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += (x[i] - c) * (x[i] - c);
+  return s;
+}
+
+VT_SIMD_CLONES float centered_dot_row(const float* x, const float* dy, float c, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += dy[i] * (x[i] - c);
+  return s;
+}
+
+VT_SIMD_CLONES void affine_row(const float* x, float a, float d, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + d;
+}
+
+VT_SIMD_CLONES void affine2_row(const float* x, float a, const float* z, float b, float d, float* y,
+                                int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + z[i] * b + d;
+}
+
+VT_SIMD_CLONES void adam_row(float* p, const float* g, float* m, float* v, const AdamRow& o,
+                             int64_t n) {
+  // The three cases as separate loops, so that each is a straight vector loop.
+  const float decay = o.decoupled ? o.decay : 1.0f, wd = o.coupled_decay ? o.wd : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float pi = p[i] * decay;
+    const float gi = o.coupled_decay ? __builtin_fmaf(pi, wd, g[i]) : g[i];
+    const float mi = __builtin_fmaf(gi, o.one_minus_beta1, m[i] * o.beta1);
+    const float vi = __builtin_fmaf(o.one_minus_beta2 * gi, gi, v[i] * o.beta2);
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = __builtin_sqrtf(vi) / o.bc2_sqrt + o.eps;
+    p[i] = pi + o.neg_step_size * mi / denom;
+  }
+}
+
 }  // namespace vitrine::cpu::simd

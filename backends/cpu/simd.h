@@ -83,4 +83,25 @@ void layer_norm_row(const float* x, const float* w, const float* b, float eps, f
 void layer_norm_backward_row(const float* x, const float* w, float mean, float rstd,
                              const float* dy, float* dx, double* pw, double* pb, int64_t n);
 
+/// Per-channel sums of batch norm, over one row of n (simd lanes in float):
+///   sum_row = sum x,  centered_sq_sum_row = sum (x - c)^2,  centered_dot_row = sum dy (x - c)
+float sum_row(const float* x, int64_t n);
+float centered_sq_sum_row(const float* x, float c, int64_t n);
+float centered_dot_row(const float* x, const float* dy, float c, int64_t n);
+/// y = x a + d, or with z: y = x a + z b + d  (batch norm's output and input gradient)
+void affine_row(const float* x, float a, float d, float* y, int64_t n);
+void affine2_row(const float* x, float a, const float* z, float b, float d, float* y, int64_t n);
+
+/// One Adam/AdamW update of n elements (PyTorch's single-tensor rule, as CpuBackend::adam_step):
+///   p *= decay (AdamW: 1 - lr wd; else 1), g += wd p (Adam with weight decay: wd != 0),
+///   m = fma(g, 1 - b1, m b1),  v = fma((1 - b2) g, g, v b2),
+///   p += neg_step_size m / (sqrt(v) / bc2_sqrt + eps)
+/// IEEE division, square root and fma are exact-rounded in every lane, so the vector code
+/// gives the scalar one's bits.
+struct AdamRow {
+  float decay, wd, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, neg_step_size, bc2_sqrt;
+  bool decoupled, coupled_decay;
+};
+void adam_row(float* p, const float* g, float* m, float* v, const AdamRow& o, int64_t n);
+
 }  // namespace vitrine::cpu::simd

@@ -463,6 +463,8 @@ struct BinaryFn {
       const T cdf = fmul(T(0.5), fadd(T(1), fm::erf(fmul(a, T(kSqrt1_2)))));
       const T pdf = fmul(T(kInvSqrt2Pi), fm::exp(fmul(fmul(T(-0.5), a), a)));
       return fmul(b, fadd(cdf, fmul(a, pdf)));
+    } else if constexpr (Op == Binary::ReluBackward) {
+      return a > T(0) ? b : T(0);  // a = x, b = dy
     } else if constexpr (Op == Binary::GeluTanhBackward) {
       // a = x, b = dy: dy (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 c x^2))
       const T x2 = fmul(a, a);

@@ -130,6 +130,17 @@ TEST_CASE("batch_norm2d: PyTorch parity in training (running statistics) and eva
         return ops::batch_norm(v[0], Tensor(), Tensor(), v[1], v[2], true, 0.1, 1e-5);
       },
       {x, w, b});
+  // eval: the running statistics are constants, dx = dy w / sqrt(running_var + eps)
+  Tensor rm = rand64({2}, 9), rv = rand64({2}, 10, 1.0, 0.5);
+  check_grad(
+      [&](const std::vector<Tensor>& v) {
+        return ops::batch_norm(v[0], rm, rv, v[1], v[2], false, 0.1, 1e-5);
+      },
+      {x, w, b});
+  // a second derivative is refused, not silently zero
+  Tensor xg = x.detach().requires_grad_();
+  Tensor gx = grad({ops::sum(ops::pow(g.forward(xg), 2.0))}, {xg}, {}, false, true)[0];
+  CHECK_ERROR_CONTAINS(ops::sum(gx).backward(), "batch_norm_backward", "double backward");
 
   CHECK_ERROR_CONTAINS(train(ops::zeros({2, 4, 3, 3}, kFloat64)), "BatchNorm2d(3)",
                        "x has 4 channels");
