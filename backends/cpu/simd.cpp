@@ -165,19 +165,29 @@ VT_SIMD_CLONES void affine2_row(const float* x, float a, const float* z, float b
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + z[i] * b + d;
 }
 
-VT_SIMD_CLONES void adam_row(float* p, const float* g, float* m, float* v, const AdamRow& o,
-                             int64_t n) {
-  // The three cases as separate loops, so that each is a straight vector loop.
-  const float decay = o.decoupled ? o.decay : 1.0f, wd = o.coupled_decay ? o.wd : 0.0f;
+VT_SIMD_CLONES void adam_row(float* __restrict p, const float* __restrict g, float* __restrict m,
+                             float* __restrict v, const AdamRow& o, int64_t n) {
+  // The options as locals (a store through p could otherwise alias o, and reload it).
+  const bool coupled = o.coupled_decay;
+  const float wd = o.wd, decay = o.decay;
+  const float b1 = o.beta1, omb1 = o.one_minus_beta1, b2 = o.beta2, omb2 = o.one_minus_beta2;
+  const float eps = o.eps, nss = o.neg_step_size, bc2 = o.bc2_sqrt;
+  // AdamW's decay in a loop of its own: p decay is rounded and stored, as PyTorch's param.mul_,
+  // never fused (fma) into the update's addition below.
+  if (o.decoupled) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay;
+  }
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float pi = p[i] * decay;
-    const float gi = o.coupled_decay ? __builtin_fmaf(pi, wd, g[i]) : g[i];
-    const float mi = __builtin_fmaf(gi, o.one_minus_beta1, m[i] * o.beta1);
-    const float vi = __builtin_fmaf(o.one_minus_beta2 * gi, gi, v[i] * o.beta2);
+    const float pi = p[i];
+    const float gi = coupled ? __builtin_fmaf(pi, wd, g[i]) : g[i];
+    const float mi = __builtin_fmaf(gi, omb1, m[i] * b1);
+    const float vi = __builtin_fmaf(omb2 * gi, gi, v[i] * b2);
     m[i] = mi;
     v[i] = vi;
-    const float denom = __builtin_sqrtf(vi) / o.bc2_sqrt + o.eps;
-    p[i] = pi + o.neg_step_size * mi / denom;
+    const float denom = __builtin_sqrtf(vi) / bc2 + eps;
+    p[i] = pi + nss * mi / denom;
   }
 }
 
