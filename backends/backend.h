@@ -202,9 +202,10 @@ class Backend {
                                         const Strided& dprobs, double scale,
                                         const Strided& dqkv) = 0;
 
-  /// x: one image [C, H, W] -> cols [C * kh * kw, out_h * out_w] (zero padding).
+  /// x: one image [C, H, W] -> cols [C * kh * kw, out_h * out_w] (zero padding). cols' rows are
+  /// contiguous and cols.strides[0] >= out_h * out_w apart (a chunk's images side by side).
   virtual void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) = 0;
-  /// The adjoint of im2col: dx [C, H, W] (zeroed here) += scattered cols.
+  /// The adjoint of im2col: dx [C, H, W] (zeroed here) += scattered cols (laid out as im2col's).
   virtual void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) = 0;
 
   // Batch normalisation's kernels (ops/batch_norm.cpp). x, dy, y: [B, C, L] contiguous (L: the

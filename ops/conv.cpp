@@ -7,6 +7,13 @@
 //   db  = sum of dy over B, OH, OW
 //   dx_b = col2im(W^T @ dy_b)       (skipped when x needs no gradient, e.g. a patch embedding)
 // Images go through in chunks so that one columns buffer stays under kColsBudget elements.
+//
+// Small output maps (L < kWideBelow: a stem's 3x3 on a 7x7 grid has L = 49) make small products,
+// one per image, each too small to split between threads at a profit. There the chunk's images
+// lie side by side instead: im2col writes image i's columns at offset i L of rows n L long, so
+// that cols [K, n L] is one matrix with no copy, and
+//   Y [Cout, n L] = W @ cols,   dW += dY @ cols^T,   dcols [K, n L] = W^T @ dY
+// are one GEMM each per chunk; only y (out of Y) and dy (into dY) are copied, each Cout x n L.
 #include <algorithm>
 
 #include "ops/helpers.h"
@@ -18,6 +25,10 @@ using namespace detail;
 namespace {
 
 constexpr int64_t kColsBudget = int64_t{1} << 24;
+constexpr int64_t kWideBelow = 128;
+/// Side by side, a chunk's columns stay under this many elements (512 KiB of float32: in L2, so
+/// the GEMM reads what im2col just wrote from cache), but hold at least 256 columns (n L).
+constexpr int64_t kWideBudget = int64_t{1} << 17;
 
 /// The view of t's data with the given shape and strides (same start).
 Strided view_as(const Tensor& t, const Dims& shape, const Dims& strides) {
@@ -49,8 +60,37 @@ Strided rows(const Strided& s, int64_t b, int64_t n) {
   return r;
 }
 
-int64_t chunk_size(int64_t B, int64_t K, int64_t L) {
-  return std::clamp<int64_t>(kColsBudget / std::max<int64_t>(K * L, 1), 1, std::max<int64_t>(B, 1));
+/// Images per chunk: image by image, the largest buffer ([n, K, L] or [n, Cout, L]) stays under
+/// kColsBudget elements; side by side (L < kWideBelow), the columns under kWideBudget.
+int64_t chunk_size(int64_t B, int64_t K, int64_t Cout, int64_t L) {
+  const int64_t per_image = std::max<int64_t>(std::max(K, Cout) * L, 1);
+  if (L < kWideBelow) {
+    const int64_t at_least = std::max<int64_t>(1, 256 / std::max<int64_t>(L, 1));
+    return std::clamp<int64_t>(kWideBudget / per_image, at_least, std::max<int64_t>(B, 1));
+  }
+  return std::clamp<int64_t>(kColsBudget / per_image, 1, std::max<int64_t>(B, 1));
+}
+
+/// s [n, a, L] read as [a, n, L] (the first two dims swapped: a view, nothing moves).
+Strided swap01(const Strided& s) {
+  Strided r = s;
+  std::swap(r.shape[0], r.shape[1]);
+  std::swap(r.strides[0], r.strides[1]);
+  return r;
+}
+
+/// Image i's [rows, L] block of a side-by-side buffer [rows, n, L] (rows n L apart).
+Strided block(const Tensor& wide, int64_t rows, int64_t n, int64_t L, int64_t i) {
+  Strided s = wide.strided();
+  s.data = static_cast<char*>(s.data) + i * L * static_cast<int64_t>(dtype_size(s.dtype));
+  s.shape = {rows, L};
+  s.strides = {n * L, 1};
+  return s;
+}
+
+/// The first rows x n L elements of a buffer as the matrix [rows, n L] (or its transpose).
+Strided matrix(const Tensor& t, int64_t rows, int64_t cols, bool transposed = false) {
+  return transposed ? view_as(t, {cols, rows}, {1, cols}) : view_as(t, {rows, cols}, {cols, 1});
 }
 
 /// The gradients of conv2d (see the file comment); dx and dW are fused kernels, so a second
@@ -75,27 +115,48 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
     be.fill(dw.strided(), 0);
   }
   const Strided xs = x.strided();
-  const int64_t chunk = chunk_size(B, K, L);
+  const int64_t chunk = chunk_size(B, K, Cout, L);
   Tensor cols = empty_on(x, {chunk, K, L}, dt);
   const Strided cs = cols.strided();
-  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-    const int64_t n = std::min(chunk, B - b0);
-    if (needs[1]) {
-      // dW [Cout, K] += dy_b [Cout, L] @ cols_b^T [L, K]
-      const Strided dw2 = view_as(dw, {Cout, K}, {K, 1});
-      for (int64_t i = 0; i < n; ++i) {
-        Strided ci = item(cs, i);
-        be.im2col(item(xs, b0 + i), ci, g);
-        ci.shape = {L, K};
-        ci.strides = {1, L};
-        be.gemm(item(dy3, b0 + i), ci, dw2, true);
+  if (L < kWideBelow) {  // side by side (file comment)
+    Tensor dy_wide = empty_on(x, {Cout, chunk, L}, dt);
+    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+      const int64_t n = std::min(chunk, B - b0), nL = n * L;
+      be.copy(swap01(rows(dy3, b0, n)), view_as(dy_wide, {Cout, n, L}, {nL, L, 1}));
+      if (needs[1]) {
+        // dW [Cout, K] += dY [Cout, n L] @ cols^T [n L, K]
+        for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), block(cols, K, n, L, i), g);
+        be.gemm(matrix(dy_wide, Cout, nL), matrix(cols, K, nL, true),
+                view_as(dw, {Cout, K}, {K, 1}), true);
+      }
+      if (needs[0]) {
+        // dcols [K, n L] = W^T [K, Cout] @ dY [Cout, n L], then image by image into dx
+        be.gemm(view_as(wc, {K, Cout}, {1, K}), matrix(dy_wide, Cout, nL), matrix(cols, K, nL),
+                false);
+        const Strided dxs = dx.strided();
+        for (int64_t i = 0; i < n; ++i) be.col2im(block(cols, K, n, L, i), item(dxs, b0 + i), g);
       }
     }
-    if (needs[0]) {
-      // dcols [n, K, L] = W^T [K, Cout] (broadcast over the chunk) @ dy [n, Cout, L]
-      be.gemm(view_as(wc, {n, K, Cout}, {0, 1, K}), rows(dy3, b0, n), rows(cs, 0, n), false);
-      const Strided dxs = dx.strided();
-      for (int64_t i = 0; i < n; ++i) be.col2im(item(cs, i), item(dxs, b0 + i), g);
+  } else {
+    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+      const int64_t n = std::min(chunk, B - b0);
+      if (needs[1]) {
+        // dW [Cout, K] += dy_b [Cout, L] @ cols_b^T [L, K]
+        const Strided dw2 = view_as(dw, {Cout, K}, {K, 1});
+        for (int64_t i = 0; i < n; ++i) {
+          Strided ci = item(cs, i);
+          be.im2col(item(xs, b0 + i), ci, g);
+          ci.shape = {L, K};
+          ci.strides = {1, L};
+          be.gemm(item(dy3, b0 + i), ci, dw2, true);
+        }
+      }
+      if (needs[0]) {
+        // dcols [n, K, L] = W^T [K, Cout] (broadcast over the chunk) @ dy [n, Cout, L]
+        be.gemm(view_as(wc, {n, K, Cout}, {0, 1, K}), rows(dy3, b0, n), rows(cs, 0, n), false);
+        const Strided dxs = dx.strided();
+        for (int64_t i = 0; i < n; ++i) be.col2im(item(cs, i), item(dxs, b0 + i), g);
+      }
     }
   }
   if (needs[0]) out[0] = no_double_backward(dx, "conv2d_backward", {dy_in, w});
@@ -147,16 +208,30 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     NoGradGuard no_grad;
     const Tensor wc = weight.contiguous();  // [Cout, K]
     const Strided y3 = view_as(y, {B, Cout, L}, {Cout * L, L, 1});
-    if (bias.defined()) be.copy(view_as(bias, {B, Cout, L}, {0, bias.strides()[0], 0}), y3);
-    const int64_t chunk = chunk_size(B, K, L);
+    const int64_t chunk = chunk_size(B, K, Cout, L);
     Tensor cols = empty_on(x, {chunk, K, L}, dt);
     const Strided xs = x.strided(), cs = cols.strided();
-    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-      const int64_t n = std::min(chunk, B - b0);
-      for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), item(cs, i), g);
-      // y[b0 : b0 + n] (+)= W (broadcast over the chunk) @ cols
-      be.gemm(view_as(wc, {n, Cout, K}, {0, K, 1}), rows(cs, 0, n), rows(y3, b0, n),
-              bias.defined());
+    if (L < kWideBelow) {  // side by side (file comment)
+      Tensor y_wide = empty_on(x, {Cout, chunk, L}, dt);
+      for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+        const int64_t n = std::min(chunk, B - b0), nL = n * L;
+        for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), block(cols, K, n, L, i), g);
+        const Strided yw = view_as(y_wide, {Cout, n, L}, {nL, L, 1});
+        if (bias.defined()) be.copy(view_as(bias, {Cout, n, L}, {bias.strides()[0], 0, 0}), yw);
+        // Y [Cout, n L] (+)= W [Cout, K] @ cols [K, n L], then y[b0 : b0 + n] = Y as [n, Cout, L]
+        be.gemm(view_as(wc, {Cout, K}, {K, 1}), matrix(cols, K, nL), matrix(y_wide, Cout, nL),
+                bias.defined());
+        be.copy(swap01(yw), rows(y3, b0, n));
+      }
+    } else {
+      if (bias.defined()) be.copy(view_as(bias, {B, Cout, L}, {0, bias.strides()[0], 0}), y3);
+      for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+        const int64_t n = std::min(chunk, B - b0);
+        for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), item(cs, i), g);
+        // y[b0 : b0 + n] (+)= W (broadcast over the chunk) @ cols
+        be.gemm(view_as(wc, {n, Cout, K}, {0, K, 1}), rows(cs, 0, n), rows(y3, b0, n),
+                bias.defined());
+      }
     }
   }
 

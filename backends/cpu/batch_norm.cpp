@@ -34,7 +34,8 @@ double over_rows(int64_t B, RowSum&& row) {
 
 // mean[c] = sum x / n;  var[c] = sum (x - mean[c])^2 / n   (n = B L)
 void CpuBackend::batch_norm_stats(const Strided& x, const Strided& mean, const Strided& var) {
-  const auto [B, C, L] = bcl_of(x);
+  const Bcl dims = bcl_of(x);
+  const int64_t B = dims.B, C = dims.C, L = dims.L;
   VT_ASSERT(mean.numel() == C && var.numel() == C);
   const double n = static_cast<double>(B * L);
   dispatch_float(x.dtype, "batch_norm", [&]<typename T>() {
@@ -70,7 +71,8 @@ void CpuBackend::batch_norm_stats(const Strided& x, const Strided& mean, const S
 void CpuBackend::batch_norm_backward_reduce(const Strided& x, const Strided& mean,
                                             const Strided& dy, const Strided& sum_dy,
                                             const Strided& sum_dy_xmu) {
-  const auto [B, C, L] = bcl_of(x);
+  const Bcl dims = bcl_of(x);
+  const int64_t B = dims.B, C = dims.C, L = dims.L;
   VT_ASSERT(dy.shape == x.shape && dy.is_contiguous() && mean.numel() == C);
   dispatch_float(x.dtype, "batch_norm_backward", [&]<typename T>() {
     const T* xp = x.ptr<T>();
@@ -103,7 +105,8 @@ void CpuBackend::batch_norm_backward_reduce(const Strided& x, const Strided& mea
 // y = x a[c] (+ z zc[c]) + d[c]
 void CpuBackend::channel_affine(const Strided& x, const Strided& a, const Strided& z,
                                 const Strided& zc, const Strided& d, const Strided& y) {
-  const auto [B, C, L] = bcl_of(x);
+  const Bcl dims = bcl_of(x);
+  const int64_t B = dims.B, C = dims.C, L = dims.L;
   VT_ASSERT(y.shape == x.shape && y.is_contiguous() && a.numel() == C && d.numel() == C);
   VT_ASSERT(!z.data || (z.shape == x.shape && z.is_contiguous() && zc.numel() == C));
   dispatch_float(x.dtype, "batch_norm", [&]<typename T>() {

@@ -72,25 +72,25 @@ __host__ __device__ T im2col_at(const T* x, int64_t xsc, int64_t xsh, int64_t xs
   return x[c * xsc + ih * xsh + iw * xsw];
 }
 
-/// x: [C, H, W] (any strides) -> cols: [C * kh * kw, out_h * out_w] contiguous; one thread per
-/// cols element.
+/// x: [C, H, W] (any strides) -> cols: [C * kh * kw, out_h * out_w], rows contiguous and ld
+/// apart; one thread per cols element.
 template <typename T>
 __global__ void im2col_kernel(const T* x, int64_t xsc, int64_t xsh, int64_t xsw, T* cols, Conv g,
-                              int64_t rows, int64_t L) {
+                              int64_t rows, int64_t L, int64_t ld) {
   const int64_t n = rows * L;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n; e += step) {
-    const int64_t r = e / L;
-    cols[e] = im2col_at(x, xsc, xsh, xsw, g, r, e - r * L);
+    const int64_t r = e / L, l = e - r * L;
+    cols[r * ld + l] = im2col_at(x, xsc, xsh, xsw, g, r, l);
   }
 }
 
 /// dx[c, h, w]: the sum of the cols entries im2col took from that pixel, added in the CPU's
 /// order (kernel row i, then kernel column j; each (i, j) reaches a pixel from at most one
-/// output position), in T from T(0). cols: [C * kh * kw, out_h * out_w] contiguous.
+/// output position), in T from T(0). cols: [C * kh * kw, out_h * out_w], rows ld apart.
 template <typename T>
-__host__ __device__ T col2im_at(const T* cols, const Conv& g, int64_t c, int64_t h, int64_t w) {
-  const int64_t L = g.out_h * g.out_w;
+__host__ __device__ T col2im_at(const T* cols, int64_t ld, const Conv& g, int64_t c, int64_t h,
+                                int64_t w) {
   T acc = T(0);
   // oh * stride_h - pad_h + i == h: i runs over h + pad_h - oh * stride_h, ascending.
   const int64_t hp = h + g.pad_h, wp = w + g.pad_w;
@@ -106,22 +106,23 @@ __host__ __device__ T col2im_at(const T* cols, const Conv& g, int64_t c, int64_t
       if (tw % g.stride_w != 0) continue;
       const int64_t ow = tw / g.stride_w;
       if (ow >= g.out_w) continue;
-      acc = fadd(acc, cols[((c * g.kernel_h + i) * g.kernel_w + j) * L + oh * g.out_w + ow]);
+      acc = fadd(acc, cols[((c * g.kernel_h + i) * g.kernel_w + j) * ld + oh * g.out_w + ow]);
     }
   }
   return acc;
 }
 
-/// cols: [C * kh * kw, out_h * out_w] contiguous -> dx: [C, H, W] (any strides), every element
-/// written (so dx needs no zeroing first); one thread per dx element.
+/// cols: [C * kh * kw, out_h * out_w], rows ld apart -> dx: [C, H, W] (any strides), every
+/// element written (so dx needs no zeroing first); one thread per dx element.
 template <typename T>
-__global__ void col2im_kernel(const T* cols, T* dx, int64_t dsc, int64_t dsh, int64_t dsw, Conv g) {
+__global__ void col2im_kernel(const T* cols, int64_t ld, T* dx, int64_t dsc, int64_t dsh,
+                              int64_t dsw, Conv g) {
   const int64_t HW = g.height * g.width, n = g.channels * HW;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n; e += step) {
     const int64_t c = e / HW, hw = e - c * HW;
     const int64_t h = hw / g.width, w = hw - h * g.width;
-    dx[c * dsc + h * dsh + w * dsw] = col2im_at(cols, g, c, h, w);
+    dx[c * dsc + h * dsh + w * dsw] = col2im_at(cols, ld, g, c, h, w);
   }
 }
 
@@ -340,7 +341,7 @@ cudaError_t launch_im2col(const View& x, const View& cols, const Conv& g, cudaSt
   if (rows * L == 0) return cudaSuccess;
   im2col_kernel<T><<<blocks_for(rows * L), kThreads, 0, stream>>>(
       static_cast<const T*>(x.data), x.strides[0], x.strides[1], x.strides[2],
-      static_cast<T*>(cols.data), g, rows, L);
+      static_cast<T*>(cols.data), g, rows, L, cols.strides[0]);
   return cudaGetLastError();
 }
 
@@ -348,9 +349,9 @@ template <typename T>
 cudaError_t launch_col2im(const View& cols, const View& dx, const Conv& g, cudaStream_t stream) {
   const int64_t n = g.channels * g.height * g.width;
   if (n == 0) return cudaSuccess;
-  col2im_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(cols.data),
-                                                           static_cast<T*>(dx.data), dx.strides[0],
-                                                           dx.strides[1], dx.strides[2], g);
+  col2im_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+      static_cast<const T*>(cols.data), cols.strides[0], static_cast<T*>(dx.data), dx.strides[0],
+      dx.strides[1], dx.strides[2], g);
   return cudaGetLastError();
 }
 

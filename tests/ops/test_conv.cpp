@@ -83,6 +83,38 @@ TEST_CASE("conv2d: gradcheck") {
   check_grad(valid, {rand64({2, 1, 3, 2}, 7), rand64({4, 1, 1, 1}, 8), rand64({4}, 9)});
   check_grad_at(kFile, "conv2d_s2_p1", conv_fn("conv2d_s2_p1"));
   check_grad_at(kFile, "conv2d_patch4", conv_fn("conv2d_patch4"));
+  // Output maps of 12x12 = 144 positions go image by image (L >= 128), the smaller ones above
+  // side by side (ops/conv.cpp): both ways are checked, and agree with each other.
+  check_grad(fn, {rand64({2, 2, 12, 12}, 10), rand64({3, 2, 3, 3}, 11), rand64({3}, 12)});
+  Tensor x = rand64({3, 2, 12, 12}, 13).detach(), w = rand64({4, 2, 3, 3}, 14).detach();
+  Tensor b = rand64({4}, 15).detach();
+  Tensor whole = ops::conv2d(x, w, b, {1, 1}, {1, 1});  // L = 144: image by image
+  Tensor top = ops::conv2d(ops::slice(x, 2, 0, 7), w, b, {1, 1}, {1, 1});  // L = 84: side by side
+  check_close(ops::slice(whole, 2, 0, 6), ops::slice(top, 2, 0, 6), 1e-12, 1e-12);
+}
+
+TEST_CASE("conv2d: a batch in several side-by-side chunks equals the images one at a time") {
+  // K = 49 * 9 = 441 and L = 100: two images per chunk (ops/conv.cpp's kWideBudget), so a batch
+  // of 5 goes in chunks of 2, 2 and 1.
+  Tensor x = rand64({5, 49, 10, 10}, 16).detach().requires_grad_();
+  Tensor w = rand64({3, 49, 3, 3}, 17).detach().requires_grad_();
+  Tensor b = rand64({3}, 18).detach().requires_grad_();
+  Tensor dy = rand64({5, 3, 10, 10}, 19).detach();
+  Tensor y = ops::conv2d(x, w, b, {1, 1}, {1, 1});
+  auto g = grad({y}, {x, w, b}, {dy});
+  Tensor dw_sum = ops::zeros_like(w), db_sum = ops::zeros_like(b);
+  for (int64_t i = 0; i < 5; ++i) {
+    Tensor xi = ops::slice(x, 0, i, i + 1).detach().requires_grad_();
+    Tensor wi = w.detach().requires_grad_(), bi = b.detach().requires_grad_();
+    Tensor yi = ops::conv2d(xi, wi, bi, {1, 1}, {1, 1});
+    auto gi = grad({yi}, {xi, wi, bi}, {ops::slice(dy, 0, i, i + 1)});
+    check_close(ops::slice(y, 0, i, i + 1), yi, 1e-12, 1e-12);
+    check_close(ops::slice(g[0], 0, i, i + 1), gi[0], 1e-12, 1e-12);
+    dw_sum = dw_sum + gi[1];
+    db_sum = db_sum + gi[2];
+  }
+  check_close(g[1], dw_sum, 1e-10, 1e-10);
+  check_close(g[2], db_sum, 1e-10, 1e-10);
 }
 
 TEST_CASE("conv2d: patch embedding (input without grad) gets weight and bias gradients only") {

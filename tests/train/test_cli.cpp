@@ -63,13 +63,21 @@ void write_stripes(const std::string& dir, int train_n, int test_n) {
 
 /// The tiny config as --set assignments.
 std::vector<std::string> tiny_sets() {
-  return {"--set", "model.patch=7",       "--set", "model.stem=[]",
-          "--set", "model.dim=16",        "--set", "model.depth=1",
-          "--set", "model.heads=2",       "--set", "model.mlp_dim=32",
-          "--set", "data.batch_size=20",  "--set", "data.workers=0",
-          "--set", "optim.lr=1e-2",       "--set", "train.eval_every=6",
-          "--set", "train.log_every=5",   "--set", "model.drop_path=0.1",
-          "--set", "train.accum_steps=2", "--set", "schedule.warmup_epochs=0.5"};
+  return {"--set", "model.patch=7",
+          "--set", "model.stem=[]",
+          "--set", "model.dim=16",
+          "--set", "model.depth=1",
+          "--set", "model.heads=2",
+          "--set", "model.mlp_dim=32",
+          "--set", "data.batch_size=20",
+          "--set", "data.workers=0",
+          "--set", "optim.lr=1e-2",
+          "--set", "train.eval_every=6",
+          "--set", "train.log_every=5",
+          "--set", "model.drop_path=0.1",
+          "--set", "train.accum_steps=2",
+          "--set", "schedule.warmup_epochs=0.5",
+          "--set", "data.validation_fraction=0.1"};
 }
 
 using Proc = Process;

@@ -46,6 +46,7 @@ TEST_CASE("train config: the built-in default is configs/fashion_mnist.json and 
   CHECK(c["train"]["tta_hflip"] == false);
   CHECK(c["data"]["dataset"] == "fashion-mnist");
   CHECK(c["data"]["batch_size"] == 128);
+  CHECK(c["data"]["validation_fraction"] == 0);  // all 60000 training images train
   CHECK(c["optim"]["name"] == "adamw");
   CHECK(c["optim"]["lr"].get<double>() == 1e-3);
   CHECK(c["optim"]["weight_decay"].get<double>() == 0.05);
@@ -338,6 +339,7 @@ TEST_CASE("train config: validate_config on the structure and the cross-section 
   }
   {  // early stopping needs a validation split
     json c = with("train.early_stopping_patience=3");
+    tr::apply_override(c, "data.validation_fraction=0.1");
     CHECK_NOTHROW(tr::validate_config(c));
     tr::apply_override(c, "data.validation_fraction=0");
     CHECK_ERROR_CONTAINS(tr::validate_config(c), "train.early_stopping_patience 3",

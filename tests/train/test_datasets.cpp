@@ -90,16 +90,24 @@ TEST_CASE("datasets: a missing folder is an error naming it and how to give anot
   CHECK_ERROR_CONTAINS(tr::load_datasets(c), "train-images-idx3-ubyte");
 }
 
-TEST_CASE("datasets: the real Fashion-MNIST, when installed, splits 54000 / 6000 / 10000") {
+TEST_CASE(
+    "datasets: the real Fashion-MNIST, when installed: 60000 / 10000, or 54000 / 6000 / 10000") {
   if (!fs::exists(nn::data::fashion_mnist_dir())) {
     skip("Fashion-MNIST is not installed");
     return;
   }
-  tr::Datasets s = tr::load_datasets(tr::default_config());
+  json c = tr::default_config();  // validation_fraction 0: every training image trains
+  tr::Datasets all = tr::load_datasets(c);
+  CHECK(all.train->size() == 60000);
+  CHECK(all.validation == nullptr);
+  CHECK(all.test->size() == 10000);
+  CHECK(all.test->classes().at(0) == "T-shirt/top");
+  tr::apply_override(c, "data.validation_fraction=0.1");
+  tr::Datasets s = tr::load_datasets(c);
   CHECK(s.train->size() == 54000);
+  REQUIRE(s.validation != nullptr);
   CHECK(s.validation->size() == 6000);
   CHECK(s.test->size() == 10000);
-  CHECK(s.test->classes().at(0) == "T-shirt/top");
 }
 
 TEST_CASE("datasets: fashion-mnist-pasted, when installed: canvases, split, the test set's seed") {

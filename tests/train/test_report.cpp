@@ -141,8 +141,8 @@ TEST_CASE("report: the page of a finished run shows its summary, curves, table a
   // The default model: the fmnist preset (28x28 grey, patch 4, dim 128, 4 heads, MLP 256), depth 4.
   CHECK(html.find("1&times;28&times;28 images, patch 4, dim 128, depth 4, 4 heads, MLP 256, 10 "
                   "classes") != std::string::npos);
-  CHECK(html.find("<th>Data set</th><td>fashion-mnist, batch 128, 10% held out for validation") !=
-        std::string::npos);
+  CHECK(html.find("<th>Data set</th><td>fashion-mnist, batch 128, no validation split (every "
+                  "training image trains)") != std::string::npos);
   CHECK(html.find("<th>Optimizer</th><td>adamw, lr 0.001, weight decay 0.05, label_smoothing 0.1"
                   "</td>") != std::string::npos);
   const std::string epochs = tr::default_config()["train"]["epochs"].dump();  // config.json's

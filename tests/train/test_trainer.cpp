@@ -74,6 +74,7 @@ json tiny_config(const std::vector<std::string>& sets = {}) {
   c["data"]["dataset"] = "imagefolder";
   c["data"]["workers"] = 0;
   c["data"]["batch_size"] = 16;
+  c["data"]["validation_fraction"] = 0.1;  // the tests hand the trainer a validation split
   c["data"]["transforms"] = {{"resize", 8}, {"mean", {0.3}}, {"std", {0.3}}};
   c["optim"]["lr"] = 5e-3;
   c["schedule"]["warmup_epochs"] = 0.5;

@@ -251,9 +251,11 @@ std::vector<std::pair<std::string, std::string>> config_rows(const json& config,
     if (data.contains("path") && !show(data.at("path")).empty())
       text += " (" + escape_html(show(data.at("path"))) + ")";
     text += ", batch " + escape_html(get(data, "batch_size"));
-    if (data.contains("validation_fraction") && data.at("validation_fraction").is_number())
-      text += fmt::format(", {:g}% held out for validation",
-                          100 * data.at("validation_fraction").get<double>());
+    if (data.contains("validation_fraction") && data.at("validation_fraction").is_number()) {
+      const double f = data.at("validation_fraction").get<double>();
+      text += f > 0 ? fmt::format(", {:g}% held out for validation", 100 * f)
+                    : std::string(", no validation split (every training image trains)");
+    }
     rows.emplace_back("Data set", text);
     if (data.contains("transforms"))
       rows.emplace_back("Transforms",
