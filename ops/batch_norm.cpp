@@ -53,7 +53,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   Backend& be = x.backend();
   const Tensor xc = plain(x);
 
-  Tensor mu, rstd;  // [C]
+  // The per-channel statistics and y = x a + d (a = rstd w, d = b - mu a), all [C].
+  Tensor mu, rstd, a;
+  Tensor y = empty_on(x, x.shape(), x.dtype());
   {
     NoGradGuard no_grad;
     if (training) {
@@ -72,15 +74,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       }
       rstd = rsqrt(add(s2, eps));
     } else {
-      mu = plain(running_mean);
+      mu = running_mean.clone();  // a copy: a later training forward updates the buffer in place
       rstd = rsqrt(add(plain(running_var), eps));
     }
-  }
-  // y = x a + d
-  Tensor y = empty_on(x, x.shape(), x.dtype());
-  {
-    NoGradGuard no_grad;
-    const Tensor a = weight.defined() ? mul(rstd, plain(weight)) : rstd;
+    a = weight.defined() ? mul(rstd, plain(weight)) : rstd;
     const Tensor ma = mul(mu, a);
     const Tensor d = bias.defined() ? sub(plain(bias), ma) : neg(ma);
     be.channel_affine(bcl(xc), a.strided(), Strided(), Strided(), d.strided(), bcl(y));
@@ -88,8 +85,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 
   return record(
       y, "batch_norm", {x, weight, bias},
-      [sx = save(x), sw = save(weight), mu, rstd, training, n, bcl](const Tensor& dy,
-                                                                    const Needs& needs) -> Grads {
+      [sx = save(x), sw = save(weight), mu, rstd, a, training, n, bcl](
+          const Tensor& dy, const Needs& needs) -> Grads {
         const Tensor& x = sx.get();
         const Tensor& w = sw.get();
         const Tensor xc = plain(x), dyc = plain(dy);
@@ -104,22 +101,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
             be.batch_norm_backward_reduce(bcl(xc), mu.strided(), bcl(dyc), sum_dy.strided(),
                                           dot.strided());
           }
-          if (needs[0]) {
-            const Tensor a = w.defined() ? mul(rstd, plain(w)) : rstd;
+          if (needs[0] && training) {
+            // dx = dy a + x (-k a) + (mu k - sum_dy / n) a,  k = dot rstd^2 / n
+            const double inv_n = 1.0 / static_cast<double>(n);
+            const Tensor k = mul(mul(dot, mul(rstd, rstd)), inv_n);
+            const Tensor xcoef = neg(mul(k, a));
+            const Tensor d = mul(sub(mul(mu, k), mul(sum_dy, inv_n)), a);
             dx = empty_on(x, x.shape(), x.dtype());
-            if (training) {
-              // dx = dy a + x (-k a) + (mu k - sum_dy / n) a
-              const double inv_n = 1.0 / static_cast<double>(n);
-              const Tensor k = mul(mul(dot, mul(rstd, rstd)), inv_n);
-              const Tensor xcoef = neg(mul(k, a));
-              const Tensor d = mul(sub(mul(mu, k), mul(sum_dy, inv_n)), a);
-              be.channel_affine(bcl(dyc), a.strided(), bcl(xc), xcoef.strided(), d.strided(),
-                                bcl(dx));
-            } else {
-              const Tensor zero = zeros_like(a);
-              be.channel_affine(bcl(dyc), a.strided(), Strided(), Strided(), zero.strided(),
-                                bcl(dx));
-            }
+            be.channel_affine(bcl(dyc), a.strided(), bcl(xc), xcoef.strided(), d.strided(),
+                              bcl(dx));
+          } else if (needs[0]) {  // eval: dx = dy a
+            Dims per_channel(std::vector<int64_t>(static_cast<size_t>(x.dim()), 1));
+            per_channel[1] = C;
+            dx = mul(dyc, reshape(a, per_channel));
           }
           if (needs[1]) dw = mul(dot, rstd);
           if (needs[2]) db = sum_dy;

@@ -137,6 +137,22 @@ TEST_CASE("batch_norm2d: PyTorch parity in training (running statistics) and eva
         return ops::batch_norm(v[0], rm, rv, v[1], v[2], false, 0.1, 1e-5);
       },
       {x, w, b});
+  // eval's backward uses the running statistics of its forward, even after a training forward
+  // updated them in place
+  {
+    nn::BatchNorm2d bn(2);
+    bn.to(kFloat64);
+    bn.eval();
+    Tensor xe = x.detach().requires_grad_();
+    // the weight's gradient reads the mean: sum dy (x - running_mean) / sqrt(running_var + eps)
+    auto ref = grad({ops::sum(ops::pow(bn.forward(xe), 2.0))}, {xe, bn.weight});
+    Tensor ye = bn.forward(xe);
+    bn.train();
+    bn.forward(x.detach() * 3.0 + 1.0);  // moves running_mean and running_var
+    auto after = grad({ops::sum(ops::pow(ye, 2.0))}, {xe, bn.weight});
+    check_close(after[0], ref[0], 1e-12, 1e-12);
+    check_close(after[1], ref[1], 1e-12, 1e-12);
+  }
   // a second derivative is refused, not silently zero
   Tensor xg = x.detach().requires_grad_();
   Tensor gx = grad({ops::sum(ops::pow(g.forward(xg), 2.0))}, {xg}, {}, false, true)[0];
