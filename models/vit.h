@@ -203,8 +203,10 @@ nn::NamedTensors to_vitrine_names(const nn::NamedTensors& state, ViTNaming namin
 ViTConfig config_from_hf(const nlohmann::json& hf);
 
 /// What a --model-config argument names: a preset ("vit_base_patch16_224", "fmnist"), or a JSON
-/// file holding either our config or a Hugging Face config.json (recognised by its
-/// "model_type" / "hidden_size" keys). Errors name the argument and what was tried.
+/// file holding our config, a Hugging Face config.json (recognised by its "model_type" /
+/// "hidden_size" keys) or a vitrine-train config (configs/*.json: its "model" section). Our
+/// config may start from a preset: {"preset": "fmnist", "depth": 3} is the preset with depth 3.
+/// Errors name the argument and what was tried.
 ViTConfig resolve_config(const std::string& spec);
 
 /// Reads a safetensors checkpoint in any supported naming into a model built from its metadata

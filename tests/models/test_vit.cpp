@@ -397,6 +397,27 @@ TEST_CASE("vit config: resolve_config takes a preset, our JSON or a Hugging Face
   CHECK(hf.dim == 48);
   CHECK(hf.eps == 1e-12);
   CHECK(hf.num_classes == 5);
+  // A vitrine-train config: its model section, a preset with keys changed.
+  const ViTConfig from_train = models::resolve_config(write("train.json", R"({"_comment": "x",
+      "model": {"preset": "fmnist", "depth": 3, "stem": [32, 64, 128]}, "optim": {"lr": 1e-3}})"));
+  ViTConfig expected = ViTConfig::preset("fmnist");
+  expected.depth = 3;
+  expected.stem = {32, 64, 128};
+  CHECK(from_train.to_json() == expected.to_json());
+  CHECK(models::resolve_config(write("section.json", R"({"arch": "vit", "preset": "cifar10",
+      "dim": 96})"))
+            .to_json() == [] {
+    ViTConfig c = ViTConfig::preset("cifar10");
+    c.dim = 96;
+    return c.to_json();
+  }());
+  CHECK_ERROR_CONTAINS(
+      models::resolve_config(write("resnet.json", R"({"model": {"arch": "resnet"}})")),
+      "resnet.json", "\"arch\" is \"resnet\", not a ViT");
+  CHECK_ERROR_CONTAINS(models::resolve_config(write("p.json", R"({"preset": 3})")), "p.json",
+                       "\"preset\" must be a preset name, got 3");
+  CHECK_ERROR_CONTAINS(models::resolve_config(write("q.json", R"({"preset": "vit_huge"})")),
+                       "q.json", "vit_huge");
   CHECK_ERROR_CONTAINS(models::resolve_config("no_such_thing"), "no_such_thing", "not a preset",
                        "fmnist");
   CHECK_ERROR_CONTAINS(models::resolve_config(write("bad.json", "{")), "bad.json", "invalid JSON");

@@ -242,7 +242,7 @@ TEST_CASE("train-cli: --eval reproduces the run's test metrics, --summary prints
 
   const Ran sum = run({"--summary"}, dir, "summary");
   REQUIRE(sum.code == 0);
-  CHECK(sum.output.find("Total params: 602,802") != std::string::npos);  // with the stem
+  CHECK(sum.output.find("Total params: 514,922") != std::string::npos);  // with the stem
   CHECK(sum.output.find("patch_embed.stem.4 (BatchNorm2d)") != std::string::npos);
   const Ran small = run({"--summary", "--set", "model.depth=1"}, dir, "summary_small");
   REQUIRE(small.code == 0);

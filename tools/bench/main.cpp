@@ -215,7 +215,8 @@ int main(int argc, char** argv) {
       "explanation methods",
       "vitrine-bench"};
   app.add_option("--model", cli.model,
-                 "a model config: fmnist, cifar10, vit_small_patch16_224 (any preset or JSON)");
+                 "a model config: fmnist, cifar10, vit_small_patch16_224 (any preset), or a JSON "
+                 "file: a model config or a vitrine-train config (its model section)");
   app.add_option("--batch", cli.batch,
                  "images per step (default: fmnist 128, cifar10 64, else 8; on a GPU 64)")
       ->check(CLI::Range(1, 1 << 20));

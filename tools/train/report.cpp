@@ -10,6 +10,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "backends/error.h"
@@ -230,10 +231,14 @@ std::vector<std::pair<std::string, std::string>> config_rows(const json& config,
       const models::ClassifierSpec spec = model_spec(cfg);
       if (spec.arch == "vit") {
         const models::ViTConfig v = spec.vit("report");
+        const std::string stem = v.stem.empty()
+                                     ? ""
+                                     : fmt::format(" (after a convolutional stem of widths {})",
+                                                   fmt::join(v.stem, ", "));
         model = fmt::format(
-            "ViT, {}&times;{}&times;{} images, patch {}, dim {}, depth {}, {} heads, MLP {}, {} "
+            "ViT, {}&times;{}&times;{} images, patch {}{}, dim {}, depth {}, {} heads, MLP {}, {} "
             "classes",
-            v.channels, v.image_h, v.image_w, v.patch, v.dim, v.depth, v.heads, v.mlp_dim,
+            v.channels, v.image_h, v.image_w, v.patch, stem, v.dim, v.depth, v.heads, v.mlp_dim,
             v.num_classes);
       } else {
         model = escape_html(spec.describe());
