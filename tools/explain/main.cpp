@@ -737,8 +737,8 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--model-config", cli.model_config,
                  "the model's config when the checkpoint has none: a preset "
-                 "(vit_small_patch16_224, fmnist, ...) or a JSON file (ours or a Hugging Face "
-                 "config.json)");
+                 "(vit_small_patch16_224, fmnist, ...) or a JSON file (ours, a vitrine-train "
+                 "config, or a Hugging Face config.json)");
   app.add_option("images", cli.images, "image files (PNG, JPEG, BMP)");
   app.add_option("--dataset", cli.dataset, "explain a data set's test images (fashion-mnist, ...)");
   app.add_option("--data", cli.data, "the data set's folder (default: its usual place)");

@@ -418,7 +418,8 @@ int main(int argc, char** argv) {
       ->needs(ft);
   app.add_option("--model-config", o.model_config,
                  "the model's architecture: a preset (vit_base_patch16_224, fmnist, ...) or a "
-                 "JSON file (Vitrine's, or a Hugging Face config.json); needed by --finetune and "
+                 "JSON file (Vitrine's model config or training config, or a Hugging Face "
+                 "config.json); needed by --finetune and "
                  "--eval for a checkpoint without Vitrine's metadata (timm, torchvision, DINO)")
       ->type_name("PRESET|FILE");
   app.add_option("--model", o.model, "model.preset: train this preset's architecture")
