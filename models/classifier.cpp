@@ -44,10 +44,18 @@ ClassifierSpec ClassifierSpec::of(const ResNetConfig& c) { return spec_of("resne
 
 ClassifierSpec ClassifierSpec::from_json(const json& j) {
   const std::string arch = arch_of(j);
-  if (arch == "resnet") return of(ResNetConfig::from_json(j));
-  json vit = j;
-  if (vit.is_object()) vit.erase("arch");
-  return of(ViTConfig::from_json(vit));
+  json c = j;
+  if (c.is_object() && c.contains("preset")) {  // the preset's config with the other keys changed
+    const json& preset = j.at("preset");
+    VT_CHECK(preset.is_string(), "\"preset\" must be a preset name, got {}", preset.dump());
+    c = arch == "resnet" ? ResNetConfig::preset(preset.get<std::string>()).to_json()
+                         : ViTConfig::preset(preset.get<std::string>()).to_json();
+    for (const auto& [k, v] : j.items())
+      if (k != "preset") c[k] = v;
+  }
+  if (arch == "resnet") return of(ResNetConfig::from_json(c));
+  if (c.is_object()) c.erase("arch");
+  return of(ViTConfig::from_json(c));
 }
 
 std::shared_ptr<nn::Module> ClassifierSpec::build(Generator& gen) const {

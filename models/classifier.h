@@ -28,7 +28,8 @@ struct ClassifierSpec {
   static ClassifierSpec of(const ViTConfig& c);
   static ClassifierSpec of(const ResNetConfig& c);
   /// A model config JSON: "arch" absent or "vit" is a ViTConfig (without the arch key), "resnet"
-  /// a ResNetConfig; an unknown arch is an Error listing the known ones.
+  /// a ResNetConfig; an unknown arch is an Error listing the known ones. A "preset" key starts
+  /// from that preset's config, the other keys changing it ({"preset": "fmnist", "depth": 3}).
   static ClassifierSpec from_json(const nlohmann::json& j);
   /// A fresh model, initialised from gen.
   std::shared_ptr<nn::Module> build(Generator& gen) const;

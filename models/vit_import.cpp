@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "autograd/grad_mode.h"
+#include "models/classifier.h"
 #include "models/vit.h"
 #include "nn/json.h"
 #include "ops/ops.h"
@@ -697,21 +698,8 @@ ViTConfig resolve_config(const std::string& spec) {
     if (j.is_object() && (j.contains("model_type") || j.contains("hidden_size")))
       return config_from_hf(j);
     // A vitrine-train config (configs/*.json) names its model in its "model" section.
-    json m = j.is_object() && j.contains("model") ? j.at("model") : j;
-    if (m.is_object() && m.contains("arch")) {
-      VT_CHECK(m.at("arch") == "vit", "\"arch\" is {}, not a ViT", m.at("arch").dump());
-      m.erase("arch");
-    }
-    // A preset with some keys changed, as vitrine-train's model section writes it.
-    if (m.is_object() && m.contains("preset")) {
-      const json& preset = m.at("preset");
-      VT_CHECK(preset.is_string(), "\"preset\" must be a preset name, got {}", preset.dump());
-      json merged = ViTConfig::preset(preset.get<std::string>()).to_json();
-      for (const auto& [k, v] : m.items())
-        if (k != "preset") merged[k] = v;
-      m = std::move(merged);
-    }
-    return ViTConfig::from_json(m);
+    const json& m = j.is_object() && j.contains("model") ? j.at("model") : j;
+    return ClassifierSpec::from_json(m).vit("this");
   } catch (const Error& e) {
     fail("model config '{}': {}", spec, e.what());
   }

@@ -413,7 +413,7 @@ TEST_CASE("vit config: resolve_config takes a preset, our JSON or a Hugging Face
   }());
   CHECK_ERROR_CONTAINS(
       models::resolve_config(write("resnet.json", R"({"model": {"arch": "resnet"}})")),
-      "resnet.json", "\"arch\" is \"resnet\", not a ViT");
+      "resnet.json", "this needs a Vision Transformer; this model is a resnet");
   CHECK_ERROR_CONTAINS(models::resolve_config(write("p.json", R"({"preset": 3})")), "p.json",
                        "\"preset\" must be a preset name, got 3");
   CHECK_ERROR_CONTAINS(models::resolve_config(write("q.json", R"({"preset": "vit_huge"})")),

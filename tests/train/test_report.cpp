@@ -140,8 +140,8 @@ TEST_CASE("report: the page of a finished run shows its summary, curves, table a
   CHECK(html.find("<th>Training time</th><td>1:02:05</td>") != std::string::npos);
   // The default model: the fmnist preset (28x28 grey, patch 4, dim 128, 4 heads, MLP 256), depth 3,
   // after a convolutional stem.
-  CHECK(html.find("1&times;28&times;28 images, patch 4 (after a convolutional stem of widths 32, "
-                  "64, 128), dim 128, depth 3, 4 heads, MLP 256, 10 classes") != std::string::npos);
+  CHECK(html.find("ViT 1x28x28 in 4x4 patches (after a convolutional stem of widths 32, 64, 128), "
+                  "dim 128, depth 3, 4 heads, MLP 256, 10 classes") != std::string::npos);
   CHECK(html.find("<th>Data set</th><td>fashion-mnist, batch 128, no validation split (every "
                   "training image trains)") != std::string::npos);
   CHECK(html.find("<th>Optimizer</th><td>adamw, lr 0.001, weight decay 0.05, label_smoothing 0.1"

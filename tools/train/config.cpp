@@ -696,17 +696,7 @@ models::ClassifierSpec model_spec(const json& config) {
   Section section(config, "model");
   const json model = without_comments(section.json_value());
   try {
-    const std::string arch = models::arch_of(model);
-    json merged = json::object();
-    if (model.contains("preset")) {
-      const json& preset = model.at("preset");
-      VT_CHECK(preset.is_string(), "\"preset\" must be a preset name, got {}", preset.dump());
-      merged = arch == "resnet" ? models::ResNetConfig::preset(preset.get<std::string>()).to_json()
-                                : models::ViTConfig::preset(preset.get<std::string>()).to_json();
-    }
-    for (const auto& [k, v] : model.items())
-      if (k != "preset") merged[k] = v;
-    return models::ClassifierSpec::from_json(merged);
+    return models::ClassifierSpec::from_json(model);
   } catch (const Error& e) {
     fail("config: model: {}", e.what());
   }

@@ -10,7 +10,6 @@
 #include <optional>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "backends/error.h"
@@ -229,20 +228,10 @@ std::vector<std::pair<std::string, std::string>> config_rows(const json& config,
     std::string model;
     try {
       const models::ClassifierSpec spec = model_spec(cfg);
-      if (spec.arch == "vit") {
-        const models::ViTConfig v = spec.vit("report");
-        const std::string stem = v.stem.empty()
-                                     ? ""
-                                     : fmt::format(" (after a convolutional stem of widths {})",
-                                                   fmt::join(v.stem, ", "));
-        model = fmt::format(
-            "ViT, {}&times;{}&times;{} images, patch {}{}, dim {}, depth {}, {} heads, MLP {}, {} "
-            "classes",
-            v.channels, v.image_h, v.image_w, v.patch, stem, v.dim, v.depth, v.heads, v.mlp_dim,
-            v.num_classes);
-      } else {
-        model = escape_html(spec.describe());
-      }
+      // (a ResNet's line names its classes already)
+      model = escape_html(spec.arch == "vit"
+                              ? fmt::format("{}, {} classes", spec.describe(), spec.num_classes)
+                              : spec.describe());
     } catch (const Error& e) {
       fail("report: {}: {}", path, e.what());
     }
