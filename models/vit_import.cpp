@@ -465,7 +465,8 @@ ViTConfig choose_config(const nn::Metadata& metadata, const std::optional<ViTCon
     VT_CHECK(given.has_value(),
              "{}: the checkpoint has no '{}' metadata, and a ViT's heads, patch size and other "
              "hyperparameters cannot be read from its weights; give a config: a preset name (one "
-             "of {}) or a JSON file (Vitrine's, or a Hugging Face config.json)",
+             "of {}) or a JSON file (Vitrine's model config or training config, or a Hugging "
+             "Face config.json)",
              where, nn::kConfigKey, fmt::join(ViTConfig::preset_names(), ", "));
     return *given;
   }

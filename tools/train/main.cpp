@@ -140,7 +140,7 @@ models::ViTConfig checkpoint_architecture(const std::string& flag, const std::st
   VT_CHECK(!stored.is_null(),
            "{} {}: the checkpoint holds no Vitrine config (a timm, torchvision, DINO or Hugging "
            "Face file); name its architecture with --model-config PRESET|FILE (a preset: {}; or "
-           "a JSON file, Vitrine's or a Hugging Face config.json)",
+           "a JSON file: Vitrine's model config or training config, or a Hugging Face config.json)",
            flag, path, fmt::join(models::ViTConfig::preset_names(), ", "));
   try {
     return models::ViTConfig::from_json(stored);
