@@ -143,6 +143,42 @@ class Backend {
     gemm(a, b, c, /*accumulate=*/true);
   }
 
+  /// What gemm_fused does to c = a @ b besides the product, in this order (each when given):
+  ///   c[m][n] += bias[n]                  bias [N] contiguous: a linear layer
+  ///   c[m][n] += add[m][n]                add [M, N]: a residual
+  ///   gelu_out[m][n] = gelu(c[m][n])      gelu_out [M, N] contiguous, may be c: fc1 and GELU
+  ///   c[m][n] *= gelu'(gelu_pre[m][n])    gelu_pre [M, N]: the gradient at fc1's output from
+  ///                                       the one at GELU's output (dy W2 in an MLP's backward)
+  /// and beside c:
+  ///   a_row_sums[m] = sum_k a[m][k]       a_row_sums [M] contiguous: with a = dy^T and b = x,
+  ///                                       a linear layer's bias gradient beside its dW
+  struct GemmEpilogue {
+    const Strided* bias = nullptr;
+    const Strided* add = nullptr;
+    const Strided* gelu_out = nullptr;
+    const Strided* gelu_pre = nullptr;
+    const Strided* a_row_sums = nullptr;
+  };
+  /// c = a @ b, then the epilogue ep (a [M, K] and b [K, N] as gemm's, c [M, N] contiguous).
+  /// This default runs the steps one pass after another; a backend may apply them as it writes c
+  /// (the CPU's own GEMM does), so that none of them reads or writes c again from memory.
+  virtual void gemm_fused(const Strided& a, const Strided& b, const Strided& c,
+                          const GemmEpilogue& ep) {
+    if (ep.bias)
+      gemm_bias(a, b, *ep.bias, c);
+    else
+      gemm(a, b, c, /*accumulate=*/false);
+    if (ep.add) binary(BinaryOp::Add, c, *ep.add, c);
+    if (ep.gelu_out) unary(UnaryOp::Gelu, c, *ep.gelu_out);
+    if (ep.gelu_pre) binary(BinaryOp::GeluBackward, *ep.gelu_pre, c, c);
+    if (ep.a_row_sums) {
+      Strided sums = *ep.a_row_sums;  // as [M, 1], the layout reduce writes
+      sums.shape = Dims{a.shape[0], 1};
+      sums.strides = Dims{1, 1};
+      reduce(ReduceOp::Sum, a, sums);
+    }
+  }
+
   // Index ops along dim. index: int64, 1-D for the *_index ops, x-shaped for gather.
   /// y = x.index_select(dim, index)
   virtual void index_select(const Strided& x, int dim, const Strided& index, const Strided& y) = 0;

@@ -306,9 +306,21 @@ ViTBlock::ViTBlock(const ViTConfig& c, double dp, Generator& gen) {
 }
 
 Tensor ViTBlock::forward(const Tensor& x) {
-  Tensor a = (*attn)((*norm1)(x));
-  if (ls1.defined()) a = a * ls1;
-  Tensor h = x + (*drop_path1)(a);
+  // Each residual is added as the product before it (proj, fc2) is written when nothing comes
+  // between them: no layer scale, no drop-path at work, no hooks to run.
+  const auto plain = [](const nn::Module& branch, const nn::DropPath& dp) {
+    return (dp.p == 0 || !dp.is_training()) && !branch.has_forward_hooks() &&
+           !dp.has_forward_hooks();
+  };
+  Tensor h;
+  if (!ls1.defined() && plain(*attn, *drop_path1)) {
+    h = attn->forward_add((*norm1)(x), x);
+  } else {
+    Tensor a = (*attn)((*norm1)(x));
+    if (ls1.defined()) a = a * ls1;
+    h = x + (*drop_path1)(a);
+  }
+  if (!ls2.defined() && plain(*mlp, *drop_path2)) return mlp->forward_add((*norm2)(h), h);
   Tensor m = (*mlp)((*norm2)(h));
   if (ls2.defined()) m = m * ls2;
   return h + (*drop_path2)(m);

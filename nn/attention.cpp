@@ -50,7 +50,7 @@ Tensor MultiheadSelfAttention::attend(const Tensor& x) {
       .transpose(1, 2);  // [B, H, N, Dh]
 }
 
-Tensor MultiheadSelfAttention::forward(const Tensor& x) {
+Tensor MultiheadSelfAttention::merged_heads(const Tensor& x) {
   check_input(x, dim);
   const Tensor y = (*qkv)(x);  // [B, N, 3D]: q, k, v of every head, read in place below
   // One fused op whenever the probabilities need not be a tensor of the graph: no dropout on
@@ -69,7 +69,18 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x) {
   } else {
     out = ops::attention_apply((*attn_drop)(probabilities(y)), y);
   }
-  return (*proj_drop)((*proj)(out));
+  return out;
+}
+
+Tensor MultiheadSelfAttention::forward(const Tensor& x) {
+  return (*proj_drop)((*proj)(merged_heads(x)));
+}
+
+Tensor MultiheadSelfAttention::forward_add(const Tensor& x, const Tensor& residual) {
+  if (proj->has_forward_hooks() || proj_drop->has_forward_hooks() ||
+      (proj_drop->p > 0 && proj_drop->is_training()))
+    return residual + forward(x);
+  return ops::linear(merged_heads(x), proj->weight, proj->bias, residual);
 }
 
 Tensor MultiheadSelfAttention::forward(const Tensor& x, const Tensor& attn_mask, bool is_causal) {

@@ -27,6 +27,10 @@ class MultiheadSelfAttention : public Module {
   Tensor forward(const Tensor& x, const Tensor& attn_mask, bool is_causal = false);
   /// The heads' outputs before they are merged and projected: attn_drop(attn) v, [B, H, N, D/H].
   Tensor attend(const Tensor& x);
+  /// residual + forward(x), the residual added as proj's product is written when proj and
+  /// proj_drop have no hooks and proj_drop is off. Runs no hooks of this module (its caller
+  /// checks has_forward_hooks(), as ViTBlock does).
+  Tensor forward_add(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "MultiheadSelfAttention"; }
   std::string extra_repr() const override;
 
@@ -51,6 +55,8 @@ class MultiheadSelfAttention : public Module {
  private:
   /// softmax(scale q k^T) from the qkv projection's output, kept when capturing.
   Tensor probabilities(const Tensor& qkv_out);
+  /// attn_drop(attn) v with the heads side by side, [B, N, D]: what proj reads.
+  Tensor merged_heads(const Tensor& x);
 
   bool capture_probs_ = false, capture_grads_ = false;
   Tensor attn_;

@@ -1,5 +1,7 @@
 #include "nn/mlp.h"
 
+#include "ops/ops.h"
+
 namespace vitrine::nn {
 
 MLP::MLP(int64_t in, int64_t hidden, int64_t out, double drop, Generator& gen) {
@@ -11,6 +13,21 @@ MLP::MLP(int64_t in, int64_t hidden, int64_t out, double drop, Generator& gen) {
   drop2 = register_module("drop2", std::make_shared<Dropout>(drop, gen));
 }
 
-Tensor MLP::forward(const Tensor& x) { return (*drop2)((*fc2)((*drop1)((*act)((*fc1)(x))))); }
+bool MLP::fused() const {
+  const auto off = [](const Dropout& d) { return d.p == 0 || !d.is_training(); };
+  return !act->tanh_approx && off(*drop1) && off(*drop2) && !fc1->has_forward_hooks() &&
+         !act->has_forward_hooks() && !drop1->has_forward_hooks() && !fc2->has_forward_hooks() &&
+         !drop2->has_forward_hooks();
+}
+
+Tensor MLP::forward(const Tensor& x) {
+  if (fused()) return ops::mlp_gelu(x, fc1->weight, fc1->bias, fc2->weight, fc2->bias);
+  return (*drop2)((*fc2)((*drop1)((*act)((*fc1)(x)))));
+}
+
+Tensor MLP::forward_add(const Tensor& x, const Tensor& residual) {
+  if (fused()) return ops::mlp_gelu(x, fc1->weight, fc1->bias, fc2->weight, fc2->bias, residual);
+  return residual + forward(x);
+}
 
 }  // namespace vitrine::nn

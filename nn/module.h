@@ -41,6 +41,9 @@ class Module {
   int64_t register_forward_hook(ForwardHook hook);
   /// Removes a hook by its handle (an unknown handle is ignored, so removal can be unconditional).
   void remove_forward_hook(int64_t handle);
+  /// Whether any forward hook is registered here (a fused path that skips this module's call
+  /// through operator() must not be taken then).
+  bool has_forward_hooks() const { return !forward_hooks_.empty(); }
   /// The type's name, for summaries and errors ("Linear").
   virtual std::string type_name() const { return "Module"; }
   /// One line describing the hyperparameters ("in=4, out=3, bias=true").

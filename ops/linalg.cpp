@@ -1,6 +1,9 @@
 // matmul: NumPy semantics. 1-D operands are promoted ([K] -> [1, K] on the left, [K, 1] on the
 // right) and the added dim removed after; batch dims broadcast. The GEMM reads transposed and
 // broadcast operands in place (backends/cpu/gemm.cpp), so mT() and expand() cost no copies.
+#include <tuple>
+#include <utility>
+
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
@@ -15,6 +18,46 @@ bool gemm_ready(const Tensor& t) {
   int64_t ld;
   return gemm_layout(t.shape()[n - 2], t.shape()[n - 1], t.strides()[n - 2], t.strides()[n - 1],
                      trans, ld);
+}
+
+/// x as a gemm operand: itself when BLAS can read it in place, else a contiguous copy.
+Tensor gemm_operand(const Tensor& x) { return gemm_ready(x) ? x : x.contiguous(); }
+
+/// A residual [..., N] (out_shape) as the [M, N] rows an epilogue adds (undefined stays so).
+Tensor residual_rows(const Tensor& x, const Tensor& residual, const Dims& out_shape, int64_t M,
+                     int64_t N, const char* op) {
+  if (!residual.defined()) return residual;
+  check_same(x, residual, op);
+  VT_CHECK(residual.shape() == out_shape, "{}: residual has shape {}, expected {}", op,
+           residual.shape(), out_shape);
+  return residual.reshape({M, N});
+}
+
+/// The kernel view of an epilogue's operand (Backend::GemmEpilogue): a bias contiguous, rows
+/// [M, N] with unit column stride (copied when they are not), nullptr for an undefined tensor.
+/// keep holds what the view points into.
+const Strided* epilogue_view(const Tensor& t, Tensor& keep, Strided& view) {
+  if (!t.defined()) return nullptr;
+  keep = t.dim() == 2 && t.strides()[1] == 1 ? t : t.contiguous();
+  view = keep.strided();
+  return &view;
+}
+
+/// A linear layer's dW = dy^T x and db = sum_rows dy (dy [M, N], x [M, K]; either may be
+/// skipped). In a backward without create_graph one product gives both (Backend::gemm_fused
+/// sums dy's columns as it reads them); with create_graph they are ops, differentiable again.
+std::pair<Tensor, Tensor> weight_bias_grads(const Tensor& dy, const Tensor& x, bool need_w,
+                                            bool need_b) {
+  if (GradMode::is_enabled() || !need_w)
+    return {need_w ? matmul(dy.mT(), x) : Tensor(), need_b ? sum(dy, {0}) : Tensor()};
+  Tensor dw = empty_on(x, {dy.size(1), x.size(1)}, x.dtype());
+  Tensor db = need_b ? empty_on(x, {dy.size(1)}, x.dtype()) : Tensor();
+  const Strided dbs = need_b ? db.strided() : Strided();
+  Backend::GemmEpilogue ep;
+  ep.a_row_sums = need_b ? &dbs : nullptr;
+  x.backend().gemm_fused(gemm_operand(dy.mT()).strided(), gemm_operand(x).strided(), dw.strided(),
+                         ep);
+  return {dw, db};
 }
 
 /// a: [..., M, K], b: [..., K, N] (both at least 2-D) -> [batch..., M, N].
@@ -62,7 +105,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return matmul_nd(a, b);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual) {
   check_same(x, weight, "linear");
   check_float(x, "linear");
   VT_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
@@ -78,22 +121,92 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   Dims out_shape = x.shape();
   out_shape[out_shape.size() - 1] = N;
-  Tensor x2 = x.reshape({M, K}), wt = weight.mT();  // [M, K], [K, N]
-  Tensor ca = gemm_ready(x2) ? x2 : x2.contiguous();
-  Tensor cb = gemm_ready(wt) ? wt : wt.contiguous();
+  const Tensor r2 = residual_rows(x, residual, out_shape, M, N, "linear");
+  Tensor x2 = x.reshape({M, K});  // [M, K] @ W^T [K, N]
   Tensor y = empty_on(x, {M, N}, x.dtype());
-  Backend& be = x.backend();
-  if (bias.defined())
-    be.gemm_bias(ca.strided(), cb.strided(), bias.contiguous().strided(), y.strided());
-  else
-    be.gemm(ca.strided(), cb.strided(), y.strided(), /*accumulate=*/false);
-  // dx = dy W, dW = dy^T x, db = sum over rows of dy: ops, so differentiable again.
+  {
+    Tensor kb, kr;
+    Strided bs, rs;
+    Backend::GemmEpilogue ep;
+    ep.bias = epilogue_view(bias, kb, bs);
+    ep.add = epilogue_view(r2, kr, rs);
+    x.backend().gemm_fused(gemm_operand(x2).strided(), gemm_operand(weight.mT()).strided(),
+                           y.strided(), ep);
+  }
+  // dx = dy W, dW = dy^T x, db = sum over rows of dy (ops under create_graph, so differentiable
+  // again).
   Tensor out =
-      record(y, "linear", {x2, weight, bias},
+      record(y, "linear", {x2, weight, bias, r2},
              [sx = save(x2), sw = save(weight)](const Tensor& dy, const Needs& n) -> Grads {
-               return {n[0] ? matmul(dy, sw.get()) : Tensor(),
-                       n[1] ? matmul(dy.mT(), sx.get()) : Tensor(), n[2] ? sum(dy, {0}) : Tensor()};
+               auto [dw, db] = weight_bias_grads(dy, sx.get(), n[1], n[2]);
+               return {n[0] ? matmul(dy, sw.get()) : Tensor(), dw, db, n[3] ? dy : Tensor()};
              });
+  return out.reshape(out_shape);
+}
+
+Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                const Tensor& b2, const Tensor& residual) {
+  const char* op = "mlp_gelu";
+  check_float(x, op);
+  check_same(x, w1, op);
+  check_same(x, w2, op);
+  VT_CHECK(w1.dim() == 2 && w2.dim() == 2 && x.dim() >= 1 && x.size(-1) == w1.size(1) &&
+               w2.size(1) == w1.size(0),
+           "mlp_gelu: input shape {} does not fit fc1's weight {} and fc2's weight {} (expected "
+           "x [..., in], w1 [hidden, in], w2 [out, hidden])",
+           x.shape(), w1.shape(), w2.shape());
+  const int64_t K = w1.size(1), H = w1.size(0), N = w2.size(0);
+  for (const auto& [b, n, name] : {std::tuple{&b1, H, "b1"}, std::tuple{&b2, N, "b2"}}) {
+    if (!b->defined()) continue;
+    check_same(x, *b, op);
+    VT_CHECK(b->dim() == 1 && b->size(0) == n, "mlp_gelu: {} has shape {}, expected [{}]", name,
+             b->shape(), n);
+  }
+  int64_t M = 1;
+  for (int i = 0; i + 1 < x.dim(); ++i) M *= x.size(i);
+  Dims out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = N;
+  const Tensor r2 = residual_rows(x, residual, out_shape, M, N, op);
+  Tensor x2 = x.reshape({M, K});
+  // Without a backward, GELU overwrites the pre-activation (nothing keeps it).
+  const bool keep = any_requires_grad({x2, w1, b1, w2, b2, r2});
+  Tensor pre = empty_on(x, {M, H}, x.dtype());
+  Tensor act = keep ? empty_on(x, {M, H}, x.dtype()) : pre;
+  Tensor y = empty_on(x, {M, N}, x.dtype());
+  {
+    Tensor kb1, kb2, kr;
+    Strided b1s, b2s, rs;
+    const Strided acts = act.strided();
+    Backend::GemmEpilogue e1, e2;
+    e1.bias = epilogue_view(b1, kb1, b1s);
+    e1.gelu_out = &acts;
+    e2.bias = epilogue_view(b2, kb2, b2s);
+    e2.add = epilogue_view(r2, kr, rs);
+    Backend& be = x.backend();
+    be.gemm_fused(gemm_operand(x2).strided(), gemm_operand(w1.mT()).strided(), pre.strided(), e1);
+    be.gemm_fused(acts, gemm_operand(w2.mT()).strided(), y.strided(), e2);
+  }
+  Tensor out = record(y, "mlp_gelu", {x2, w1, b1, w2, b2, r2},
+                      [sx = save(x2), sw1 = save(w1), sw2 = save(w2), spre = save(pre),
+                       sact = save(act)](const Tensor& dy, const Needs& n) -> Grads {
+                        Grads g(6);
+                        std::tie(g[3], g[4]) = weight_bias_grads(dy, sact.get(), n[3], n[4]);
+                        if (n[5]) g[5] = dy;
+                        if (n[0] || n[1] || n[2]) {
+                          const Tensor &x = sx.get(), &w1 = sw1.get(), &w2 = sw2.get(),
+                                       &pre = spre.get();
+                          Tensor dpre = empty_on(pre, pre.shape(), pre.dtype());
+                          const Strided ps = pre.strided();
+                          Backend::GemmEpilogue e;
+                          e.gelu_pre = &ps;
+                          pre.backend().gemm_fused(gemm_operand(dy).strided(),
+                                                   gemm_operand(w2).strided(), dpre.strided(), e);
+                          dpre = no_double_backward(dpre, "mlp_gelu_backward", {dy, x, w1, w2});
+                          if (n[0]) g[0] = matmul(dpre, w1);
+                          std::tie(g[1], g[2]) = weight_bias_grads(dpre, x, n[1], n[2]);
+                        }
+                        return g;
+                      });
   return out.reshape(out_shape);
 }
 

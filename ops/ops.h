@@ -129,9 +129,24 @@ Tensor sum_to(const Tensor& x, const Dims& shape);
 // ---- linear algebra (linalg.cpp) -----------------------------------------------------------
 /// a @ b: 1-D/2-D as NumPy, batched with broadcast batch dims; da = dy b^T, db = a^T dy
 Tensor matmul(const Tensor& a, const Tensor& b);
-/// y = x W^T + b (PyTorch's F.linear): x [..., in], weight [out, in], bias [out] or undefined;
-/// one GEMM onto the bias rows (no separate pass adding it)
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+/// y = x W^T + b (+ residual) (PyTorch's F.linear, and a residual): x [..., in], weight
+/// [out, in], bias [out] or undefined, residual [..., out] or undefined. Bias and residual are
+/// added as the product is written (Backend::gemm_fused), not in passes of their own;
+/// dx = dy W, dW = dy^T x, db = sum_rows dy, dresidual = dy.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              const Tensor& residual = Tensor());
+/// y = gelu(x W1^T + b1) W2^T + b2 (+ residual): a transformer MLP (timm's Mlp with exact GELU
+/// and no dropout) as one op, with the residual of the block around it when given. x [..., in],
+/// w1 [hidden, in], b1 [hidden], w2 [out, hidden], b2 [out] (either bias may be undefined),
+/// residual [..., out] or undefined. GELU, the biases and the residual are applied as the
+/// products are written (Backend::gemm_fused); the backward, with pre = x W1^T + b1:
+///   dpre = (dy W2) * gelu'(pre)   (one product, GELU's gradient applied as it is written)
+///   dx = dpre W1,  dW1 = dpre^T x,  db1 = sum_rows dpre,
+///   dW2 = dy^T gelu(pre),  db2 = sum_rows dy,  dresidual = dy.
+/// The same values as linear, gelu and linear one after another; like gelu's, its backward is
+/// not differentiable again.
+Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                const Tensor& b2, const Tensor& residual = Tensor());
 
 // ---- shape (shape.cpp): views share storage where strides allow ---------------------------
 /// Same elements, new shape (one dim may be -1); a view when strides allow, else a copy.

@@ -31,6 +31,8 @@ class CpuBackend final : public Backend {
   void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) override;
   void gemm_bias(const Strided& a, const Strided& b, const Strided& bias,
                  const Strided& c) override;
+  void gemm_fused(const Strided& a, const Strided& b, const Strided& c,
+                  const GemmEpilogue& ep) override;
   // index.cpp
   void index_select(const Strided& x, int dim, const Strided& index, const Strided& y) override;
   void index_add(const Strided& y, int dim, const Strided& index, const Strided& src) override;

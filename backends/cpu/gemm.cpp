@@ -86,17 +86,40 @@ void CpuBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool
 
 void CpuBackend::gemm_bias(const Strided& a, const Strided& b, const Strided& bias,
                            const Strided& c) {
-  // Float32: the bias is added as the own GEMM stores C (no pass of its own).
-  if (c.dtype == DType::Float32 && c.shape.size() == 2 && a.shape.size() == 2) {
+  gemm_fused(a, b, c, {.bias = &bias});
+}
+
+void CpuBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c,
+                            const GemmEpilogue& ep) {
+  // Float32: the epilogue is applied as the own GEMM writes C (no pass of its own).
+  const auto plain_rows = [](const Strided* t) {  // [M, N] with unit column stride
+    return t == nullptr || (t->shape.size() == 2 && t->strides[1] == 1);
+  };
+  if (c.dtype == DType::Float32 && c.shape.size() == 2 && a.shape.size() == 2 &&
+      plain_rows(ep.add) && plain_rows(ep.gelu_out) && plain_rows(ep.gelu_pre)) {
     const int64_t M = c.shape[0], N = c.shape[1], K = a.shape[1];
     if (M > 0 && N > 0 && K > 0) {
       const Layout la = layout_of(a, M, K), lb = layout_of(b, K, N);
+      const auto ld = [](const Strided* t) { return t ? t->strides[0] : 0; };
+      SgemmEpilogue se;
+      se.bias = ep.bias ? ep.bias->ptr<float>() : nullptr;
+      se.add = ep.add ? ep.add->ptr<float>() : nullptr;
+      se.ld_add = ld(ep.add);
+      se.gelu_out = ep.gelu_out ? ep.gelu_out->ptr<float>() : nullptr;
+      se.ld_gelu = ld(ep.gelu_out);
+      se.gelu_pre = ep.gelu_pre ? ep.gelu_pre->ptr<float>() : nullptr;
+      se.ld_pre = ld(ep.gelu_pre);
+      se.a_row_sums = ep.a_row_sums ? ep.a_row_sums->ptr<float>() : nullptr;
       if (own_sgemm(M, N, K, a.ptr<float>(), la.ld, la.trans, b.ptr<float>(), lb.ld, lb.trans,
-                    c.ptr<float>(), N, false, bias.ptr<float>()))
+                    c.ptr<float>(), N, false, se))
         return;
     }
   }
-  Backend::gemm_bias(a, b, bias, c);
+  if (ep.bias && !ep.add && !ep.gelu_out && !ep.gelu_pre && !ep.a_row_sums) {
+    Backend::gemm_bias(a, b, *ep.bias, c);  // (not gemm_fused: that calls gemm_bias)
+    return;
+  }
+  Backend::gemm_fused(a, b, c, ep);
 }
 
 }  // namespace vitrine::cpu

@@ -9,6 +9,7 @@
 //         for each 12-row strip of A               A[i..i+12, k0..k0+kc]: 12 KiB, stays in L1
 //           for each panel p of 32 columns
 //             micro-kernel: C[i..i+12, 32p..32p+32] (+)= A strip x panel, 24 zmm accumulators
+//           on the last depth slice: GELU (or its gradient) on C[i..i+12, block], in cache
 //
 // Each step of the micro-kernel's k loop loads two 16-float vectors of B and broadcasts 12
 // floats of A (one per row of the strip; A may be stored transposed, as dy^T in dW = dy^T x,
@@ -28,6 +29,7 @@
 #include <utility>
 
 #include "backends/cpu/loops.h"
+#include "backends/cpu/simd.h"
 #include "backends/cpu/thread_pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -168,13 +170,16 @@ struct PanelView {
 ///   a: A[i][k0], the strip's first element (A[r][k] = a[r * lda + k], or a[k * lda + r] when
 ///      ATrans); b: B[k0][32p], row stride ldbk; Masked: load only B's existing columns (B read
 ///      in place, last panel), else all 32 (packed panels are zero past N).
-///   load_c: add the tile's C; else bias (may be null): add bias[0..31] to every row.
+///   c_in: the tile's starting values (C itself on later depth slices, a residual or, when
+///      accumulating, C on the first), row stride ld_in; null: zero. bias (may be null): added
+///      to every row (bias[0..31]).
 ///   m0/m1: which of the tile's 32 columns exist in C.
 template <int MR, bool ATrans, bool Masked>
 __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a, int64_t lda,
                                                      const float* b, int64_t ldbk, float* c,
-                                                     int64_t ldc, bool load_c, const float* bias,
-                                                     __mmask16 m0, __mmask16 m1) {
+                                                     int64_t ldc, const float* c_in, int64_t ld_in,
+                                                     const float* bias, __mmask16 m0,
+                                                     __mmask16 m1) {
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -194,20 +199,39 @@ __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a,
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     float* ci = c + i * ldc;
+    if (c_in) {
+      const float* in = c_in + i * ld_in;
+      acc0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, in), acc0[i]);
+      acc1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, in + 16), acc1[i]);
+    }
     if (bias) {
       acc0[i] = _mm512_add_ps(bias0, acc0[i]);
       acc1[i] = _mm512_add_ps(bias1, acc1[i]);
-    } else if (load_c) {
-      acc0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), acc0[i]);
-      acc1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), acc1[i]);
     }
     _mm512_mask_storeu_ps(ci, m0, acc0[i]);
     _mm512_mask_storeu_ps(ci + 16, m1, acc1[i]);
   }
 }
 
+/// sums[r] += sum_k A[r][k] for the mr (<= 16) rows of a strip of a transposed A (A[r][k] =
+/// a[k * lda + r]: the strip's values of column k are contiguous), over kc columns: a linear
+/// layer's bias gradient, summed while the strip is in L1 for the product.
+__attribute__((target("avx512f"))) void add_row_sums(int64_t kc, const float* a, int64_t lda,
+                                                     int mr, float* sums) {
+  const __mmask16 rows = column_mask(mr);
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 1 < kc; k += 2) {  // two chains, so that the adds' latencies overlap
+    s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(rows, a + k * lda));
+    s1 = _mm512_add_ps(s1, _mm512_maskz_loadu_ps(rows, a + (k + 1) * lda));
+  }
+  if (k < kc) s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(rows, a + k * lda));
+  _mm512_mask_storeu_ps(sums, rows,
+                        _mm512_add_ps(_mm512_maskz_loadu_ps(rows, sums), _mm512_add_ps(s0, s1)));
+}
+
 using Kernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
-                        bool, const float*, __mmask16, __mmask16);
+                        const float*, int64_t, const float*, __mmask16, __mmask16);
 
 template <bool ATrans, bool Masked, int... R>
 constexpr std::array<Kernel, sizeof...(R)> kernel_row(std::integer_sequence<int, R...>) {
@@ -223,14 +247,29 @@ constexpr std::array<std::array<std::array<Kernel, kMR>, 2>, 2> kKernels = {
     {{kernel_row<false, false>(), kernel_row<false, true>()},
      {kernel_row<true, false>(), kernel_row<true, true>()}}};
 
+/// The epilogue's GELU steps on rows [i, i + mr), columns [n0, n1) of C, once they are final.
+void gelu_epilogue(const SgemmEpilogue& ep, int64_t i, int mr, int64_t n0, int64_t n1, float* c,
+                   int64_t ldc) {
+  for (int64_t r = i; r < i + mr; ++r) {
+    float* cr = c + r * ldc + n0;
+    if (ep.gelu_out) simd::gelu(cr, ep.gelu_out + r * ep.ld_gelu + n0, n1 - n0);
+    if (ep.gelu_pre) simd::gelu_backward(ep.gelu_pre + r * ep.ld_pre + n0, cr, cr, n1 - n0);
+  }
+}
+
 /// Rows [m0, m1) of C, every column.
 void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int64_t lda,
               bool a_trans, const PanelView& bv, bool packed, float* c, int64_t ldc,
-              bool accumulate, const float* bias) {
+              bool accumulate, const SgemmEpilogue& ep) {
+  const bool gelu = ep.gelu_out != nullptr || ep.gelu_pre != nullptr;
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {
     const int64_t kc = std::min(kKC, K - k0);
-    const bool load_c = accumulate || k0 > 0;
-    const bool add_bias = bias != nullptr && k0 == 0;  // once, on the first slice
+    const bool first = k0 == 0, last = k0 + kc == K;
+    // Where each tile starts: C on later slices; on the first, the residual, or C when
+    // accumulating, or zero. The bias is added once, on the first slice.
+    const float* in = first ? (ep.add ? ep.add : accumulate ? c : nullptr) : c;
+    const int64_t ld_in = first && ep.add ? ep.ld_add : ldc;
+    const float* bias = first ? ep.bias : nullptr;
     for (int64_t n0 = 0; n0 < N; n0 += kNC) {
       const int64_t n1 = std::min(N, n0 + kNC);
       for (int64_t i = m0; i < m1; i += kMR) {
@@ -239,11 +278,14 @@ void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int6
         for (int64_t p = n0 / kNR; p * kNR < n1; ++p) {
           const int64_t cols = std::min<int64_t>(kNR, N - p * kNR);
           const bool masked = !packed && cols < kNR;
-          kKernels[a_trans][masked][mr - 1](kc, ai, lda, bv.at + p * bv.panel + k0 * bv.row, bv.row,
-                                            c + i * ldc + p * kNR, ldc, load_c,
-                                            add_bias ? bias + p * kNR : nullptr, column_mask(cols),
-                                            column_mask(cols - 16));
+          kKernels[a_trans][masked][mr - 1](
+              kc, ai, lda, bv.at + p * bv.panel + k0 * bv.row, bv.row, c + i * ldc + p * kNR, ldc,
+              in ? in + i * ld_in + p * kNR : nullptr, ld_in, bias ? bias + p * kNR : nullptr,
+              column_mask(cols), column_mask(cols - 16));
         }
+        // A's row sums, once per strip and depth slice, while the strip is in L1.
+        if (ep.a_row_sums != nullptr && n0 == 0) add_row_sums(kc, ai, lda, mr, ep.a_row_sums + i);
+        if (gelu && last) gelu_epilogue(ep, i, mr, n0, n1, c, ldc);
       }
     }
   }
@@ -261,7 +303,7 @@ GemmPolicy gemm_policy() {
 
 bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
-               const float* bias) {
+               const SgemmEpilogue& ep) {
   // Made for tall products: below a few strips per thread OpenBLAS does as well.
   const GemmPolicy policy = gemm_policy();
   if (M < 4 * kMR || N < 16 || K < 8 || policy == GemmPolicy::Off) return false;
@@ -270,6 +312,7 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
   // than through OpenBLAS, whose blocking is made for them.
   // (Unless OpenBLAS runs fallback kernels here: then every product is taken.)
   if (policy == GemmPolicy::SmallWeights && std::min(N * K, M * N) > kMaxWeight) return false;
+  if (ep.a_row_sums != nullptr && !a_trans) return false;  // (summed from a transposed A only)
   const int64_t panels = (N + kNR - 1) / kNR;
   PanelView bv{b, kNR, ldb};  // row-major B, read in place
   float* bp = nullptr;
@@ -279,6 +322,7 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
     bv = {bp, K * kNR, kNR};
   }
   const int64_t strips = (M + kMR - 1) / kMR;
+  if (ep.a_row_sums != nullptr) std::fill(ep.a_row_sums, ep.a_row_sums + M, 0.0f);
   // Large products run on the pool's threads (backends/cpu/thread_pool.h); one inside a
   // parallel loop (attention's per-head products) on its chunk's thread, as one run.
   const int threads = M * N * K >= (int64_t{1} << 20) && !in_parallel_chunk() ? pool_threads() : 1;
@@ -297,7 +341,7 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
       const int64_t s0 = strips * r / runs, s1 = strips * (r + 1) / runs;
       if (s0 < s1)
         run_rows(s0 * kMR, std::min(M, s1 * kMR), N, K, a, lda, a_trans, bv, b_trans, c, ldc,
-                 accumulate && !bias, bias);
+                 accumulate && !ep.bias && !ep.add, ep);
     }
   });
   return true;
@@ -308,7 +352,7 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
 GemmPolicy gemm_policy() { return GemmPolicy::Off; }
 
 bool own_sgemm(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*, int64_t, bool,
-               float*, int64_t, bool, const float*) {
+               float*, int64_t, bool, const SgemmEpilogue&) {
   return false;
 }
 

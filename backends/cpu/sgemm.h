@@ -4,8 +4,8 @@
 // of them (about a tenth of a training step on the fmnist model). Here A is read where it is,
 // broadcast one float at a time into an AVX-512 micro-kernel that keeps a 12 x 32 tile of C in
 // registers; B is read in place too when row-major, and packed only when it is a transposed
-// weight (small: K x N). A linear layer's bias is added as
-// the tile is stored, instead of in a pass of its own.
+// weight (small: K x N). A linear layer's bias, a residual and GELU (or GELU's gradient) are
+// applied as C is written, instead of in passes of their own (SgemmEpilogue).
 #pragma once
 #include <cstdint>
 #include <string_view>
@@ -37,8 +37,28 @@ bool cpu_has_avx512();
 /// stay idle.
 bool openblas_kernels_current(std::string_view core, bool avx512);
 
-/// C[M, N] = A[M, K] B[K, N] (+ C when accumulate), float32, C row-major with row stride ldc.
-/// With a bias: C[m][n] = bias[n] + (A B)[m][n] (accumulate is then ignored).
+/// What own_sgemm does to C as it writes it, beyond the product (a fused "epilogue"):
+///   C[m][n] = (A B)[m][n] + bias[n] + add[m][n]          (each term when given)
+/// and then, once a block of C is final (after the last depth slice), while it is in cache:
+///   gelu_out[m][n] = gelu(C[m][n])                      (fc1 and its exact GELU; may be C)
+///   C[m][n] *= gelu'(gelu_pre[m][n])                    (the gradient at fc1's output from the
+///                                                        one at GELU's output, dy W2)
+/// With a bias or an add, accumulate is ignored (the tile starts from them instead of from C).
+struct SgemmEpilogue {
+  const float* bias = nullptr;  // [N]
+  const float* add = nullptr;   // add[m * ld_add + n]: a residual
+  int64_t ld_add = 0;
+  float* gelu_out = nullptr;  // gelu_out[m * ld_gelu + n]
+  int64_t ld_gelu = 0;
+  const float* gelu_pre = nullptr;  // gelu_pre[m * ld_pre + n]
+  int64_t ld_pre = 0;
+  /// Also a_row_sums[m] = sum_k A[m][k] ([M]; A transposed only, else the product is declined):
+  /// a linear layer's bias gradient, summed as its weight gradient dy^T x reads dy.
+  float* a_row_sums = nullptr;
+};
+
+/// C[M, N] = A[M, K] B[K, N] (+ C when accumulate), float32, C row-major with row stride ldc,
+/// then the epilogue ep (above).
 /// A is row-major (A[m][k] = a[m * lda + k]) or, when a_trans, stored transposed (A[m][k] =
 /// a[k * lda + m]: dy^T in a weight gradient). B is row-major (B[k][n] = b[k * ldb + n]), read in
 /// place, or, when b_trans, stored transposed (B[k][n] = b[n * ldb + k]: a weight [N, K] used as
@@ -46,9 +66,9 @@ bool openblas_kernels_current(std::string_view core, bool avx512);
 /// Returns false, having done nothing, when it does not take the product (a CPU without AVX-512,
 /// a shape it is not made for: fewer than 48 rows, 16 columns or a depth of 8, or a weight of
 /// over 2^18 floats under GemmPolicy::SmallWeights, or VITRINE_GEMM=openblas in the
-/// environment); the caller then calls OpenBLAS.
+/// environment); the caller then calls OpenBLAS and applies the epilogue itself.
 bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
-               const float* bias = nullptr);
+               const SgemmEpilogue& ep = {});
 
 }  // namespace vitrine::cpu

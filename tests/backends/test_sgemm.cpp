@@ -20,7 +20,16 @@ struct Case {
   int64_t pad;        // extra floats at the end of each row of A, B and C
   bool bias = false;  // C = bias + A B (accumulate ignored)
   bool a_trans = false;
+  // The rest of the epilogue: 1 a residual R (C = A B (+ bias) + R), 2 GELU into G (G = gelu(C),
+  // C kept), 3 GELU's gradient (C = (A B) gelu'(P)), 4 A's row sums beside C (A transposed).
+  int epilogue = 0;
 };
+
+double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_grad_ref(double x) {
+  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+         x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+}
 
 /// Runs one case; returns the largest |own - reference| / (1 + |reference|), or -1 when the
 /// product was declined.
@@ -31,27 +40,51 @@ double run_case(const Case& t, uint32_t seed) {
   const int64_t arows = t.a_trans ? t.K : t.M;
   const int64_t ldb = (t.b_trans ? t.K : t.N) + t.pad, brows = t.b_trans ? t.N : t.K;
   std::vector<float> a(arows * lda), b(brows * ldb), c(t.M * ldc), bias(t.N);
+  // R, G and P: [M, N] with row stride N + 2 (another layout than C's)
+  const int64_t lde = t.N + 2;
+  std::vector<float> extra(t.M * lde), g(t.M * lde, 7.0f);
+  for (float& v : extra) v = 2 * u(rng);
   for (float& v : bias) v = u(rng);
   for (float& v : a) v = u(rng);
   for (float& v : b) v = u(rng);
   for (float& v : c) v = u(rng);
   const std::vector<float> c0 = c;
+  cpu::SgemmEpilogue ep;
+  ep.bias = t.bias ? bias.data() : nullptr;
+  if (t.epilogue == 1) ep.add = extra.data(), ep.ld_add = lde;
+  if (t.epilogue == 2) ep.gelu_out = g.data(), ep.ld_gelu = lde;
+  if (t.epilogue == 3) ep.gelu_pre = extra.data(), ep.ld_pre = lde;
+  std::vector<float> sums(t.M, 9.0f);
+  if (t.epilogue == 4) ep.a_row_sums = sums.data();
+  const bool starts_from_c = t.accumulate && !t.bias && t.epilogue != 1;
   if (!cpu::own_sgemm(t.M, t.N, t.K, a.data(), lda, t.a_trans, b.data(), ldb, t.b_trans, c.data(),
-                      ldc, t.accumulate, t.bias ? bias.data() : nullptr))
+                      ldc, t.accumulate, ep))
     return -1;
   double worst = 0;
   for (int64_t m = 0; m < t.M; ++m) {
     for (int64_t n = 0; n < t.N; ++n) {
-      double ref = t.bias ? bias[n] : t.accumulate ? c0[m * ldc + n] : 0.0;
+      double ref = (t.bias ? bias[n] : 0.0) + (starts_from_c ? c0[m * ldc + n] : 0.0) +
+                   (t.epilogue == 1 ? extra[m * lde + n] : 0.0);
       for (int64_t k = 0; k < t.K; ++k) {
         const double bkn = t.b_trans ? b[n * ldb + k] : b[k * ldb + n];
         const double amk = t.a_trans ? a[k * lda + m] : a[m * lda + k];
         ref += amk * bkn;
       }
-      worst = std::max(worst, std::abs(c[m * ldc + n] - ref) / (1 + std::abs(ref)));
+      const double got = c[m * ldc + n];
+      if (t.epilogue == 2) {  // G = gelu(C), from the C that was written (C is checked too)
+        worst = std::max(worst, std::abs(g[m * lde + n] - gelu_ref(got)) / (1 + std::abs(got)));
+      }
+      if (t.epilogue == 3) ref *= gelu_grad_ref(extra[m * lde + n]);
+      if (t.epilogue == 4 && n == 0) {
+        double sum = 0;
+        for (int64_t k = 0; k < t.K; ++k) sum += a[k * lda + m];
+        worst = std::max(worst, std::abs(sums[m] - sum) / (1 + std::abs(sum)));
+      }
+      worst = std::max(worst, std::abs(got - ref) / (1 + std::abs(ref)));
     }
     // The padding after each row of C is never written.
     for (int64_t n = t.N; n < ldc; ++n) REQUIRE(c[m * ldc + n] == c0[m * ldc + n]);
+    for (int64_t n = t.N; n < lde; ++n) REQUIRE(g[m * lde + n] == 7.0f);
   }
   return worst;
 }
@@ -59,7 +92,7 @@ double run_case(const Case& t, uint32_t seed) {
 bool own_gemm_on() { return cpu::gemm_policy() != cpu::GemmPolicy::Off; }
 }  // namespace
 
-TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumulation and bias") {
+TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumulation, epilogues") {
   const std::vector<Case> cases = {
       {48, 32, 8, false, false, 0},     // one panel, four full strips
       {50, 384, 128, true, false, 0},   // a ViT qkv: 50 rows (4 strips + 2), weight transposed
@@ -72,6 +105,18 @@ TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumul
       {50, 45, 600, false, false, 1, false, true},  // A transposed (dW = dy^T x), B in place
       {130, 128, 700, true, true, 0, false, true},  // A transposed, B packed, accumulating
       {60, 1100, 40, false, false, 0},              // three column blocks (512 + 512 + 76)
+      // the epilogues: a residual (with and without bias, over two depth slices, where it is
+      // added once), GELU (fc1: bias, weight transposed; and over 512 + 76 columns and two
+      // slices), GELU's gradient (dy W2: B in place, short panel; two slices)
+      {50, 45, 128, true, false, 0, true, false, 1},
+      {61, 70, 300, false, true, 2, false, false, 1},
+      {50, 256, 128, true, false, 0, true, false, 2},
+      {97, 588, 300, true, false, 1, true, false, 2},
+      {50, 45, 128, false, false, 0, false, false, 3},
+      {73, 130, 520, false, false, 3, false, false, 3},
+      // A's row sums (dW = dy^T x and db): one slice, and three slices over two column blocks
+      {50, 45, 128, false, false, 0, false, true, 4},
+      {61, 600, 520, false, false, 2, false, true, 4},
   };
   uint32_t seed = 1;
   for (const Case& t : cases) {
@@ -82,6 +127,7 @@ TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumul
     CAPTURE(t.accumulate);
     CAPTURE(t.bias);
     CAPTURE(t.a_trans);
+    CAPTURE(t.epilogue);
     const double err = run_case(t, seed++);
     if (!own_gemm_on()) {
       CHECK(err == -1);  // declined: OpenBLAS takes it
@@ -97,6 +143,8 @@ TEST_CASE("own sgemm: declines products it is not made for") {
   CHECK(run_case({47, 64, 64, false, false, 0}, 1) == -1);  // too few rows
   CHECK(run_case({64, 15, 64, false, false, 0}, 2) == -1);  // too few columns
   CHECK(run_case({64, 64, 7, false, false, 0}, 3) == -1);   // too shallow
+  // row sums of a row-major A (only a transposed A's are summed as it is read)
+  CHECK(run_case({64, 64, 64, false, false, 0, false, false, 4}, 5) == -1);
   // A weight over 2^18 floats: OpenBLAS's, unless OpenBLAS runs fallback kernels on this CPU
   // (or VITRINE_GEMM=own), when the own GEMM takes every shape.
   const double big = run_case({600, 1024, 257, true, false, 0}, 4);

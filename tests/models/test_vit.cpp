@@ -273,6 +273,43 @@ TEST_CASE("vit: gradcheck of a tiny model in float64 (input and a parameter)") {
   check_grad([&](const std::vector<Tensor>&) { return m.forward(x.detach()); }, {pos});
 }
 
+TEST_CASE(
+    "vit: blocks add their residuals in the products; hooks take the module path, same values") {
+  // Without layer scale and drop-path the blocks add each residual as proj's and fc2's products
+  // are written (MultiheadSelfAttention::forward_add, MLP::forward_add); a hook on any module
+  // between them takes the module-by-module path. Both give the same logits and gradients.
+  Generator g(6);
+  ViTConfig c = tiny();
+  c.drop_path = 0.2;  // on in training, off in eval
+  VisionTransformer m(c, g);
+  m.to(kFloat64);
+  m.eval();
+  Tensor x = rand64({2, 2, 8, 8}, 7);
+  check_grad([&](const std::vector<Tensor>& v) { return m.forward(v[0]); }, {x});
+  const auto run = [&] {
+    Tensor xl = x.detach().requires_grad_();
+    Tensor y = m.forward(xl);
+    return std::pair{y, grad({ops::sum(y * y)}, {xl, m.pos_embed})};
+  };
+  const auto [fused, fused_grads] = run();
+  auto& block = *m.blocks->at<models::ViTBlock>(1);
+  int calls = 0;
+  const auto count = [&](nn::Module&, const Tensor&, const Tensor&) {
+    ++calls;
+    return Tensor();
+  };
+  for (nn::Module* hooked : std::vector<nn::Module*>{block.attn.get(), block.attn->proj.get(),
+                                                     block.mlp.get(), block.mlp->fc2.get()}) {
+    const int64_t h = hooked->register_forward_hook(count);
+    const auto [y, grads] = run();
+    hooked->remove_forward_hook(h);
+    check_close(y, fused, 1e-12, 1e-12);
+    check_close(grads[0], fused_grads[0], 1e-12, 1e-12);
+    check_close(grads[1], fused_grads[1], 1e-12, 1e-12);
+  }
+  CHECK(calls == 4);  // every hook saw its module's call
+}
+
 TEST_CASE("vit: summary table lists every module with its output shape and own parameters") {
   Generator g(6);
   ViTConfig c = tiny();

@@ -203,7 +203,35 @@ TEST_CASE("activation modules: PyTorch parity (ReLU, Tanh, Sigmoid, SiLU) and gr
 
 TEST_CASE("mlp: PyTorch parity (timm's Mlp)") {
   nn::MLP m(8, 16);
+  CHECK(m.fused());  // one op, ops::mlp_gelu
   check_parity(m, "mlp");
+}
+TEST_CASE("mlp: runs as one op only when nothing observes the inside; the same values either way") {
+  Generator g(4);
+  nn::MLP m(8, 16, 6, 0.0, g);
+  m.to(kFloat64);
+  Tensor x = rand64({3, 8}, 1), r = rand64({3, 6}, 2);
+  CHECK(m.fused());
+  const Tensor fused = m.forward(x), fused_add = m.forward_add(x, r);
+  int calls = 0;
+  const int64_t h = m.act->register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) {
+    ++calls;
+    return Tensor();
+  });
+  CHECK_FALSE(m.fused());  // a hook on GELU must see its output
+  check_close(m.forward(x), fused, 1e-12, 1e-12);
+  check_close(m.forward_add(x, r), fused_add, 1e-12, 1e-12);
+  check_close(fused_add, fused + r, 1e-12, 1e-12);
+  CHECK(calls == 2);
+  m.act->remove_forward_hook(h);
+  CHECK(m.fused());
+  nn::MLP dropping(8, 16, 6, 0.1, g);
+  CHECK_FALSE(dropping.fused());  // dropout at work between the layers
+  dropping.eval();
+  CHECK(dropping.fused());
+  m.act->tanh_approx = true;
+  CHECK_FALSE(m.fused());  // only the exact GELU is fused
+  check_grad([&](const std::vector<Tensor>& v) { return m.forward_add(v[0], v[1]); }, {x, r});
 }
 TEST_CASE("attention: PyTorch parity (timm's Attention), probabilities captured") {
   nn::MultiheadSelfAttention m(8, 2, true);

@@ -61,3 +61,73 @@ TEST_CASE("matmul: bad calls name the shapes") {
                        "matmul", "int64");
   CHECK_ERROR_CONTAINS(ops::matmul(ops::scalar(1), ops::zeros({2})), "matmul", "at least 1 dim");
 }
+
+namespace {
+Tensor mlp6(const V& x) { return ops::mlp_gelu(x[0], x[1], x[2], x[3], x[4], x[5]); }
+Tensor mlp3(const V& x) { return ops::mlp_gelu(x[0], x[1], Tensor(), x[2], Tensor()); }
+/// linear, gelu, linear (and + residual) as separate ops: what mlp_gelu fuses.
+Tensor mlp_composite(const V& x) {
+  Tensor y = ops::linear(ops::gelu(ops::linear(x[0], x[1], x[2])), x[3], x[4]);
+  return x.size() > 5 ? y + x[5] : y;
+}
+}  // namespace
+
+TEST_CASE("mlp_gelu: forward (with residual and biases, and without)") {
+  check_forward(kFile, "mlp_gelu", mlp6);
+  check_forward(kFile, "mlp_gelu_plain", mlp3);
+}
+TEST_CASE("mlp_gelu: gradcheck (with residual and biases, and without)") {
+  check_grad_at(kFile, "mlp_gelu", mlp6);
+  check_grad_at(kFile, "mlp_gelu_plain", mlp3);
+}
+
+TEST_CASE("mlp_gelu: float32 at a ViT's sizes equals linear, gelu, linear; grads too") {
+  // 2 x 50 tokens of 64: large enough for the CPU's own GEMM and its fused epilogues (fc2's depth
+  // of 320 is two slices), against the unfused ops. The inputs are views (x sliced, the residual
+  // transposed), which the op reads or copies as it needs.
+  Generator g(5);
+  V leaves = {ops::randn({2, 50, 70}, g), ops::randn({320, 64}, g) * 0.1,
+              ops::randn({320}, g),       ops::randn({40, 320}, g) * 0.1,
+              ops::randn({40}, g),        ops::randn({2, 40, 50}, g)};
+  for (Tensor& t : leaves) t.requires_grad_();
+  for (bool residual : {true, false}) {
+    CAPTURE(residual);
+    V args = {leaves[0].slice(2, 3, 67), leaves[1], leaves[2], leaves[3], leaves[4]};
+    if (residual) args.push_back(leaves[5].transpose(1, 2));
+    const auto fused = [&] {
+      return residual ? mlp6(args) : ops::mlp_gelu(args[0], args[1], args[2], args[3], args[4]);
+    };
+    Tensor y = fused(), ref = mlp_composite(args);
+    CHECK(y.shape() == Dims{2, 50, 40});
+    check_close(y, ref, 1e-5, 1e-5);
+    Tensor w = ops::randn({2, 50, 40}, g);
+    auto gy = grad({ops::sum(y * w)}, leaves, {}, false, false, true);
+    auto gr = grad({ops::sum(ref * w)}, leaves, {}, false, false, true);
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      CAPTURE(i);
+      check_close(gy[i], gr[i], 2e-5, 2e-5);  // (the unused residual: zeros on both sides)
+    }
+    // Without grad the same values (GELU then overwrites the pre-activation in place).
+    NoGradGuard no_grad;
+    check_close(fused(), ref, 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("mlp_gelu: bad shapes name the op and the shapes; a second derivative is refused") {
+  Tensor x = ops::zeros({2, 4}), w1 = ops::zeros({6, 4}), w2 = ops::zeros({3, 6});
+  CHECK_ERROR_CONTAINS(ops::mlp_gelu(x, ops::zeros({6, 5}), Tensor(), w2, Tensor()), "mlp_gelu",
+                       "[2, 4]", "[6, 5]", "w1 [hidden, in]");
+  CHECK_ERROR_CONTAINS(ops::mlp_gelu(x, w1, Tensor(), ops::zeros({3, 5}), Tensor()), "mlp_gelu",
+                       "[3, 5]");
+  CHECK_ERROR_CONTAINS(ops::mlp_gelu(x, w1, ops::zeros({5}), w2, Tensor()), "mlp_gelu",
+                       "b1 has shape [5], expected [6]");
+  CHECK_ERROR_CONTAINS(ops::mlp_gelu(x, w1, Tensor(), w2, ops::zeros({2})), "b2 has shape [2]");
+  CHECK_ERROR_CONTAINS(ops::mlp_gelu(x, w1, Tensor(), w2, Tensor(), ops::zeros({2, 4})),
+                       "mlp_gelu: residual has shape [2, 4], expected [2, 3]");
+  CHECK_ERROR_CONTAINS(ops::mlp_gelu(x, w1.to(kFloat64), Tensor(), w2, Tensor()), "mlp_gelu");
+  Tensor xg = rand64({2, 4}, 1);
+  V p = {rand64({6, 4}, 2), rand64({3, 6}, 3)};
+  Tensor gx =
+      grad({ops::sum(ops::mlp_gelu(xg, p[0], Tensor(), p[1], Tensor()))}, {xg}, {}, false, true)[0];
+  CHECK_ERROR_CONTAINS(ops::sum(gx).backward(), "mlp_gelu_backward", "double backward");
+}
