@@ -135,7 +135,7 @@ CpuGemmInfo cpu_gemm_info() {
       info.own_gemm = "none (no AVX-512, or VITRINE_GEMM=openblas)";
       break;
     case cpu::GemmPolicy::SmallWeights:
-      info.own_gemm = "weights up to 2^18 floats";
+      info.own_gemm = "weights up to 2^20 floats";
       break;
     case cpu::GemmPolicy::All:
       info.own_gemm = info.openblas_current ? "every shape (VITRINE_GEMM=own)"

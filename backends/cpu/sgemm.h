@@ -14,7 +14,8 @@ namespace vitrine::cpu {
 
 /// Which float32 products own_sgemm takes, decided once per process:
 ///   Off           none (no AVX-512, or VITRINE_GEMM=openblas)
-///   SmallWeights  weights up to 2^18 floats; OpenBLAS's blocking does the larger ones as well
+///   SmallWeights  weights up to 2^20 floats (ViT-S/16's all); OpenBLAS's blocking does the larger
+///                 ones as well
 ///                 (the default, when OpenBLAS runs kernels made for this CPU)
 ///   All           every shape it is made for (VITRINE_GEMM=own, or OpenBLAS fell back to old
 ///                 kernels on a CPU it does not know: see openblas_get_corename)
@@ -65,7 +66,7 @@ struct SgemmEpilogue {
 /// its transpose), packed first.
 /// Returns false, having done nothing, when it does not take the product (a CPU without AVX-512,
 /// a shape it is not made for: fewer than 48 rows, 16 columns or a depth of 8, or a weight of
-/// over 2^18 floats under GemmPolicy::SmallWeights, or VITRINE_GEMM=openblas in the
+/// over 2^20 floats under GemmPolicy::SmallWeights, or VITRINE_GEMM=openblas in the
 /// environment); the caller then calls OpenBLAS and applies the epilogue itself.
 bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
