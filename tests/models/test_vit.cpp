@@ -274,7 +274,8 @@ TEST_CASE("vit: gradcheck of a tiny model in float64 (input and a parameter)") {
 }
 
 TEST_CASE(
-    "vit: blocks add their residuals in the products; hooks take the module path, same values") {
+    "vit: blocks add their residuals in the products, and with hooks the module path gives the "
+    "same values") {
   // Without layer scale and drop-path the blocks add each residual as proj's and fc2's products
   // are written (MultiheadSelfAttention::forward_add, MLP::forward_add); a hook on any module
   // between them takes the module-by-module path. Both give the same logits and gradients.

@@ -206,7 +206,8 @@ TEST_CASE("mlp: PyTorch parity (timm's Mlp)") {
   CHECK(m.fused());  // one op, ops::mlp_gelu
   check_parity(m, "mlp");
 }
-TEST_CASE("mlp: runs as one op only when nothing observes the inside; the same values either way") {
+TEST_CASE(
+    "mlp: runs as one op only when nothing observes the inside, with the same values either way") {
   Generator g(4);
   nn::MLP m(8, 16, 6, 0.0, g);
   m.to(kFloat64);

@@ -81,7 +81,7 @@ TEST_CASE("mlp_gelu: gradcheck (with residual and biases, and without)") {
   check_grad_at(kFile, "mlp_gelu_plain", mlp3);
 }
 
-TEST_CASE("mlp_gelu: float32 at a ViT's sizes equals linear, gelu, linear; grads too") {
+TEST_CASE("mlp_gelu: float32 at a ViT's sizes equals linear, gelu, linear, and so do the grads") {
   // 2 x 50 tokens of 64: large enough for the CPU's own GEMM and its fused epilogues (fc2's depth
   // of 320 is two slices), against the unfused ops. The inputs are views (x sliced, the residual
   // transposed), which the op reads or copies as it needs.
@@ -101,7 +101,7 @@ TEST_CASE("mlp_gelu: float32 at a ViT's sizes equals linear, gelu, linear; grads
     CHECK(y.shape() == Dims{2, 50, 40});
     check_close(y, ref, 1e-5, 1e-5);
     Tensor w = ops::randn({2, 50, 40}, g);
-    auto gy = grad({ops::sum(y * w)}, leaves, {}, false, false, true);
+    auto gy = grad({ops::sum(y * w)}, leaves, {}, /*retain_graph=*/true, false, true);
     auto gr = grad({ops::sum(ref * w)}, leaves, {}, false, false, true);
     for (size_t i = 0; i < leaves.size(); ++i) {
       CAPTURE(i);
@@ -113,7 +113,7 @@ TEST_CASE("mlp_gelu: float32 at a ViT's sizes equals linear, gelu, linear; grads
   }
 }
 
-TEST_CASE("mlp_gelu: bad shapes name the op and the shapes; a second derivative is refused") {
+TEST_CASE("mlp_gelu: bad shapes name the op and the shapes, and a second derivative is refused") {
   Tensor x = ops::zeros({2, 4}), w1 = ops::zeros({6, 4}), w2 = ops::zeros({3, 6});
   CHECK_ERROR_CONTAINS(ops::mlp_gelu(x, ops::zeros({6, 5}), Tensor(), w2, Tensor()), "mlp_gelu",
                        "[2, 4]", "[6, 5]", "w1 [hidden, in]");
