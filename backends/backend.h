@@ -131,18 +131,6 @@ class Backend {
   /// [..., M, N] contiguous; a and b may be transposed in their last two dims and broadcast
   /// (stride 0) in batch dims; all three share the batch shape.
   virtual void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) = 0;
-  /// c = a @ b + bias, bias [N] added to every row: a linear layer (a [M, K] and b [K, N] as
-  /// gemm's, c [M, N] contiguous, bias contiguous). This default writes the bias into every row
-  /// of c, then accumulates the product onto it; a backend may add it as c is written instead.
-  virtual void gemm_bias(const Strided& a, const Strided& b, const Strided& bias,
-                         const Strided& c) {
-    Strided rows = bias;
-    rows.shape = c.shape;
-    rows.strides = Dims{0, 1};
-    copy(rows, c);
-    gemm(a, b, c, /*accumulate=*/true);
-  }
-
   /// What gemm_fused does to c = a @ b besides the product, in this order (each when given):
   ///   c[m][n] += bias[n]                  bias [N] contiguous: a linear layer
   ///   c[m][n] += add[m][n]                add [M, N]: a residual
@@ -159,15 +147,19 @@ class Backend {
     const Strided* gelu_pre = nullptr;
     const Strided* a_row_sums = nullptr;
   };
-  /// c = a @ b, then the epilogue ep (a [M, K] and b [K, N] as gemm's, c [M, N] contiguous).
-  /// This default runs the steps one pass after another; a backend may apply them as it writes c
-  /// (the CPU's own GEMM does), so that none of them reads or writes c again from memory.
+  /// c = a @ b, then the epilogue ep (a [M, K] and b [K, N] as gemm's, c [M, N] contiguous): a
+  /// linear layer is gemm_fused with a bias. This default runs the steps one pass after another
+  /// (the bias written into every row of c, the product accumulated onto it); a backend may apply
+  /// them as it writes c (the CPU's own GEMM does), so that none of them reads or writes c again.
   virtual void gemm_fused(const Strided& a, const Strided& b, const Strided& c,
                           const GemmEpilogue& ep) {
-    if (ep.bias)
-      gemm_bias(a, b, *ep.bias, c);
-    else
-      gemm(a, b, c, /*accumulate=*/false);
+    if (ep.bias) {
+      Strided rows = *ep.bias;
+      rows.shape = c.shape;
+      rows.strides = Dims{0, 1};
+      copy(rows, c);
+    }
+    gemm(a, b, c, /*accumulate=*/ep.bias != nullptr);
     if (ep.add) binary(BinaryOp::Add, c, *ep.add, c);
     if (ep.gelu_out) unary(UnaryOp::Gelu, c, *ep.gelu_out);
     if (ep.gelu_pre) binary(BinaryOp::GeluBackward, *ep.gelu_pre, c, c);

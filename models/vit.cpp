@@ -309,8 +309,7 @@ Tensor ViTBlock::forward(const Tensor& x) {
   // Each residual is added as the product before it (proj, fc2) is written when nothing comes
   // between them: no layer scale, no drop-path at work, no hooks to run.
   const auto plain = [](const nn::Module& branch, const nn::DropPath& dp) {
-    return (dp.p == 0 || !dp.is_training()) && !branch.has_forward_hooks() &&
-           !dp.has_forward_hooks();
+    return !dp.active() && !branch.has_forward_hooks() && !dp.has_forward_hooks();
   };
   Tensor h;
   if (!ls1.defined() && plain(*attn, *drop_path1)) {

@@ -57,7 +57,7 @@ Tensor MultiheadSelfAttention::merged_heads(const Tensor& x) {
   // them, and either no capture or a capture without gradients (grad mode off: the explain
   // tools' forward-only pass). Otherwise the same kernels in two ops, probabilities then their
   // application, so that a hook can read their gradient and dropout can act on them.
-  const bool dropping = attn_drop->p > 0 && attn_drop->is_training();
+  const bool dropping = attn_drop->active();
   Tensor out;  // [B, N, D], the heads side by side
   if (!dropping && (!capture_probs_ || !GradMode::is_enabled())) {
     Tensor probs;
@@ -77,8 +77,7 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x) {
 }
 
 Tensor MultiheadSelfAttention::forward_add(const Tensor& x, const Tensor& residual) {
-  if (proj->has_forward_hooks() || proj_drop->has_forward_hooks() ||
-      (proj_drop->p > 0 && proj_drop->is_training()))
+  if (proj->has_forward_hooks() || proj_drop->has_forward_hooks() || proj_drop->active())
     return residual + forward(x);
   return ops::linear(merged_heads(x), proj->weight, proj->bias, residual);
 }

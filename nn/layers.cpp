@@ -54,7 +54,7 @@ DropPath::DropPath(double prob, Generator& gen) : p(prob), gen_(&gen) {
 }
 
 Tensor DropPath::forward(const Tensor& x) {
-  if (!is_training() || p == 0) return x;
+  if (!active()) return x;
   Dims mask_shape = Dims::filled(x.dim(), 1);
   mask_shape[0] = x.size(0);
   Tensor keep = ops::ge(ops::rand(mask_shape, *gen_, x.dtype(), 0, 1, x.device()),

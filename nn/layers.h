@@ -41,6 +41,8 @@ class Dropout : public Module {
   std::string extra_repr() const override;
   void set_generator(Generator& gen) { gen_ = &gen; }
   Generator& generator() const { return *gen_; }
+  /// Whether forward changes its input: p > 0 in training mode.
+  bool active() const { return p > 0 && is_training(); }
   double p;
 
  private:
@@ -56,6 +58,8 @@ class DropPath : public Module {
   std::string type_name() const override { return "DropPath"; }
   std::string extra_repr() const override;
   void set_generator(Generator& gen) { gen_ = &gen; }
+  /// Whether forward changes its input: p > 0 in training mode.
+  bool active() const { return p > 0 && is_training(); }
   double p;
 
  private:

@@ -14,8 +14,7 @@ MLP::MLP(int64_t in, int64_t hidden, int64_t out, double drop, Generator& gen) {
 }
 
 bool MLP::fused() const {
-  const auto off = [](const Dropout& d) { return d.p == 0 || !d.is_training(); };
-  return !act->tanh_approx && off(*drop1) && off(*drop2) && !fc1->has_forward_hooks() &&
+  return !act->tanh_approx && !drop1->active() && !drop2->active() && !fc1->has_forward_hooks() &&
          !act->has_forward_hooks() && !drop1->has_forward_hooks() && !fc2->has_forward_hooks() &&
          !drop2->has_forward_hooks();
 }

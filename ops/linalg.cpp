@@ -23,14 +23,32 @@ bool gemm_ready(const Tensor& t) {
 /// x as a gemm operand: itself when BLAS can read it in place, else a contiguous copy.
 Tensor gemm_operand(const Tensor& x) { return gemm_ready(x) ? x : x.contiguous(); }
 
-/// A residual [..., N] (out_shape) as the [M, N] rows an epilogue adds (undefined stays so).
-Tensor residual_rows(const Tensor& x, const Tensor& residual, const Dims& out_shape, int64_t M,
-                     int64_t N, const char* op) {
+/// A layer's input x [..., K] seen as M rows, and its output [..., N] (linear, mlp_gelu).
+struct Rows {
+  int64_t M = 1;
+  Dims out_shape;
+  Rows(const Tensor& x, int64_t N) : out_shape(x.shape()) {
+    for (int i = 0; i + 1 < x.dim(); ++i) M *= x.size(i);
+    out_shape[out_shape.size() - 1] = N;
+  }
+};
+
+/// A bias [n] (undefined: nothing to check), or an Error naming the op and the argument.
+void check_bias(const Tensor& x, const Tensor& b, int64_t n, const char* op, const char* name) {
+  if (!b.defined()) return;
+  check_same(x, b, op);
+  VT_CHECK(b.dim() == 1 && b.size(0) == n, "{}: {} has shape {}, expected [{}]", op, name,
+           b.shape(), n);
+}
+
+/// A residual [..., N] (the output's shape) as the [M, N] rows an epilogue adds (undefined
+/// stays so).
+Tensor residual_rows(const Tensor& x, const Tensor& residual, const Rows& rows, const char* op) {
   if (!residual.defined()) return residual;
   check_same(x, residual, op);
-  VT_CHECK(residual.shape() == out_shape, "{}: residual has shape {}, expected {}", op,
-           residual.shape(), out_shape);
-  return residual.reshape({M, N});
+  VT_CHECK(residual.shape() == rows.out_shape, "{}: residual has shape {}, expected {}", op,
+           residual.shape(), rows.out_shape);
+  return residual.reshape({rows.M, rows.out_shape[rows.out_shape.size() - 1]});
 }
 
 /// The kernel view of an epilogue's operand (Backend::GemmEpilogue): a bias contiguous, rows
@@ -112,18 +130,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
            "linear: input shape {} does not fit weight shape {} (expected [..., {}])", x.shape(),
            weight.shape(), weight.dim() == 2 ? weight.size(1) : -1);
   const int64_t K = weight.size(1), N = weight.size(0);
-  int64_t M = 1;
-  for (int i = 0; i + 1 < x.dim(); ++i) M *= x.size(i);
-  if (bias.defined()) {
-    check_same(x, bias, "linear");
-    VT_CHECK(bias.dim() == 1 && bias.size(0) == N, "linear: bias has shape {}, expected [{}]",
-             bias.shape(), N);
-  }
-  Dims out_shape = x.shape();
-  out_shape[out_shape.size() - 1] = N;
-  const Tensor r2 = residual_rows(x, residual, out_shape, M, N, "linear");
-  Tensor x2 = x.reshape({M, K});  // [M, K] @ W^T [K, N]
-  Tensor y = empty_on(x, {M, N}, x.dtype());
+  check_bias(x, bias, N, "linear", "bias");
+  const Rows rows(x, N);
+  const Tensor r2 = residual_rows(x, residual, rows, "linear");
+  Tensor x2 = x.reshape({rows.M, K});  // [M, K] @ W^T [K, N]
+  Tensor y = empty_on(x, {rows.M, N}, x.dtype());
   {
     Tensor kb, kr;
     Strided bs, rs;
@@ -141,7 +152,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
                auto [dw, db] = weight_bias_grads(dy, sx.get(), n[1], n[2]);
                return {n[0] ? matmul(dy, sw.get()) : Tensor(), dw, db, n[3] ? dy : Tensor()};
              });
-  return out.reshape(out_shape);
+  return out.reshape(rows.out_shape);
 }
 
 Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
@@ -156,17 +167,11 @@ Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
            "x [..., in], w1 [hidden, in], w2 [out, hidden])",
            x.shape(), w1.shape(), w2.shape());
   const int64_t K = w1.size(1), H = w1.size(0), N = w2.size(0);
-  for (const auto& [b, n, name] : {std::tuple{&b1, H, "b1"}, std::tuple{&b2, N, "b2"}}) {
-    if (!b->defined()) continue;
-    check_same(x, *b, op);
-    VT_CHECK(b->dim() == 1 && b->size(0) == n, "mlp_gelu: {} has shape {}, expected [{}]", name,
-             b->shape(), n);
-  }
-  int64_t M = 1;
-  for (int i = 0; i + 1 < x.dim(); ++i) M *= x.size(i);
-  Dims out_shape = x.shape();
-  out_shape[out_shape.size() - 1] = N;
-  const Tensor r2 = residual_rows(x, residual, out_shape, M, N, op);
+  check_bias(x, b1, H, op, "b1");
+  check_bias(x, b2, N, op, "b2");
+  const Rows rows(x, N);
+  const int64_t M = rows.M;
+  const Tensor r2 = residual_rows(x, residual, rows, op);
   Tensor x2 = x.reshape({M, K});
   // Without a backward, GELU overwrites the pre-activation (nothing keeps it).
   const bool keep = any_requires_grad({x2, w1, b1, w2, b2, r2});
@@ -207,7 +212,7 @@ Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
                         }
                         return g;
                       });
-  return out.reshape(out_shape);
+  return out.reshape(rows.out_shape);
 }
 
 }  // namespace vitrine::ops

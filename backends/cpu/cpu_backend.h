@@ -29,8 +29,6 @@ class CpuBackend final : public Backend {
   void reduce(ReduceOp op, const Strided& x, const Strided& y) override;
   // gemm.cpp
   void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) override;
-  void gemm_bias(const Strided& a, const Strided& b, const Strided& bias,
-                 const Strided& c) override;
   void gemm_fused(const Strided& a, const Strided& b, const Strided& c,
                   const GemmEpilogue& ep) override;
   // index.cpp

@@ -84,11 +84,6 @@ void CpuBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool
   });
 }
 
-void CpuBackend::gemm_bias(const Strided& a, const Strided& b, const Strided& bias,
-                           const Strided& c) {
-  gemm_fused(a, b, c, {.bias = &bias});
-}
-
 void CpuBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c,
                             const GemmEpilogue& ep) {
   // Float32: the epilogue is applied as the own GEMM writes C (no pass of its own).
@@ -114,10 +109,6 @@ void CpuBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c
                     c.ptr<float>(), N, false, se))
         return;
     }
-  }
-  if (ep.bias && !ep.add && !ep.gelu_out && !ep.gelu_pre && !ep.a_row_sums) {
-    Backend::gemm_bias(a, b, *ep.bias, c);  // (not gemm_fused: that calls gemm_bias)
-    return;
   }
   Backend::gemm_fused(a, b, c, ep);
 }
