@@ -214,7 +214,9 @@ TEST_CASE("own sgemm: the OpenBLAS rule on the machines met (Zen 5's Haswell is 
   }
 }
 
-TEST_CASE("own sgemm: linear and matmul through it agree with float64") {
+TEST_CASE(
+    "own sgemm: linear (with a residual, and its dW and db) and matmul through it agree with "
+    "float64") {
   // [4, 50, 128] @ W^T + b: the shape of a ViT block's qkv, large enough for the own GEMM; and
   // the backward's dX = dY W (B row-major) and dW = dY^T X (A transposed).
   Generator gen(7);
@@ -231,4 +233,13 @@ TEST_CASE("own sgemm: linear and matmul through it agree with float64") {
   Tensor dw_ref = ops::matmul(dy.mT(), x2);
   Tensor dw = ops::matmul(dy.to(kFloat32).mT(), x2.to(kFloat32));
   CHECK(ops::max(ops::abs(dw.to(kFloat64) - dw_ref)).item() < 1e-3);  // sums of 200 products
+  // A residual added as the tile is written (a block's proj), from a transposed view; and the
+  // backward's dW with db summed beside it (no create_graph), against float64.
+  Tensor r = ops::randn({384, 4, 50}, gen, kFloat64).permute({1, 2, 0});
+  Tensor yr = ops::linear(x.to(kFloat32), w.to(kFloat32), bias.to(kFloat32), r.to(kFloat32));
+  CHECK(ops::max(ops::abs(yr.to(kFloat64) - (ref + r))).item() < 1e-4);
+  Tensor wl = w.to(kFloat32).requires_grad_(), bl = bias.to(kFloat32).requires_grad_();
+  ops::sum(ops::linear(x.to(kFloat32), wl, bl) * dy.reshape({4, 50, 384}).to(kFloat32)).backward();
+  CHECK(ops::max(ops::abs(wl.grad().to(kFloat64) - dw_ref)).item() < 1e-3);
+  CHECK(ops::max(ops::abs(bl.grad().to(kFloat64) - ops::sum(dy, {0}))).item() < 1e-3);
 }
