@@ -305,24 +305,50 @@ ViTBlock::ViTBlock(const ViTConfig& c, double dp, Generator& gen) {
     init_linear(*l, gen);
 }
 
+namespace {
+// Whether a residual can be added as the product before it (proj, fc2) is written: nothing
+// comes between them (no layer scale, no drop-path at work, no hooks to run).
+bool plain(const Tensor& layer_scale, const nn::Module& branch, const nn::DropPath& dp) {
+  return !layer_scale.defined() && !dp.active() && !branch.has_forward_hooks() &&
+         !dp.has_forward_hooks();
+}
+}  // namespace
+
 Tensor ViTBlock::forward(const Tensor& x) {
-  // Each residual is added as the product before it (proj, fc2) is written when nothing comes
-  // between them: no layer scale, no drop-path at work, no hooks to run.
-  const auto plain = [](const nn::Module& branch, const nn::DropPath& dp) {
-    return !dp.active() && !branch.has_forward_hooks() && !dp.has_forward_hooks();
-  };
   Tensor h;
-  if (!ls1.defined() && plain(*attn, *drop_path1)) {
+  if (plain(ls1, *attn, *drop_path1)) {
     h = attn->forward_add((*norm1)(x), x);
   } else {
     Tensor a = (*attn)((*norm1)(x));
     if (ls1.defined()) a = a * ls1;
     h = x + (*drop_path1)(a);
   }
-  if (!ls2.defined() && plain(*mlp, *drop_path2)) return mlp->forward_add((*norm2)(h), h);
+  return mlp_half(h);
+}
+
+Tensor ViTBlock::forward_first(const Tensor& x, int64_t rows) {
+  const Tensor xn = (*norm1)(x), xr = x.slice(1, 0, rows);
+  Tensor h;
+  if (plain(ls1, *attn, *drop_path1)) {
+    h = attn->forward_first(xn, rows, xr);
+  } else {
+    Tensor a = attn->forward_first(xn, rows);
+    if (ls1.defined()) a = a * ls1;
+    h = xr + (*drop_path1)(a);
+  }
+  return mlp_half(h);
+}
+
+Tensor ViTBlock::mlp_half(const Tensor& h) {
+  if (plain(ls2, *mlp, *drop_path2)) return mlp->forward_add((*norm2)(h), h);
   Tensor m = (*mlp)((*norm2)(h));
   if (ls2.defined()) m = m * ls2;
   return h + (*drop_path2)(m);
+}
+
+bool ViTBlock::first_rows_exact() const {
+  return !has_forward_hooks_below() && !attn->capturing_probs() && !attn->attn_drop->active() &&
+         !attn->proj_drop->active() && !mlp->drop1->active() && !mlp->drop2->active();
 }
 
 VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : config_(c) {
@@ -435,13 +461,30 @@ Tensor VisionTransformer::embed(const Tensor& images_in, const ViTForwardOptions
 }
 
 Tensor VisionTransformer::forward_features(const Tensor& images, const ViTForwardOptions& options) {
+  return tokens(images, options, 0);
+}
+
+Tensor VisionTransformer::tokens(const Tensor& images, const ViTForwardOptions& options,
+                                 int64_t last_rows) {
   Tensor x = embed(images, options);
   block_outputs_.clear();
-  for (const auto& b : *blocks) {
-    x = (*b)(x);
+  const size_t n = blocks->size();
+  for (size_t i = 0; i < n; ++i) {
+    if (last_rows > 0 && i + 1 == n)
+      x = blocks->at<ViTBlock>(i)->forward_first(x, last_rows);
+    else
+      x = (*(*blocks)[i])(x);
     if (capture_tokens_) block_outputs_.push_back(x);
   }
   return norm ? (*norm)(x) : x;
+}
+
+bool VisionTransformer::class_token_only() const {
+  if (!class_token_shortcut || config_.pool != "cls" || capture_tokens_ || blocks->size() == 0)
+    return false;
+  if (norm && norm->has_forward_hooks()) return false;
+  const auto& last = *blocks->at<ViTBlock>(blocks->size() - 1);
+  return !blocks->has_forward_hooks() && last.first_rows_exact();
 }
 
 Tensor VisionTransformer::forward_head(const Tensor& tokens) {
@@ -456,7 +499,7 @@ Tensor VisionTransformer::forward_head(const Tensor& tokens) {
 Tensor VisionTransformer::forward(const Tensor& images) { return forward(images, forward_options); }
 
 Tensor VisionTransformer::forward(const Tensor& images, const ViTForwardOptions& options) {
-  return forward_head(forward_features(images, options));
+  return forward_head(tokens(images, options, class_token_only() ? 1 : 0));
 }
 
 void VisionTransformer::capture(bool attention, bool grads) {

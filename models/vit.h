@@ -99,12 +99,24 @@ class ViTBlock : public nn::Module {
  public:
   ViTBlock(const ViTConfig& c, double drop_path, Generator& gen);
   Tensor forward(const Tensor& x) override;
+  /// forward(x)[:, :rows], [B, rows, dim]: norm1, keys and values over all N tokens, everything
+  /// else for the first rows only (MultiheadSelfAttention::forward_first). Runs no hooks of the
+  /// block or its children: call it only when first_rows_exact().
+  Tensor forward_first(const Tensor& x, int64_t rows);
+  /// Whether forward_first gives what forward would, rows for rows: no forward hook in the
+  /// block, no attention capture, no dropout at work (its masks would be drawn over other shapes;
+  /// drop-path draws one number per image either way).
+  bool first_rows_exact() const;
   std::string type_name() const override { return "Block"; }
   std::shared_ptr<nn::LayerNorm> norm1, norm2;
   std::shared_ptr<nn::MultiheadSelfAttention> attn;
   std::shared_ptr<nn::MLP> mlp;
   std::shared_ptr<nn::DropPath> drop_path1, drop_path2;
   Tensor ls1, ls2;  // LayerScale gammas [dim] (registered as ls1.gamma / ls2.gamma), or undefined
+
+ private:
+  /// h + drop_path2(ls2(mlp(norm2(h)))), the residual in fc2's store when nothing is between.
+  Tensor mlp_half(const Tensor& h);
 };
 
 class VisionTransformer : public nn::Module, public AttentionModel {
@@ -121,6 +133,17 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   Tensor forward(const Tensor& images, const ViTForwardOptions& options);
   /// Tokens after the last block and the final norm: [B, prefix + patches, dim].
   Tensor forward_features(const Tensor& images, const ViTForwardOptions& options = {});
+  /// With the class token's pooling, the head reads one row of the last block's output, so the
+  /// last block need not compute the others (llama.cpp likewise computes its last layer for the
+  /// tokens whose logits it returns). forward then runs the last block as
+  /// ViTBlock::forward_first(x, 1): keys and values of every token, queries, attention, proj and
+  /// MLP of the class token only. Same logits and gradients; about (1 - 2/(4 + 2 mlp_dim/dim))
+  /// of the last block's products saved. Taken only when nothing could tell the difference:
+  /// class_token_only() below. Set false to always compute every row.
+  bool class_token_shortcut = true;
+  /// Whether forward takes that shortcut now: pool "cls", the switch on, no token or attention
+  /// capture, no forward hook in the last block (or on blocks, norm), no dropout at work there.
+  bool class_token_only() const;
   /// Pooling, fc_norm, pre_logits and head applied to forward_features' output.
   Tensor forward_head(const Tensor& tokens);
 
@@ -178,6 +201,9 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   Tensor embed(const Tensor& images, const ViTForwardOptions& options = {});
 
  private:
+  /// embed, the blocks (the last one for its first last_rows rows only when last_rows > 0) and
+  /// the final norm.
+  Tensor tokens(const Tensor& images, const ViTForwardOptions& options, int64_t last_rows);
   ViTConfig config_;
   std::vector<Tensor> block_outputs_;
   bool capture_tokens_ = false;

@@ -82,6 +82,33 @@ Tensor MultiheadSelfAttention::forward_add(const Tensor& x, const Tensor& residu
   return ops::linear(merged_heads(x), proj->weight, proj->bias, residual);
 }
 
+Tensor MultiheadSelfAttention::forward_first(const Tensor& x, int64_t rows,
+                                             const Tensor& residual) {
+  check_input(x, dim);
+  const int64_t B = x.size(0), N = x.size(1);
+  VT_CHECK(rows >= 1 && rows <= N, "MultiheadSelfAttention::forward_first: rows {} not in [1, {}]",
+           rows, N);
+  VT_CHECK(!attn_drop->active() && !proj_drop->active() && !capture_probs_,
+           "MultiheadSelfAttention::forward_first: needs dropout off and no attention capture");
+  const Tensor& w = qkv->weight;  // [3D, D]: the rows of q, then k, then v
+  const Tensor& b = qkv->bias;
+  const auto part = [&](const Tensor& t, int64_t from, int64_t to) {
+    return t.defined() ? t.slice(0, from, to) : Tensor();
+  };
+  const Tensor q = ops::linear(x.slice(1, 0, rows), part(w, 0, dim), part(b, 0, dim))
+                       .reshape({B, rows, num_heads, head_dim})
+                       .transpose(1, 2);  // [B, H, rows, Dh]
+  const Tensor kv = ops::linear(x, part(w, dim, 3 * dim), part(b, dim, 3 * dim))
+                        .reshape({B, N, 2, num_heads, head_dim})
+                        .permute({2, 0, 3, 1, 4});  // [2, B, H, N, Dh]
+  const Tensor out =
+      ops::scaled_dot_product_attention(q, kv.select(0, 0), kv.select(0, 1), Tensor(), 0, false,
+                                        scale)  // [B, H, rows, Dh]
+          .transpose(1, 2)
+          .reshape({B, rows, dim});
+  return ops::linear(out, proj->weight, proj->bias, residual);
+}
+
 Tensor MultiheadSelfAttention::forward(const Tensor& x, const Tensor& attn_mask, bool is_causal) {
   if (!attn_mask.defined() && !is_causal) return forward(x);
   check_input(x, dim);

@@ -31,6 +31,12 @@ class MultiheadSelfAttention : public Module {
   /// proj_drop have no hooks and proj_drop is off. Runs no hooks of this module (its caller
   /// checks has_forward_hooks(), as ViTBlock does).
   Tensor forward_add(const Tensor& x, const Tensor& residual);
+  /// forward(x)[:, :rows] (+ residual [B, rows, D] when defined), computing only what those rows
+  /// need: keys and values of all N tokens, queries, attention and projection of the first rows
+  ///   q = x[:, :rows] W_q^T + b_q,  k, v = x W_{k,v}^T + b_{k,v}   (W_q, W_k, W_v: qkv's thirds)
+  /// What a ViT's last block does when the head reads the class token only. Needs dropout off
+  /// (in eval mode, or p = 0) and no capture; runs no hooks (its caller checks them).
+  Tensor forward_first(const Tensor& x, int64_t rows, const Tensor& residual = Tensor());
   std::string type_name() const override { return "MultiheadSelfAttention"; }
   std::string extra_repr() const override;
 

@@ -127,6 +127,13 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
+bool Module::has_forward_hooks_below() const {
+  if (has_forward_hooks()) return true;
+  for (const auto& [name, c] : children_)
+    if (c->has_forward_hooks_below()) return true;
+  return false;
+}
+
 std::shared_ptr<Module> Module::child(const std::string& name) const {
   for (const auto& [n, c] : children_)
     if (n == name) return c;

@@ -44,6 +44,8 @@ class Module {
   /// Whether any forward hook is registered here (a fused path that skips this module's call
   /// through operator() must not be taken then).
   bool has_forward_hooks() const { return !forward_hooks_.empty(); }
+  /// Whether this module or any descendant has a forward hook.
+  bool has_forward_hooks_below() const;
   /// The type's name, for summaries and errors ("Linear").
   virtual std::string type_name() const { return "Module"; }
   /// One line describing the hyperparameters ("in=4, out=3, bias=true").

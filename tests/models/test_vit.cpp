@@ -267,6 +267,7 @@ TEST_CASE("vit: gradcheck of a tiny model in float64 (input and a parameter)") {
   VisionTransformer m(c, g);
   m.to(kFloat64);
   m.eval();
+  CHECK(m.class_token_only());  // the last block computes the class token's row only
   Tensor x = rand64({1, 2, 4, 8}, 5);
   check_grad([&](const std::vector<Tensor>& v) { return m.forward(v[0]); }, {x});
   Tensor pos = m.pos_embed;
@@ -309,6 +310,103 @@ TEST_CASE(
     check_close(grads[1], fused_grads[1], 1e-12, 1e-12);
   }
   CHECK(calls == 4);  // every hook saw its module's call
+}
+
+TEST_CASE(
+    "vit: with class-token pooling the last block computes the class token's row only, with the "
+    "same logits and gradients, and not when anything could tell") {
+  // forward runs the last block as ViTBlock::forward_first(x, 1): keys and values of every
+  // token, everything else for the class token. Compared in float64 with the full block
+  // (class_token_shortcut off), in eval mode and in training mode with drop-path at work (two
+  // models from one seed, so their drop-path draws are the same).
+  const auto compare = [](ViTConfig c, bool training) {
+    Generator g1(11), g2(11);
+    VisionTransformer a(c, g1), b(c, g2);
+    b.class_token_shortcut = false;
+    for (VisionTransformer* m : {&a, &b}) {
+      m->to(kFloat64);
+      m->train(training);
+    }
+    CHECK(a.class_token_only());
+    CHECK_FALSE(b.class_token_only());
+    const Tensor x = rand64({3, 2, 8, 8}, 12);
+    const auto run = [&](VisionTransformer& m) {
+      Tensor xl = x.detach().requires_grad_();
+      Tensor y = m.forward(xl);
+      std::vector<Tensor> wrt{xl};
+      for (const Tensor& p : m.parameters()) wrt.push_back(p);
+      return std::pair{y, grad({ops::sum(y * ops::arange(1, 4, 1, kFloat64))}, wrt)};
+    };
+    const auto [ya, ga] = run(a);
+    const auto [yb, gb] = run(b);
+    REQUIRE(ya.shape() == Dims{3, 3});
+    check_close(ya, yb, 1e-12, 1e-12);
+    REQUIRE(ga.size() == gb.size());
+    for (size_t i = 0; i < ga.size(); ++i) {
+      INFO("gradient " << i);
+      check_close(ga[i], gb[i], 1e-12, 1e-12);
+    }
+  };
+  ViTConfig c = tiny();
+  compare(c, false);
+  c.registers = 2;
+  c.layer_scale = true;
+  c.layer_scale_init = 0.5;
+  c.qkv_bias = false;
+  compare(c, false);
+  c = tiny();
+  c.drop_path = 0.5;
+  compare(c, true);
+
+  // The block on its own: forward_first(x, rows) is forward(x)'s first rows, for any rows.
+  Generator g(13);
+  VisionTransformer m(tiny(), g);
+  m.to(kFloat64);
+  m.eval();
+  auto& last = *m.blocks->at<models::ViTBlock>(1);
+  const Tensor tokens = rand64({2, 5, 8}, 14);
+  const Tensor full = last.forward(tokens);
+  for (int64_t rows : {1, 3, 5})
+    check_close(last.forward_first(tokens, rows), full.slice(1, 0, rows), 1e-12, 1e-12);
+  CHECK_THROWS_WITH(last.attn->forward_first(tokens, 0),
+                    "MultiheadSelfAttention::forward_first: rows 0 not in [1, 5]");
+  CHECK_THROWS_WITH(last.attn->forward_first(tokens, 6),
+                    "MultiheadSelfAttention::forward_first: rows 6 not in [1, 5]");
+
+  // Not taken when the rows could be seen or the draws would differ.
+  CHECK(m.class_token_only());
+  m.capture(true);  // attention maps and block outputs of every row
+  CHECK_FALSE(m.class_token_only());
+  m.capture(false);
+  CHECK(m.class_token_only());
+  for (nn::Module* hooked :
+       std::vector<nn::Module*>{&last, last.norm1.get(), last.mlp->fc1.get(), m.norm.get()}) {
+    const int64_t h = hooked->register_forward_hook(
+        [](nn::Module&, const Tensor&, const Tensor&) { return Tensor(); });
+    CHECK_FALSE(m.class_token_only());  // Grad-CAM hooks norm1 of the last block
+    hooked->remove_forward_hook(h);
+  }
+  const int64_t h = m.blocks->at<models::ViTBlock>(0)->norm1->register_forward_hook(
+      [](nn::Module&, const Tensor&, const Tensor&) { return Tensor(); });
+  CHECK(m.class_token_only());  // an earlier block's hook sees all its rows either way
+  m.blocks->at<models::ViTBlock>(0)->norm1->remove_forward_hook(h);
+  ViTConfig drop = tiny();
+  drop.attn_dropout = 0.1;
+  VisionTransformer d(drop, g);
+  CHECK_FALSE(d.class_token_only());  // training: the attention dropout's mask
+  d.eval();
+  CHECK(d.class_token_only());
+  CHECK_THROWS_WITH(
+      [&] {
+        d.train();
+        auto& b = *d.blocks->at<models::ViTBlock>(1);
+        (void)b.attn->forward_first(ops::zeros({1, 5, 8}), 1);
+      }(),
+      "MultiheadSelfAttention::forward_first: needs dropout off and no attention capture");
+  ViTConfig mean = tiny();
+  mean.pool = "mean";
+  VisionTransformer mm(mean, g);
+  CHECK_FALSE(mm.class_token_only());  // the head reads every patch token
 }
 
 TEST_CASE("vit: summary table lists every module with its output shape and own parameters") {

@@ -39,6 +39,7 @@ struct Cli {
   std::string model = "fmnist", what = "train,infer", json_path, device = "cpu", precision = "fp32";
   int64_t batch = 0, warmup = 3, repeats = 7, steps = 0;
   int threads = 2;
+  bool full_last_block = false;
 };
 
 /// The batch the issue fixes for each benchmark config (8 for the 224x224 ones).
@@ -108,6 +109,7 @@ int run(const Cli& cli) {
   const double baseline = bench::current_rss_mb();
   Generator gen(0);
   auto model = std::make_shared<models::VisionTransformer>(config, gen);
+  model->class_token_shortcut = !cli.full_last_block;
   const Device device = Device::parse(cli.device);
   model->to(device);
   set_float32_matmul_precision(cli.precision == "bf16"   ? "medium"
@@ -123,7 +125,7 @@ int run(const Cli& cli) {
 
   json j = {{"framework", "vitrine"},
             {"version", "0.1"},
-            {"variant", ""},
+            {"variant", cli.full_last_block ? "full last block" : ""},
             {"model", cli.model},
             {"batch", batch},
             {"threads", cli.threads},
@@ -228,6 +230,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", cli.steps, "steps per repeat (default 5, 2 at 224x224)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--what", cli.what, "train, infer, explain (comma-separated)");
+  app.add_flag("--full-last-block", cli.full_last_block,
+               "compute every token's row in the last block, as timm does (the default computes "
+               "the class token's only when the head reads nothing else: "
+               "VisionTransformer::class_token_shortcut)");
   app.add_option("--json", cli.json_path, "also write the results as JSON here");
   app.add_option("--device", cli.device, "cpu or cuda[:N]");
   app.add_option("--precision", cli.precision,
