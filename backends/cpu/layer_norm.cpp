@@ -1,7 +1,8 @@
 // CPU layer norm over the last dim. x, y, dy, dx: contiguous [R, C]; w, b, dw, db: [C] (absent
 // when data is null); mean, rstd: [R], x's dtype. The variance is biased (divides by C), as in
 // PyTorch. Statistics and row sums accumulate in double, except in the float32 kernels with
-// weight and bias (simd.h: vectorised, row statistics in float, dw/db partials in double). Rows run
+// weight and bias (simd.h: vectorised, row statistics in float, dw/db partials in float over 16
+// rows, then in double). Rows run
 // in parallel; dw/db are summed per fixed block of rows and the block partials are added in block
 // order, so every result is independent of the number of threads.
 #include <algorithm>
@@ -89,11 +90,26 @@ void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const S
       double* pbb = want_params ? pb.data() + blk * cols : nullptr;
       const int64_t end = std::min(rows, (blk + 1) * per_block);
       if constexpr (std::is_same_v<T, float>) {
-        if (wp) {  // the vectorised row kernel
-          for (int64_t r = blk * per_block; r < end; ++r)
-            simd::layer_norm_backward_row(
-                x.ptr<T>() + r * cols, wp, mean.ptr<T>()[r], rstd.ptr<T>()[r],
-                dy.ptr<T>() + r * cols, dx.data ? dx.ptr<T>() + r * cols : nullptr, pwb, pbb, cols);
+        if (wp) {  // the vectorised row kernel, its dw and db partials summed in float over
+                   // up to kFloatRows rows, then added into the block's double sums
+          constexpr int kFloatRows = 16;
+          std::vector<float> f(want_params ? 2 * cols : 0);
+          float* fw = want_params ? f.data() : nullptr;
+          float* fb = want_params ? f.data() + cols : nullptr;
+          int pending = 0;
+          for (int64_t r = blk * per_block; r < end; ++r) {
+            simd::layer_norm_backward_row(x.ptr<T>() + r * cols, wp, mean.ptr<T>()[r],
+                                          rstd.ptr<T>()[r], dy.ptr<T>() + r * cols,
+                                          dx.data ? dx.ptr<T>() + r * cols : nullptr, fw, fb, cols);
+            if (fw && (++pending == kFloatRows || r + 1 == end)) {
+              for (int64_t c = 0; c < cols; ++c) {
+                pwb[c] += fw[c];
+                pbb[c] += fb[c];
+              }
+              std::fill(f.begin(), f.end(), 0.0f);
+              pending = 0;
+            }
+          }
           return;
         }
       }

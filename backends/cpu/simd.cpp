@@ -114,7 +114,7 @@ VT_SIMD_CLONES void layer_norm_row(const float* x, const float* w, const float* 
 }
 
 VT_SIMD_CLONES void layer_norm_backward_row(const float* x, const float* w, float mean, float rstd,
-                                            const float* dy, float* dx, double* pw, double* pb,
+                                            const float* dy, float* dx, float* pw, float* pb,
                                             int64_t n) {
   if (dx) {
     float sg = 0, sgx = 0;
@@ -129,8 +129,8 @@ VT_SIMD_CLONES void layer_norm_backward_row(const float* x, const float* w, floa
   }
   if (pw) {
     for (int64_t i = 0; i < n; ++i) {
-      pw[i] += static_cast<double>(dy[i] * ((x[i] - mean) * rstd));
-      pb[i] += static_cast<double>(dy[i]);
+      pw[i] += dy[i] * ((x[i] - mean) * rstd);
+      pb[i] += dy[i];
     }
   }
 }

@@ -79,9 +79,10 @@ void layer_norm_row(const float* x, const float* w, const float* b, float eps, f
                     float* mean, float* rstd, int64_t n);
 /// One row of layer norm's backward with weight: xhat = (x - mean) rstd, g = dy w,
 ///   dx = rstd (g - mean(g) - xhat mean(g xhat));  pw += dy xhat, pb += dy  (the dw, db partials)
-/// dx, pw, pb may be null (not wanted).
+/// dx, pw, pb may be null (not wanted). The partials are float: the caller adds them into double
+/// sums every few rows.
 void layer_norm_backward_row(const float* x, const float* w, float mean, float rstd,
-                             const float* dy, float* dx, double* pw, double* pb, int64_t n);
+                             const float* dy, float* dx, float* pw, float* pb, int64_t n);
 
 /// Per-channel sums of batch norm, over one row of n (simd lanes in float):
 ///   sum_row = sum x,  centered_sq_sum_row = sum (x - c)^2,  centered_dot_row = sum dy (x - c)

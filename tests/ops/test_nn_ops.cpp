@@ -179,6 +179,27 @@ TEST_CASE("layer_norm: many rows (blocked dw/db sums) match the formula") {
   check_close(x.grad(), dx, 1e-10, 1e-9);
 }
 
+TEST_CASE("layer_norm: float32 with weight (the vectorised kernel) against float64, many rows") {
+  // 5000 rows: 20 rows per block, so the kernel's float partials of dw and db are added into the
+  // block's double sums after 16 rows and at the block's end.
+  Generator g(12);
+  const Tensor x = ops::randn({5000, 24}, g, kFloat64) * 2.0 + 1.0;
+  const Tensor w = ops::randn({24}, g, kFloat64), b = ops::randn({24}, g, kFloat64);
+  const Tensor dy = ops::randn({5000, 24}, g, kFloat64);
+  const auto grads = [&](DType dt) {
+    Tensor xl = x.to(dt).detach().requires_grad_(), wl = w.to(dt).detach().requires_grad_(),
+           bl = b.to(dt).detach().requires_grad_();
+    ops::layer_norm(xl, {24}, wl, bl, 1e-5).backward(dy.to(dt));
+    return std::vector<Tensor>{xl.grad().to(kFloat64), wl.grad().to(kFloat64),
+                               bl.grad().to(kFloat64)};
+  };
+  const auto g64 = grads(kFloat64), g32 = grads(kFloat32);
+  check_close(g32[0], g64[0], 1e-5, 1e-4);
+  // sums over 5000 rows of numbers of size 1: float32 rounding, well under 1e-4 of the sum's size
+  check_close(g32[1], g64[1], 5e-4, 1e-5);
+  check_close(g32[2], g64[2], 5e-4, 1e-5);
+}
+
 TEST_CASE("layer_norm: bad input") {
   Tensor x = ops::zeros({2, 3});
   CHECK_ERROR_CONTAINS(ops::layer_norm(x, {4}, {}, {}),
