@@ -2,9 +2,9 @@
 // when data is null); mean, rstd: [R], x's dtype. The variance is biased (divides by C), as in
 // PyTorch. Statistics and row sums accumulate in double, except in the float32 kernels with
 // weight and bias (simd.h: vectorised, row statistics in float, dw/db partials in float over 16
-// rows, then in double). Rows run
-// in parallel; dw/db are summed per fixed block of rows and the block partials are added in block
-// order, so every result is independent of the number of threads.
+// rows, then in double). Rows run in parallel; dw/db are summed per fixed block of rows and the
+// block partials are added in block order, so every result is independent of the number of
+// threads.
 #include <algorithm>
 #include <cmath>
 #include <vector>
