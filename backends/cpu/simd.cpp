@@ -10,7 +10,7 @@ constexpr float kSqrt1_2 = 0.70710678118654752440f;     // 1 / sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // 1 / sqrt(2 pi)
 }  // namespace
 
-VT_SIMD_CLONES void gelu(const float* x, float* y, int64_t n) {
+VT_SIMD_CLONES void gelu_portable(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float e = exp_approx(-0.5f * v * v);
@@ -18,7 +18,7 @@ VT_SIMD_CLONES void gelu(const float* x, float* y, int64_t n) {
   }
 }
 
-VT_SIMD_CLONES void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+VT_SIMD_CLONES void gelu_backward_portable(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float e = exp_approx(-0.5f * v * v);
@@ -26,6 +26,30 @@ VT_SIMD_CLONES void gelu_backward(const float* x, const float* dy, float* dx, in
     dx[i] = dy[i] * (cdf + v * kInvSqrt2Pi * e);
   }
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+const bool kAvx512 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") != 0;
+}();
+}  // namespace
+
+void gelu(const float* x, float* y, int64_t n) {
+  if (kAvx512) return gelu_avx512(x, y, n);
+  gelu_portable(x, y, n);
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  if (kAvx512) return gelu_backward_avx512(x, dy, dx, n);
+  gelu_backward_portable(x, dy, dx, n);
+}
+#else
+void gelu(const float* x, float* y, int64_t n) { gelu_portable(x, y, n); }
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  gelu_backward_portable(x, dy, dx, n);
+}
+#endif
 
 // The v16 helpers are inline and internal, so no call ever crosses an ABI boundary with them.
 #pragma GCC diagnostic ignored "-Wpsabi"

@@ -64,9 +64,18 @@ inline float erf_approx(float x, float emx2) {
 // ---- row kernels (simd.cpp) -------------------------------------------------------------------
 
 /// y = x Phi(x) = x / 2 (1 + erf(x / sqrt 2))   (exact GELU)
+/// On a CPU with AVX-512F this and gelu_backward run gelu_avx512.cpp's kernels: the same formulas
+/// with a reciprocal-and-Newton step for the division and vscalefps for 2^n (within 2 ulps of
+/// the portable loop, tests/backends/test_simd.cpp), about twice as fast.
 void gelu(const float* x, float* y, int64_t n);
 /// dx = dy (Phi(x) + x phi(x)),  phi(x) = e^{-x^2/2} / sqrt(2 pi)
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+/// The portable loops (compiled for AVX-512, AVX2 and the baseline) and the AVX-512 kernels;
+/// gelu and gelu_backward choose. The AVX-512 ones exist on x86-64 with GCC or Clang only.
+void gelu_portable(const float* x, float* y, int64_t n);
+void gelu_backward_portable(const float* x, const float* dy, float* dx, int64_t n);
+void gelu_avx512(const float* x, float* y, int64_t n);
+void gelu_backward_avx512(const float* x, const float* dy, float* dx, int64_t n);
 /// y = softmax(scale x) row by row, over `rows` rows of n (scale > 0): e^{scale (x - max)} / sum.
 /// y may be x (in place, as attention does with its scores).
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n, float scale);

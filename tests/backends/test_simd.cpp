@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/sgemm.h"
 #include "backends/cpu/simd.h"
 #include "test_util.h"
 
@@ -68,6 +69,43 @@ TEST_CASE("simd: gelu and its backward against the exact formulas in double") {
   INFO("gelu " << worst_y << ", backward " << worst_dx);
   CHECK(worst_y < 3e-7);
   CHECK(worst_dx < 1e-6);
+}
+
+TEST_CASE("simd: the AVX-512 GELU kernels against double, with tails, edge values and in place") {
+  if (!cpu_has_avx512()) return;  // they would not run here (gelu dispatches to them only there)
+  std::vector<float> x = grid(-14.0f, 14.0f, 20001);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 13.19f, -13.19f, 13.3f, -13.3f, 1e20f, -1e20f, inf,
+                  -inf, std::numeric_limits<float>::quiet_NaN()})
+    x.push_back(v);
+  for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, static_cast<int64_t>(x.size())}) {
+    CAPTURE(n);
+    std::vector<float> ya(n, 9), yp(n, 9), dy(n), da(n, 9), dp(n, 9);
+    for (int64_t i = 0; i < n; ++i) dy[i] = 0.5f + static_cast<float>(i % 7) / 4;
+    simd::gelu_avx512(x.data(), ya.data(), n);
+    simd::gelu_portable(x.data(), yp.data(), n);
+    simd::gelu_backward_avx512(x.data(), dy.data(), da.data(), n);
+    simd::gelu_backward_portable(x.data(), dy.data(), dp.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      CAPTURE(x[i]);
+      if (!std::isfinite(x[i])) {  // inf and NaN: what the portable loop gives
+        CHECK(std::isnan(ya[i]) == std::isnan(yp[i]));
+        if (!std::isnan(yp[i])) CHECK(ya[i] == yp[i]);
+        CHECK(std::isnan(da[i]) == std::isnan(dp[i]));
+        continue;
+      }
+      // The bounds the portable loop meets (above). For x < 0 the AVX-512 kernel computes
+      // Phi(x) = q t e / 2 directly where the portable one takes 1 + erf(x) after rounding erf
+      // near -1, so it is the more accurate of the two there.
+      CHECK(std::abs(ya[i] - gelu_ref(x[i])) <= 3e-7 * (1 + std::abs(x[i])));
+      CHECK(std::abs(da[i] - dy[i] * gelu_grad_ref(x[i])) <= 1e-6 * dy[i]);
+    }
+  }
+  // in place, as the GEMM's epilogue calls it (dx = dy)
+  std::vector<float> d(x.begin(), x.begin() + 100), d2 = d;
+  simd::gelu_backward_avx512(x.data() + 5000, d.data(), d.data(), 100);
+  simd::gelu_backward_portable(x.data() + 5000, d2.data(), d2.data(), 100);
+  for (int i = 0; i < 100; ++i) CHECK(std::abs(d[i] - d2[i]) <= 1e-6 * (1 + std::abs(d2[i])));
 }
 
 TEST_CASE("simd: softmax rows and their backward against double") {
