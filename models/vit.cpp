@@ -314,29 +314,21 @@ bool plain(const Tensor& layer_scale, const nn::Module& branch, const nn::DropPa
 }
 }  // namespace
 
-Tensor ViTBlock::forward(const Tensor& x) {
-  Tensor h;
-  if (plain(ls1, *attn, *drop_path1)) {
-    h = attn->forward_add((*norm1)(x), x);
-  } else {
-    Tensor a = (*attn)((*norm1)(x));
-    if (ls1.defined()) a = a * ls1;
-    h = x + (*drop_path1)(a);
-  }
-  return mlp_half(h);
-}
+Tensor ViTBlock::forward(const Tensor& x) { return mlp_half(attn_half(x, x.size(1))); }
 
 Tensor ViTBlock::forward_first(const Tensor& x, int64_t rows) {
-  const Tensor xn = (*norm1)(x), xr = x.slice(1, 0, rows);
-  Tensor h;
-  if (plain(ls1, *attn, *drop_path1)) {
-    h = attn->forward_first(xn, rows, xr);
-  } else {
-    Tensor a = attn->forward_first(xn, rows);
-    if (ls1.defined()) a = a * ls1;
-    h = xr + (*drop_path1)(a);
-  }
-  return mlp_half(h);
+  return mlp_half(attn_half(x, rows));
+}
+
+Tensor ViTBlock::attn_half(const Tensor& x, int64_t rows) {
+  // Every row: the fused attention through the module call; fewer: forward_first.
+  const bool all = rows == x.size(1);
+  const Tensor xn = (*norm1)(x), xr = all ? x : x.slice(1, 0, rows);
+  if (plain(ls1, *attn, *drop_path1))
+    return all ? attn->forward_add(xn, x) : attn->forward_first(xn, rows, xr);
+  Tensor a = all ? (*attn)(xn) : attn->forward_first(xn, rows);
+  if (ls1.defined()) a = a * ls1;
+  return xr + (*drop_path1)(a);
 }
 
 Tensor ViTBlock::mlp_half(const Tensor& h) {

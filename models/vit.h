@@ -115,6 +115,9 @@ class ViTBlock : public nn::Module {
   Tensor ls1, ls2;  // LayerScale gammas [dim] (registered as ls1.gamma / ls2.gamma), or undefined
 
  private:
+  /// x[:, :rows] + drop_path1(ls1(attn(norm1(x))))[:, :rows], the residual in proj's store when
+  /// nothing is between (rows = N: the whole block's first half, the module path).
+  Tensor attn_half(const Tensor& x, int64_t rows);
   /// h + drop_path2(ls2(mlp(norm2(h)))), the residual in fc2's store when nothing is between.
   Tensor mlp_half(const Tensor& h);
 };

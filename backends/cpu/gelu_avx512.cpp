@@ -1,6 +1,7 @@
 // GELU and its gradient written for AVX-512 by hand: simd::gelu and simd::gelu_backward call
 // these on a CPU with AVX-512F (every product's fc1 epilogue in the own GEMM, and the gelu op).
-// The formulas are simd.h's (Abramowitz & Stegun 7.1.26 for erf, Cephes' polynomial for exp);
+// The formulas and their constants are simd.h's (Abramowitz & Stegun 7.1.26 for erf, Cephes'
+// polynomial for exp);
 // what the compiler could not do from the portable loop is done by hand:
 //   1 / (1 + p|z|)   an approximate reciprocal (14 bits) and one Newton step (about 1 ulp)
 //                    instead of a division
@@ -28,20 +29,15 @@ constexpr __mmask16 kAll = 0xFFFF;
 /// e^w for w <= 0: 0 below -87.3 (where e^w leaves the normal floats); NaN gives e^-87.3 (the
 /// callers multiply by x, which is NaN then).
 VT_AVX512 __m512 exp_nonpositive(__m512 w) {
-  const __m512 lo = _mm512_set1_ps(-87.3f);
+  const __m512 lo = _mm512_set1_ps(kExpLo);
   const __mmask16 normal = _mm512_cmp_ps_mask(w, lo, _CMP_GE_OQ);
   w = _mm512_maskz_max_ps(kAll, w, lo);
-  const __m512 n =
-      _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(w, _mm512_set1_ps(1.44269504088896341f)),
-                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), w);  // ln 2 in two parts
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(w, _mm512_set1_ps(kLog2e)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), w);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
   const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1));
   return _mm512_maskz_scalef_ps(normal, y, n);
 }
@@ -52,14 +48,11 @@ VT_AVX512 __m512 cdf(__m512 x, __m512* e) {
   *e = exp_nonpositive(_mm512_mul_ps(_mm512_mul_ps(z, z), _mm512_set1_ps(-1)));
   // |z| clamped at 10 (where erf is 1 in float) keeps t finite for z = +-inf.
   const __m512 az = _mm512_maskz_min_ps(kAll, _mm512_abs_ps(z), _mm512_set1_ps(10));
-  const __m512 d = _mm512_fmadd_ps(az, _mm512_set1_ps(0.3275911f), _mm512_set1_ps(1));
+  const __m512 d = _mm512_fmadd_ps(az, _mm512_set1_ps(kErfP), _mm512_set1_ps(1));
   __m512 t = _mm512_maskz_rcp14_ps(kAll, d);
   t = _mm512_mul_ps(t, _mm512_fnmadd_ps(d, t, _mm512_set1_ps(2)));  // t (2 - d t)
-  __m512 q = _mm512_set1_ps(1.061405429f);
-  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-1.453152027f));
-  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.421413741f));
-  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-0.284496736f));
-  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0.254829592f));
+  __m512 q = _mm512_set1_ps(kErfPoly[0]);
+  for (int i = 1; i < 5; ++i) q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(kErfPoly[i]));
   // 1 - erf(|z|) = q t e, so Phi = 1 - q t e / 2 for z >= 0 and q t e / 2 for z < 0.
   const __m512 tail = _mm512_mul_ps(_mm512_mul_ps(q, t), _mm512_mul_ps(*e, _mm512_set1_ps(0.5f)));
   const __mmask16 neg = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);

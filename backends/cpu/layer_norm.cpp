@@ -82,6 +82,9 @@ void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const S
   const int64_t blocks = (rows + per_block - 1) / per_block;
   // Partial sums of dw and db per row block: [blocks, cols] each.
   std::vector<double> pw(want_params ? blocks * cols : 0), pb(want_params ? blocks * cols : 0);
+  // The float32 row kernel's own partials, [blocks, 2, cols], added into pw/pb every 16 rows.
+  const bool float_partials = want_params && x.dtype == DType::Float32 && w.data;
+  std::vector<float> fp(float_partials ? blocks * 2 * cols : 0);
 
   dispatch_float(x.dtype, "layer_norm_backward", [&]<typename T>() {
     const T* wp = w.data ? w.ptr<T>() : nullptr;
@@ -93,9 +96,8 @@ void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const S
         if (wp) {  // the vectorised row kernel, its dw and db partials summed in float over
                    // up to kFloatRows rows, then added into the block's double sums
           constexpr int kFloatRows = 16;
-          std::vector<float> f(want_params ? 2 * cols : 0);
-          float* fw = want_params ? f.data() : nullptr;
-          float* fb = want_params ? f.data() + cols : nullptr;
+          float* fw = float_partials ? fp.data() + blk * 2 * cols : nullptr;
+          float* fb = fw ? fw + cols : nullptr;
           int pending = 0;
           for (int64_t r = blk * per_block; r < end; ++r) {
             simd::layer_norm_backward_row(x.ptr<T>() + r * cols, wp, mean.ptr<T>()[r],
@@ -105,8 +107,8 @@ void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const S
               for (int64_t c = 0; c < cols; ++c) {
                 pwb[c] += fw[c];
                 pbb[c] += fb[c];
+                fw[c] = fb[c] = 0;
               }
-              std::fill(f.begin(), f.end(), 0.0f);
               pending = 0;
             }
           }

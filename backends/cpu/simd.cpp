@@ -1,6 +1,8 @@
 // The row kernels of simd.h, each compiled for AVX-512, AVX2 and the baseline.
 #include "backends/cpu/simd.h"
 
+#include "backends/cpu/sgemm.h"  // cpu_has_avx512
+
 #include <cmath>
 
 namespace vitrine::cpu::simd {
@@ -27,29 +29,27 @@ VT_SIMD_CLONES void gelu_backward_portable(const float* x, const float* dy, floa
   }
 }
 
+// The AVX-512 kernels exist where gelu_avx512.cpp compiles them (x86-64, GCC or Clang).
 #if defined(__x86_64__) && defined(__GNUC__)
+#define VT_GELU_AVX512 1
 namespace {
-const bool kAvx512 = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") != 0;
-}();
+const bool kAvx512 = cpu_has_avx512();
 }  // namespace
+#endif
 
 void gelu(const float* x, float* y, int64_t n) {
+#ifdef VT_GELU_AVX512
   if (kAvx512) return gelu_avx512(x, y, n);
+#endif
   gelu_portable(x, y, n);
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+#ifdef VT_GELU_AVX512
   if (kAvx512) return gelu_backward_avx512(x, dy, dx, n);
-  gelu_backward_portable(x, dy, dx, n);
-}
-#else
-void gelu(const float* x, float* y, int64_t n) { gelu_portable(x, y, n); }
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  gelu_backward_portable(x, dy, dx, n);
-}
 #endif
+  gelu_backward_portable(x, dy, dx, n);
+}
 
 // The v16 helpers are inline and internal, so no call ever crosses an ABI boundary with them.
 #pragma GCC diagnostic ignored "-Wpsabi"

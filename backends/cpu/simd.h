@@ -20,26 +20,34 @@
 
 namespace vitrine::cpu::simd {
 
+/// The constants of exp_approx and erf_approx, shared with the AVX-512 GELU (gelu_avx512.cpp).
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 in two parts
+inline constexpr float kExpLo = -87.3f, kExpHi = 88.7f;  // e^x leaves the normal floats
+/// Cephes' degree-5 polynomial p(r) of exp, highest power first.
+inline constexpr float kExpPoly[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                     4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+/// Abramowitz & Stegun 7.1.26: p, and a5 ... a1 (highest power first).
+inline constexpr float kErfP = 0.3275911f;
+inline constexpr float kErfPoly[] = {1.061405429f, -1.453152027f, 1.421413741f, -0.284496736f,
+                                     0.254829592f};
+
 /// e^x, x in float: with n = round(x / ln 2) and r = x - n ln 2 (|r| <= ln 2 / 2),
 ///   e^x = 2^n * (1 + r + r^2 p(r)),  p Cephes' degree-5 minimax polynomial.
 /// Below -87.3 (where e^x leaves the normal floats) the result is 0; above 88.7 it is +inf; NaN
 /// stays NaN.
 inline float exp_approx(float x) {
-  const float hi = 88.7f, lo = -87.3f;
+  const float hi = kExpHi, lo = kExpLo;
   // NaN is clamped too (to lo: x >= lo is false), so that the integer conversion below is always
   // defined; it is given back as NaN at the end.
   const float xc = x > hi ? hi : (x >= lo ? x : lo);
   // Round to nearest by the 1.5 * 2^23 trick: no call to a rounding function.
   const float shifter = 12582912.0f;
-  const float t = xc * 1.44269504088896341f + shifter;
+  const float t = xc * kLog2e + shifter;
   const float n = t - shifter;
-  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;  // ln 2 in two parts
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = kExpPoly[0];
+  for (int i = 1; i < 6; ++i) p = p * r + kExpPoly[i];
   const float y = p * r * r + r + 1.0f;
   const int32_t e = static_cast<int32_t>(n) + 127;
   const float scale = std::bit_cast<float>(e << 23);
@@ -51,12 +59,9 @@ inline float exp_approx(float x) {
 /// emx2 is e^{-x^2}, passed in so that GELU's backward, which needs it too, computes it once.
 inline float erf_approx(float x, float emx2) {
   const float ax = x < 0 ? -x : x;
-  const float t = 1.0f / (1.0f + 0.3275911f * ax);
-  float q = 1.061405429f;
-  q = q * t - 1.453152027f;
-  q = q * t + 1.421413741f;
-  q = q * t - 0.284496736f;
-  q = q * t + 0.254829592f;
+  const float t = 1.0f / (1.0f + kErfP * ax);
+  float q = kErfPoly[0];
+  for (int i = 1; i < 5; ++i) q = q * t + kErfPoly[i];
   const float v = 1.0f - q * t * emx2;
   return x < 0 ? -v : v;
 }
@@ -65,8 +70,9 @@ inline float erf_approx(float x, float emx2) {
 
 /// y = x Phi(x) = x / 2 (1 + erf(x / sqrt 2))   (exact GELU)
 /// On a CPU with AVX-512F this and gelu_backward run gelu_avx512.cpp's kernels: the same formulas
-/// with a reciprocal-and-Newton step for the division and vscalefps for 2^n (within 2 ulps of
-/// the portable loop, tests/backends/test_simd.cpp), about 1.5 times as fast.
+/// with a reciprocal-and-Newton step for the division and vscalefps for 2^n, held to the same
+/// bounds against double as the portable loop (tests/backends/test_simd.cpp; more accurate for
+/// x < 0); GELU's share of a cifar10 inference profile went from 4.9% to 3.3% with them.
 void gelu(const float* x, float* y, int64_t n);
 /// dx = dy (Phi(x) + x phi(x)),  phi(x) = e^{-x^2/2} / sqrt(2 pi)
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <tuple>
 
+#include "autograd/node.h"
 #include "models/vit.h"
 #include "test_util.h"
 
@@ -23,6 +25,21 @@ ViTConfig tiny(int64_t h = 8, int64_t w = 8) {
   c.image_h = h, c.image_w = w, c.patch = 4, c.channels = 2, c.num_classes = 3;
   c.dim = 8, c.depth = 2, c.heads = 2, c.mlp_dim = 16;
   return c;
+}
+
+/// The names of the ops in y's autograd graph, with how often each occurs.
+std::multiset<std::string> graph_ops(const Tensor& y) {
+  std::multiset<std::string> names;
+  std::set<const Node*> seen;
+  std::vector<const Node*> todo{y.grad_fn().get()};
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    if (n == nullptr || !seen.insert(n).second) continue;
+    names.emplace(n->name);
+    for (const Edge& e : n->inputs) todo.push_back(e.node.get());
+  }
+  return names;
 }
 
 /// A row of summary_table: indentation depth, "name (Type)", output shape, Param # (0 for "--").
@@ -339,6 +356,14 @@ TEST_CASE(
     };
     const auto [ya, ga] = run(a);
     const auto [yb, gb] = run(b);
+    // Which path ran: the full block's attention is the fused op; the class token's row is
+    // scaled_dot_product_attention's composition (its softmax).
+    const auto ops_of = [&](VisionTransformer& m) {
+      return graph_ops(m.forward(x.detach().requires_grad_()));
+    };
+    CHECK(ops_of(a).count("softmax") == 1);
+    CHECK(ops_of(b).count("softmax") == 0);
+    CHECK(ops_of(b).count("attention") == static_cast<size_t>(c.depth));
     REQUIRE(ya.shape() == Dims{3, 3});
     check_close(ya, yb, 1e-12, 1e-12);
     REQUIRE(ga.size() == gb.size());
