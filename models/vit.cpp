@@ -9,6 +9,7 @@
 #include <set>
 
 #include "autograd/grad_mode.h"
+#include "nn/chunks.h"
 #include "nn/init.h"
 #include "nn/json.h"
 #include "ops/ops.h"
@@ -415,7 +416,12 @@ Tensor VisionTransformer::pos_embed_for(int64_t gh, int64_t gw, PosInterp mode) 
   return ops::cat({pos_embed.slice(1, 0, 1), patches}, 1);
 }
 
-Tensor VisionTransformer::embed(const Tensor& images_in, const ViTForwardOptions& options) {
+Tensor VisionTransformer::embed(const Tensor& images, const ViTForwardOptions& options) {
+  return embed_tokens(images, options, true);
+}
+
+Tensor VisionTransformer::embed_tokens(const Tensor& images_in, const ViTForwardOptions& options,
+                                       bool record) {
   const ViTConfig& c = config_;
   VT_CHECK(images_in.defined() && images_in.dim() == 4 && images_in.size(1) == c.channels,
            "VisionTransformer: expected images [B, {}, H, W], got {}", c.channels,
@@ -432,7 +438,7 @@ Tensor VisionTransformer::embed(const Tensor& images_in, const ViTForwardOptions
     images = images.narrow(2, 0, H).narrow(3, 0, W);
   }
   const int64_t B = images.size(0), gh = H / c.patch, gw = W / c.patch;
-  last_grid_ = {gh, gw};
+  if (record) last_grid_ = {gh, gw};
   // [B, C, H, W] -> [B, D, gh, gw] -> [B, gh*gw, D]
   Tensor x = (*patch_embed)(stem ? (*stem)(images) : images).flatten(2).transpose(1, 2);
   Tensor pos = pos_embed_for(gh, gw, options.pos_interp);
@@ -457,16 +463,16 @@ Tensor VisionTransformer::forward_features(const Tensor& images, const ViTForwar
 }
 
 Tensor VisionTransformer::tokens(const Tensor& images, const ViTForwardOptions& options,
-                                 int64_t last_rows) {
-  Tensor x = embed(images, options);
-  block_outputs_.clear();
+                                 int64_t last_rows, bool record) {
+  Tensor x = embed_tokens(images, options, record);
+  if (record) block_outputs_.clear();
   const size_t n = blocks->size();
   for (size_t i = 0; i < n; ++i) {
     if (last_rows > 0 && i + 1 == n)
       x = blocks->at<ViTBlock>(i)->forward_first(x, last_rows);
     else
       x = (*(*blocks)[i])(x);
-    if (capture_tokens_) block_outputs_.push_back(x);
+    if (capture_tokens_ && record) block_outputs_.push_back(x);
   }
   return norm ? (*norm)(x) : x;
 }
@@ -490,8 +496,48 @@ Tensor VisionTransformer::forward_head(const Tensor& tokens) {
 
 Tensor VisionTransformer::forward(const Tensor& images) { return forward(images, forward_options); }
 
+namespace {
+/// Whether m or any module below it mixes the samples of a batch or draws random numbers: one
+/// in training mode, or a batch norm without running statistics (batch statistics in eval too).
+bool mixes_samples(const nn::Module& m) {
+  if (m.is_training()) return true;
+  if (const auto* bn = dynamic_cast<const nn::BatchNorm2d*>(&m); bn && !bn->track_running_stats)
+    return true;
+  for (const auto& [name, c] : m.named_children())
+    if (mixes_samples(*c)) return true;
+  return false;
+}
+}  // namespace
+
+int64_t VisionTransformer::inference_chunks(const Tensor& images) const {
+  if (!inference_in_chunks || GradMode::is_enabled() || !images.defined() || images.dim() != 4 ||
+      !images.device().is_cpu() || capture_tokens_ || mixes_samples(*this) ||
+      has_forward_hooks_below())
+    return 1;
+  for (const auto& b : *blocks) {
+    const auto& attn = *std::static_pointer_cast<ViTBlock>(b)->attn;
+    if (attn.capturing_probs() || attn.capturing_grads()) return 1;
+  }
+  const ViTConfig& c = config_;
+  const int64_t tokens =
+      c.prefix_tokens() + (images.size(2) / c.patch) * (images.size(3) / c.patch);
+  const int64_t widest = std::max({3 * c.dim, c.mlp_dim, c.dim});
+  return nn::inference_chunks(images.size(0), tokens * widest * dtype_size(images.dtype()));
+}
+
 Tensor VisionTransformer::forward(const Tensor& images, const ViTForwardOptions& options) {
-  return forward_head(tokens(images, options, class_token_only() ? 1 : 0));
+  const int64_t last_rows = class_token_only() ? 1 : 0;
+  const int64_t chunks = inference_chunks(images);
+  if (chunks <= 1) return forward_head(tokens(images, options, last_rows));
+  // Each chunk on one thread: nothing here may be written by two (tokens' record = false), and
+  // the block outputs and the grid are set once, here.
+  block_outputs_.clear();
+  Tensor out = nn::forward_in_chunks(images, chunks, [&](const Tensor& x) {
+    return forward_head(tokens(x, options, last_rows, false));
+  });
+  const ViTConfig& c = config_;
+  last_grid_ = {images.size(2) / c.patch, images.size(3) / c.patch};
+  return out;
 }
 
 void VisionTransformer::capture(bool attention, bool grads) {

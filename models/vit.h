@@ -147,6 +147,20 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   /// Whether forward takes that shortcut now: pool "cls", the switch on, no token or attention
   /// capture, no forward hook in the last block (or on blocks, norm), no dropout at work there.
   bool class_token_only() const;
+  /// In inference on the CPU, forward cuts a batch into chunks of a few images and runs them side
+  /// by side on the CPU's threads, each whole on one thread (nn::forward_in_chunks): a chunk's
+  /// activations stay in one core's L2 cache, where a batched forward streams every layer's
+  /// output through memory. The same logits to float rounding: each image's are computed as in
+  /// the whole batch, except that products of fewer rows (the class token's in the last block,
+  /// the head) may go to other GEMM kernels, which sum in another order. Taken only when
+  /// inference_chunks() below is over 1. Set false to run batches whole.
+  bool inference_in_chunks = true;
+  /// How many chunks forward would cut these images into now: nn::inference_chunks for the
+  /// largest activation of an image (tokens x max(3 dim, mlp_dim) floats), when
+  /// inference_in_chunks is on, grad mode is off, the images are on the CPU, no module of the
+  /// model is in training mode or has a forward hook, no batch norm uses batch statistics, and
+  /// nothing is captured; else 1.
+  int64_t inference_chunks(const Tensor& images) const;
   /// Pooling, fc_norm, pre_logits and head applied to forward_features' output.
   Tensor forward_head(const Tensor& tokens);
 
@@ -205,8 +219,12 @@ class VisionTransformer : public nn::Module, public AttentionModel {
 
  private:
   /// embed, the blocks (the last one for its first last_rows rows only when last_rows > 0) and
-  /// the final norm.
-  Tensor tokens(const Tensor& images, const ViTForwardOptions& options, int64_t last_rows);
+  /// the final norm. record: keep the block outputs (when capturing) and last_grid(); off for
+  /// the chunks of forward_in_chunks, which run on several threads at once.
+  Tensor tokens(const Tensor& images, const ViTForwardOptions& options, int64_t last_rows,
+                bool record = true);
+  /// embed, with record as in tokens.
+  Tensor embed_tokens(const Tensor& images, const ViTForwardOptions& options, bool record);
   ViTConfig config_;
   std::vector<Tensor> block_outputs_;
   bool capture_tokens_ = false;

@@ -3,6 +3,7 @@
 #pragma once
 #include "nn/attention.h"
 #include "nn/batch_norm.h"
+#include "nn/chunks.h"
 #include "nn/containers.h"
 #include "nn/data/data.h"
 #include "nn/init.h"

@@ -4,9 +4,13 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <string_view>
 
+#include "backends/cpu/thread_pool.h"
 #include "backends/cpu/thread_wait.h"
 #include "backends/error.h"
 
@@ -30,6 +34,25 @@ std::string thread_wait_policy() {
   if (spins != nullptr)
     words += fmt::format("{}GOMP_SPINCOUNT={}", words.empty() ? "" : " ", spins);
   return words.empty() ? "libgomp's default" : words + " (set by the user)";
+}
+
+void parallel_items(int64_t n, const std::function<void(int64_t)>& f) {
+  cpu::parallel_chunks(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) f(i);
+  });
+}
+
+int64_t l2_cache_bytes() {
+  static const int64_t bytes = [] {
+    const long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (s > 0) return static_cast<int64_t>(s);
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index2/size");  // "1024K"
+    int64_t v = 0;
+    char unit = 0;
+    if (in >> v >> unit && v > 0) return unit == 'M' ? v << 20 : unit == 'K' ? v << 10 : v;
+    return int64_t{1} << 20;
+  }();
+  return bytes;
 }
 
 }  // namespace vitrine

@@ -617,3 +617,86 @@ TEST_CASE("vit: summary_table leaves captures, training flags and hooks as they 
   m.forward(ops::randn({1, 2, 8, 8}, g));
   CHECK(calls == 2);
 }
+
+TEST_CASE(
+    "vit: inference runs a batch in chunks side by side, with the same logits, and not when "
+    "anything could tell") {
+  // Eval mode, grad mode off, on the CPU: forward cuts the batch into chunks
+  // (nn::forward_in_chunks). Each image's logits are computed as in the whole batch, except
+  // that a product of fewer rows (the class token's in the last block, the head) may go to
+  // another GEMM kernel, which sums in another order: equal to a few float32 (float64) ulps.
+  // With the fmnist preset (two blocks), with a convolutional stem (batch norm's running
+  // statistics), and with mean pooling.
+  const int threads = get_num_threads();
+  set_num_threads(2);
+  const auto compare = [](ViTConfig c, DType dtype, int64_t batch) {
+    Generator g1(21), g2(21);
+    VisionTransformer a(c, g1), b(c, g2);
+    b.inference_in_chunks = false;
+    Tensor x = ops::randn({batch, c.channels, c.image_h, c.image_w}, g1).to(dtype);
+    for (VisionTransformer* m : {&a, &b}) {
+      m->to(dtype);
+      m->eval();
+    }
+    const NoGradGuard no_grad;
+    const int64_t chunks = a.inference_chunks(x);
+    CHECK(chunks > 1);
+    CHECK(chunks <= batch);
+    CHECK(chunks % 2 == 0);  // a multiple of the thread count
+    CHECK(b.inference_chunks(x) == 1);
+    const Tensor ya = a.forward(x), yb = b.forward(x);
+    REQUIRE(ya.shape() == Dims{batch, c.num_classes});
+    const double ulp = dtype == kFloat32 ? 1.2e-7 : 2.3e-16;
+    const double scale = 1 + ops::max(ops::abs(yb)).item();
+    CHECK(ops::max(ops::abs(ya - yb)).item() <= 8 * ulp * scale);
+    CHECK(a.last_grid() == b.last_grid());
+    CHECK(a.last_grid() == std::pair<int64_t, int64_t>{c.grid_h(), c.grid_w()});
+  };
+  ViTConfig f = ViTConfig::preset("fmnist");
+  f.depth = 2;
+  compare(f, kFloat32, 40);
+  compare(f, kFloat64, 7);
+  ViTConfig s = f;
+  s.stem = {8, 16};
+  compare(s, kFloat32, 9);
+  ViTConfig mean = f;
+  mean.pool = "mean";
+  compare(mean, kFloat32, 12);
+
+  // Not taken when something could tell, or with one image.
+  Generator g(22);
+  VisionTransformer m(f, g);
+  const Tensor x = ops::randn({40, 1, 28, 28}, g);
+  CHECK(m.inference_chunks(x) == 1);  // grad mode on (and training mode)
+  const NoGradGuard no_grad;
+  CHECK(m.inference_chunks(x) == 1);  // training mode: dropout and drop-path draws
+  m.eval();
+  CHECK(m.inference_chunks(x) > 1);
+  CHECK(m.inference_chunks(x.slice(0, 0, 1)) == 1);
+  m.blocks->at<models::ViTBlock>(1)->mlp->train();  // one module in training mode
+  CHECK(m.inference_chunks(x) == 1);
+  m.eval();
+  const int64_t h = m.blocks->at<models::ViTBlock>(0)->norm1->register_forward_hook(
+      [](nn::Module&, const Tensor&, const Tensor&) { return Tensor(); });
+  CHECK(m.inference_chunks(x) == 1);  // a hook sees the batch it was given
+  m.blocks->at<models::ViTBlock>(0)->norm1->remove_forward_hook(h);
+  m.capture(true);
+  CHECK(m.inference_chunks(x) == 1);  // the captured maps are the whole batch's
+  m.capture(false);
+  m.blocks->at<models::ViTBlock>(0)->attn->capture(true);
+  CHECK(m.inference_chunks(x) == 1);
+  m.blocks->at<models::ViTBlock>(0)->attn->capture(false);
+  m.inference_in_chunks = false;
+  CHECK(m.inference_chunks(x) == 1);
+  m.inference_in_chunks = true;
+  CHECK(m.inference_chunks(x) > 1);
+  // A stem's batch norm without running statistics normalises by the batch's, in eval too.
+  ViTConfig sc = f;
+  sc.stem = {8, 16};
+  VisionTransformer st(sc, g);
+  st.eval();
+  CHECK(st.inference_chunks(x) > 1);
+  std::dynamic_pointer_cast<nn::BatchNorm2d>((*st.stem)[1])->track_running_stats = false;
+  CHECK(st.inference_chunks(x) == 1);
+  set_num_threads(threads);
+}
