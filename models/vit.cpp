@@ -507,6 +507,29 @@ bool mixes_samples(const nn::Module& m) {
     if (mixes_samples(*c)) return true;
   return false;
 }
+/// For the chunks of one inference call: every float32 Linear's weight [N, K] replaced by the
+/// same values stored as [K, N] (W^T made contiguous, seen transposed), and put back at the end.
+/// The own GEMM then reads the weight in place in every chunk, where a weight stored [N, K] is
+/// packed again for each: one copy per call instead of one per chunk.
+class WeightsInPlace {
+ public:
+  explicit WeightsInPlace(nn::Module& model) {
+    for (const auto& [name, m] : model.named_modules()) {
+      auto* lin = dynamic_cast<nn::Linear*>(m);
+      if (lin == nullptr || !lin->weight.defined() || lin->weight.dtype() != kFloat32) continue;
+      saved_.emplace_back(lin, lin->weight);
+      lin->weight = lin->weight.mT().contiguous().mT();
+    }
+  }
+  ~WeightsInPlace() {
+    for (auto& [lin, w] : saved_) lin->weight = w;
+  }
+  WeightsInPlace(const WeightsInPlace&) = delete;
+  WeightsInPlace& operator=(const WeightsInPlace&) = delete;
+
+ private:
+  std::vector<std::pair<nn::Linear*, Tensor>> saved_;
+};
 }  // namespace
 
 int64_t VisionTransformer::inference_chunks(const Tensor& images) const {
@@ -532,6 +555,7 @@ Tensor VisionTransformer::forward(const Tensor& images, const ViTForwardOptions&
   // Each chunk on one thread: nothing here may be written by two (tokens' record = false), and
   // the block outputs and the grid are set once, here.
   block_outputs_.clear();
+  const WeightsInPlace weights(*this);
   Tensor out = nn::forward_in_chunks(images, chunks, [&](const Tensor& x) {
     return forward_head(tokens(x, options, last_rows, false));
   });

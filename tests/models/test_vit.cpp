@@ -667,6 +667,23 @@ TEST_CASE(
   Generator g(22);
   VisionTransformer m(f, g);
   const Tensor x = ops::randn({40, 1, 28, 28}, g);
+  {
+    // The chunks read every Linear's weight stored transposed, a copy made for the call; the
+    // modules hold their own weights again afterwards, also when a chunk throws.
+    m.eval();
+    const NoGradGuard no_grad;
+    const Tensor w = m.head->weight, qkv = m.blocks->at<models::ViTBlock>(1)->attn->qkv->weight;
+    const Dims strides = qkv.strides();
+    (void)m.forward(x);
+    CHECK(m.head->weight.same(w));
+    CHECK(m.blocks->at<models::ViTBlock>(1)->attn->qkv->weight.same(qkv));
+    CHECK(qkv.strides() == strides);
+    CHECK_THROWS_WITH((void)m.forward(ops::zeros({40, 1, 30, 30}).narrow(2, 0, 29)),
+                      doctest::Contains("not a multiple of the patch size"));
+    CHECK(m.head->weight.same(w));
+    CHECK(m.blocks->at<models::ViTBlock>(1)->attn->qkv->weight.same(qkv));
+    m.train();
+  }
   CHECK(m.inference_chunks(x) == 1);  // grad mode on (and training mode)
   const NoGradGuard no_grad;
   CHECK(m.inference_chunks(x) == 1);  // training mode: dropout and drop-path draws
