@@ -153,7 +153,9 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   /// output through memory. The same logits to float rounding: each image's are computed as in
   /// the whole batch, except that products of fewer rows (the class token's in the last block,
   /// the head) may go to other GEMM kernels, which sum in another order. Taken only when
-  /// inference_chunks() below is over 1. Set false to run batches whole.
+  /// inference_chunks() below is over 1. For the call, every float32 Linear's weight is stored
+  /// transposed once (a copy, put back at the end), so that every chunk reads it in place. Set
+  /// false to run batches whole. (Like every forward, not for two threads at once on one model.)
   bool inference_in_chunks = true;
   /// How many chunks forward would cut these images into now: nn::inference_chunks for the
   /// largest activation of an image (tokens x max(3 dim, mlp_dim) floats), when
