@@ -416,6 +416,14 @@ Tensor VisionTransformer::pos_embed_for(int64_t gh, int64_t gw, PosInterp mode) 
   return ops::cat({pos_embed.slice(1, 0, 1), patches}, 1);
 }
 
+namespace {
+/// The patch grid of images [B, C, H, W] (height, width in patches): whole patches only, as
+/// embed sees them after its crop.
+std::pair<int64_t, int64_t> patch_grid(const ViTConfig& c, const Tensor& images) {
+  return {images.size(2) / c.patch, images.size(3) / c.patch};
+}
+}  // namespace
+
 Tensor VisionTransformer::embed(const Tensor& images, const ViTForwardOptions& options) {
   return embed_tokens(images, options, true);
 }
@@ -437,7 +445,8 @@ Tensor VisionTransformer::embed_tokens(const Tensor& images_in, const ViTForward
     W = W / c.patch * c.patch;
     images = images.narrow(2, 0, H).narrow(3, 0, W);
   }
-  const int64_t B = images.size(0), gh = H / c.patch, gw = W / c.patch;
+  const int64_t B = images.size(0);
+  const auto [gh, gw] = patch_grid(c, images);
   if (record) last_grid_ = {gh, gw};
   // [B, C, H, W] -> [B, D, gh, gw] -> [B, gh*gw, D]
   Tensor x = (*patch_embed)(stem ? (*stem)(images) : images).flatten(2).transpose(1, 2);
@@ -542,8 +551,8 @@ int64_t VisionTransformer::inference_chunks(const Tensor& images) const {
     if (attn.capturing_probs() || attn.capturing_grads()) return 1;
   }
   const ViTConfig& c = config_;
-  const int64_t tokens =
-      c.prefix_tokens() + (images.size(2) / c.patch) * (images.size(3) / c.patch);
+  const auto [gh, gw] = patch_grid(c, images);
+  const int64_t tokens = c.prefix_tokens() + gh * gw;
   const int64_t widest = std::max({3 * c.dim, c.mlp_dim, c.dim});
   return nn::inference_chunks(images.size(0), tokens * widest * dtype_size(images.dtype()));
 }
@@ -559,8 +568,7 @@ Tensor VisionTransformer::forward(const Tensor& images, const ViTForwardOptions&
   Tensor out = nn::forward_in_chunks(images, chunks, [&](const Tensor& x) {
     return forward_head(tokens(x, options, last_rows, false));
   });
-  const ViTConfig& c = config_;
-  last_grid_ = {images.size(2) / c.patch, images.size(3) / c.patch};
+  last_grid_ = patch_grid(config_, images);
   return out;
 }
 

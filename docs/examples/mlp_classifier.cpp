@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
     }
 
     // The test set, in eval mode without gradients. Each batch runs in chunks side by side on
-    // the CPU's threads, a chunk's activations (256 floats an image) within one core's cache
-    // (nn/chunks.h): the MLP treats its images one by one, and nothing here records state.
+    // the CPU's threads, a chunk's activations (at most the 784 pixels of an image) within one
+    // core's cache (nn/chunks.h): the MLP treats its images one by one, and records nothing.
     model.eval();
     vt::NoGradGuard no_grad;
     nn::data::DataLoader test(files.test, transforms, {.batch_size = 500, .shuffle = false});
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     const auto forward = [&](const Tensor& x) { return model.forward(x); };
     while (auto batch = test.next()) {
       if (!first_batch.defined()) first_batch = batch->images;
-      const int64_t chunks = nn::inference_chunks(batch->images.size(0), 256 * sizeof(float));
+      const int64_t chunks = nn::inference_chunks(batch->images.size(0), 28 * 28 * sizeof(float));
       Tensor logits = nn::forward_in_chunks(batch->images, chunks, forward);
       Tensor predicted = vt::ops::argmax(logits, 1);
       correct += vt::ops::sum(vt::ops::eq(predicted, batch->labels).to(vt::kInt64)).item<int64_t>();
