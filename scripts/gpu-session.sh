@@ -1,58 +1,135 @@
 #!/usr/bin/env bash
-# The GPU checks of the CUDA issue, in stages that each fit one 10-minute call of a lent GPU
-# machine (../shared/device/README.md). Run from the repository root there, with .device/ carried
-# (made here by ../shared/device/fetch-debs.sh, WITH_DATA=1 for Fashion-MNIST); logs go to $OUT
-# (default gpu-logs/).
-#   scripts/gpu-session.sh test    configure with CUDA, build, run the whole suite, then the CUDA
-#                                  cases verbosely (they say "skipped" when no GPU is usable)
-#   scripts/gpu-session.sh train   two epochs of the default Fashion-MNIST config on the GPU (bf16),
-#                                  its evaluation, and vitrine-explain on the GPU and the CPU,
-#                                  with the maps compared
+# The GPU checks of the CUDA issue, for a lent GPU machine (../shared/device/README.md), run from
+# the repository root there with .device/ carried: either .device/bundle (made here by
+# scripts/gpu-bundle.sh: the build tree, the libraries it loads and Fashion-MNIST, so that nothing
+# compiles there) or .device/debs (../shared/device/fetch-debs.sh, WITH_DATA=1 for Fashion-MNIST;
+# the test stage then builds there). $OUT (default gpu-logs/) gets summary.txt, logs.tar.gz (every
+# log, the training run, the explanations) and gpu-compare.md.
+#   scripts/gpu-session.sh test    the whole suite, then the CUDA cases verbosely (they say
+#                                  "skipped" when no GPU is usable)
+#   scripts/gpu-session.sh train   TRAIN_EPOCHS (2) epochs of the default Fashion-MNIST config on
+#                                  the GPU in bf16, its evaluation, and vitrine-explain on the GPU
+#                                  and the CPU with the maps compared
 #   scripts/gpu-session.sh bench   bench/gpu_compare.py (Vitrine against PyTorch eager and
-#                                  torch.compile, ViT-S/16 and ViT-B/16, batch 64, bf16); it
-#                                  stops after 7 minutes with exit 3: call it again (while the
-#                                  machine is warm) until it exits 0. Its runs accumulate in
-#                                  bench/results/gpu (on that machine), a copy goes to $OUT.
-set -euo pipefail
-stage=${1:?usage: scripts/gpu-session.sh test|train|bench}
+#                                  torch.compile, bf16, batch 64; BENCH_ARGS narrows it, e.g.
+#                                  "--models vit_base_patch16_224 --rounds 1"); within what is left
+#                                  of DEADLINE, it exits 3 when not finished: call it again while
+#                                  the machine is warm (--resume keeps the runs done)
+#   scripts/gpu-session.sh profile ViT-B/16 bf16 training at batch 32, 64 and 128, and one step's
+#                                  kernels under Nsight Compute, their time summed by name
+#   scripts/gpu-session.sh tests+bench     the suite, then the benchmark
+#   scripts/gpu-session.sh tests+profile   the suite, then the profile
+#   scripts/gpu-session.sh all     test, train and bench in one call: the suite in the background while the
+#                                  CUDA cases and the training run, then the benchmark alone
+# DEADLINE (480 s) bounds the whole call: keep it under the call's timeout.
+set -uo pipefail
+stage=${1:?usage: scripts/gpu-session.sh test|train|bench|all}
 OUT=${OUT:-gpu-logs}
 BUILD=${BUILD:-build-gpu}
-mkdir -p "$OUT"
-# shellcheck disable=SC1091
-source .device/unpack-debs.sh
+DEADLINE=${DEADLINE:-480}
+# What comes back from a lent machine is a few files: every log goes to $LOGS, packed at the end
+# into $OUT/logs.tar.gz; $OUT/summary.txt holds the lines that matter.
+LOGS=${LOGS:-/tmp/gpu-logs}
+rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUT"
+summary=$OUT/summary.txt
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+left() { echo $((DEADLINE - SECONDS)); }
+finish() { tar -C "$(dirname "$LOGS")" -czf "$OUT/logs.tar.gz" "$(basename "$LOGS")"; }
+trap finish EXIT
+
+# Python (PyTorch, numpy) runs with the machine's own libraries, never the carried ones.
+orig_ld=${LD_LIBRARY_PATH:-}
+py() { LD_LIBRARY_PATH=$orig_ld python3 "$@"; }
+if [ -f .device/bundle/build.tar.xz ]; then
+  # A build tree made elsewhere (scripts/gpu-bundle.sh) keeps that checkout's absolute paths
+  # (CTest files, RPATH, fixtures): that path is pointed at this checkout.
+  src=$(cat .device/bundle/source-dir)
+  BUILD=$(cat .device/bundle/build-dir)
+  if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then
+    mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
+  fi
+  [ -d "$BUILD" ] || xz -dc .device/bundle/build.tar.xz | tar -xf -
+  mkdir -p /tmp/vlibs && xz -dc .device/bundle/libs.tar.xz | tar -C /tmp/vlibs -xf -
+  export LD_LIBRARY_PATH=/tmp/vlibs/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if [ -d .device/bundle/data ]; then
+    export VITRINE_FASHION_MNIST=$PWD/.device/bundle/data
+    # The examples' tests were configured with Debian's folder.
+    [ -e /usr/share/datasets/fashion-mnist ] ||
+      { mkdir -p /usr/share/datasets && ln -s "$VITRINE_FASHION_MNIST" /usr/share/datasets/fashion-mnist; }
+  fi
+  # The tests that run CMake scripts name the CMake of the build machine.
+  [ -e /usr/bin/cmake ] || ln -s "$(command -v cmake)" /usr/bin/cmake
+  prebuilt=1
+  missing=$(ldd "$BUILD"/tests/test_backends "$BUILD"/tools/*/vitrine-* 2>&1 | grep "not found" | sort -u)
+  [ -n "$missing" ] && echo "libraries not found: $missing" | tee -a "$summary"
+else
+  # shellcheck disable=SC1091
+  source .device/unpack-debs.sh
+  prebuilt=0
+fi
 {
   nvidia-smi -L || true
   nvcc --version | tail -1
-  python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" || true
+  py -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" || true
   git log --oneline -1 2>/dev/null || true
-} > "$OUT/machine.txt" 2>&1
+  echo "prebuilt: $prebuilt, build: $BUILD"
+} > "$LOGS/machine.txt" 2>&1
+cat "$LOGS/machine.txt" >> "$summary"
 
-case $stage in
-  test)
-    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVITRINE_CUDA=ON > "$OUT/configure.log" 2>&1
-    cmake --build "$BUILD" -j "$(nproc)" > "$OUT/build.log" 2>&1
-    (cd "$BUILD" && ctest -j "$(nproc)" --output-on-failure --timeout 300) > "$OUT/ctest.log" 2>&1 || true
-    for t in test_backends test_explain; do
-      "$BUILD/tests/$t" -tc='*cuda*' -s > "$OUT/$t-cuda.log" 2>&1 || true
-    done
-    tail -5 "$OUT/ctest.log"
-    echo "ctest cases skipped: $(grep -c "(Skipped)" "$OUT/ctest.log" || true)"
-    grep -hi "test cases\|FAILED\|ERROR\|skipped" "$OUT"/test_*-cuda.log | head -40
-    ;;
-  train)
-    run=$OUT/fmnist-cuda
-    rm -rf "$run"
-    "$BUILD/tools/train/vitrine-train" --device cuda --set train.precision=bf16 --epochs 2 \
-      --set train.test_each_epoch=true --out "$run" > "$OUT/train.log" 2>&1
-    "$BUILD/tools/train/vitrine-train" --device cuda --eval "$run/best.safetensors" > "$OUT/eval.log" 2>&1
-    for dev in cpu cuda; do
-      "$BUILD/tools/explain/vitrine-explain" --checkpoint "$run/best.safetensors" \
-        --dataset fashion-mnist --count 4 --method all --device "$dev" --out "$OUT/explain-$dev" \
-        > "$OUT/explain-$dev.log" 2>&1
-    done
-    tail -3 "$OUT/train.log" "$OUT/eval.log"
-    # The maps of both devices, compared file by file (the .npy arrays the tool writes).
-    python3 - "$OUT/explain-cpu" "$OUT/explain-cuda" <<'PY' | tee "$OUT/explain-compare.txt"
+build() {
+  [ "$prebuilt" = 1 ] && return 0
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVITRINE_CUDA=ON -DVITRINE_MPI=OFF \
+    -DVITRINE_CUDA_ARCHITECTURES=90 > "$LOGS/configure.log" 2>&1 &&
+    cmake --build "$BUILD" -j "$(nproc)" > "$LOGS/build.log" 2>&1 || { say "build failed"; exit 1; }
+}
+
+# The whole suite, a thread or two per test (less the checks of the build machine's toolchain:
+# the clang build and an installed package's consumer, which need Debian's compilers and packages).
+suite() {
+  local t=$(( $(left) - 60 ))
+  [ "$t" -gt "${SUITE_SECONDS:-200}" ] && t=${SUITE_SECONDS:-200}
+  (cd "$BUILD" && OMP_NUM_THREADS=2 timeout "$t" \
+    ctest -j "$(( $(nproc) - 2 ))" --output-on-failure --timeout 200 \
+    -E '^(build/clang|install/find_package_consumer)') > "$LOGS/ctest.log" 2>&1
+}
+suite_report() {
+  local f=$LOGS/ctest.log
+  say "suite: $(grep -c ' Passed ' "$f") passed, $(grep -cE '\*\*\*(Failed|Timeout|Exception)|SEGFAULT|Subprocess aborted' "$f") failed, $(grep -c '\*\*\*Skipped\|Not Run' "$f") skipped, of $(grep -oE '/[0-9]+ Test' "$f" | head -1 | tr -dc 0-9) listed; $(grep -E 'tests passed|tests failed' "$f" | tail -1)"
+  grep -E '\*\*\*(Failed|Timeout|Exception)|SEGFAULT|Subprocess aborted' "$f" | head -40 | tee -a "$summary"
+}
+
+# The CUDA cases, verbosely (each says "skipped" when no GPU is usable).
+cuda_cases() {
+  for t in test_backends test_explain test_autograd; do
+    timeout 150 "$BUILD/tests/$t" -tc='*cuda*,*devices*' > "$LOGS/$t-cuda.log" 2>&1
+    say "$t cuda cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$LOGS/$t-cuda.log" | tr '\n' ' ')"
+    grep -E 'ERROR|FATAL|skipped' "$LOGS/$t-cuda.log" | head -30 >> "$summary"
+  done
+}
+
+train() {
+  local run=$LOGS/fmnist-cuda
+  rm -rf "$run"
+  timeout "${TRAIN_SECONDS:-150}" "$BUILD/tools/train/vitrine-train" --device cuda \
+    --set train.precision=bf16 --epochs "${TRAIN_EPOCHS:-2}" --set train.test_each_epoch=true \
+    --out "$run" > "$LOGS/train.log" 2>&1
+  say "train: exit $?"
+  grep -iE 'epoch|accuracy|error' "$LOGS/train.log" | tail -12 >> "$summary"
+  local ckpt=$run/best.safetensors
+  [ -f "$ckpt" ] || ckpt=$run/last.safetensors
+  [ -f "$ckpt" ] || { say "train: no checkpoint"; return 0; }
+  timeout 120 "$BUILD/tools/train/vitrine-train" --device cuda --eval "$ckpt" > "$LOGS/eval.log" 2>&1
+  say "eval: exit $? $(grep -i 'accuracy' "$LOGS/eval.log" | tail -2 | tr '\n' ' ')"
+  for dev in cpu cuda; do
+    timeout 120 "$BUILD/tools/explain/vitrine-explain" --checkpoint "$ckpt" \
+      --dataset fashion-mnist --count 4 --method all --device "$dev" --out "$LOGS/explain-$dev" \
+      > "$LOGS/explain-$dev.log" 2>&1
+    say "explain $dev: exit $?"
+    tail -3 "$LOGS/explain-$dev.log" >> "$summary"
+  done
+  # The maps of both devices, compared file by file (the .npy arrays the tool writes).
+  py - "$LOGS/explain-cpu" "$LOGS/explain-cuda" <<'PY' > "$LOGS/explain-compare.txt" 2>&1
 import pathlib, sys
 import numpy as np
 a, b = map(pathlib.Path, sys.argv[1:3])
@@ -62,23 +139,103 @@ for f in sorted(a.rglob("*.npy")):
     if not g.exists():
         print("missing on cuda:", g); continue
     x, y = np.load(f), np.load(g)
-    d = float(np.max(np.abs(x - y))) if x.size else 0.0
+    d = float(np.max(np.abs(x.astype(np.float64) - y))) if x.size else 0.0
     worst = max(worst, d)
     print(f"{f.relative_to(a)}: max |cpu - cuda| = {d:.3g}")
 print(f"worst: {worst:.3g}")
 PY
+  tail -12 "$LOGS/explain-compare.txt" >> "$summary"
+}
+
+bench() {
+  [ "$prebuilt" = 1 ] || cmake --build "$BUILD" -j "$(nproc)" --target vitrine-bench \
+    > "$LOGS/build-bench.log" 2>&1
+  local budget=$(( $(left) - 20 ))
+  [ "${BENCH_SECONDS:-0}" -gt 0 ] && budget=$BENCH_SECONDS
+  say "bench: $budget s"
+  local rc=0 exe=$PWD/$BUILD/tools/bench/vitrine-bench
+  # gpu_compare.py runs under the machine's libraries; vitrine-bench gets the carried ones.
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LD_LIBRARY_PATH" "$exe" > /tmp/vitrine-bench
+  chmod +x /tmp/vitrine-bench
+  # shellcheck disable=SC2086
+  timeout "$budget" env LD_LIBRARY_PATH="$orig_ld" python3 bench/gpu_compare.py --vitrine /tmp/vitrine-bench \
+    --out bench/results/gpu --resume --time-limit $(( budget * 2 / 3 )) ${BENCH_ARGS:-} \
+    --markdown "$OUT/gpu-compare.md" > "$LOGS/bench.log" 2>&1 || rc=$?
+  cp -r bench/results/gpu "$LOGS/" 2>/dev/null
+  tail -30 "$LOGS/bench.log" >> "$summary"
+  say "gpu_compare.py exit status $rc (3: not finished, run this stage again; 124: timed out)"
+}
+
+# Where a training step's GPU time goes: ViT-B/16 bf16 training at three batch sizes (a step's
+# fixed cost shows as images/s that grow with the batch), then one step under Nsight Compute,
+# every kernel's duration summed by name.
+profile() {
+  local exe=$PWD/$BUILD/tools/bench/vitrine-bench
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LD_LIBRARY_PATH" "$exe" > /tmp/vitrine-bench
+  chmod +x /tmp/vitrine-bench
+  local model=${PROFILE_MODEL:-vit_base_patch16_224}
+  for b in ${PROFILE_BATCHES:-32 64 128}; do
+    timeout 90 /tmp/vitrine-bench --model "$model" --device cuda --precision bf16 --what train \
+      --batch "$b" --warmup 3 --repeats 3 --steps 5 > "$LOGS/scale-$b.log" 2>&1
+    say "$model batch $b: $(grep -E '^train ' "$LOGS/scale-$b.log")"
+  done
+  LD_LIBRARY_PATH=$orig_ld timeout "${NCU_SECONDS:-200}" ncu --clock-control none --csv \
+    --metrics gpu__time_duration.sum --log-file "$LOGS/ncu.csv" /tmp/vitrine-bench --model "$model" \
+    --device cuda --precision bf16 --what train --batch 64 --warmup 0 --repeats 1 --steps 1 \
+    > "$LOGS/ncu-run.log" 2>&1
+  say "ncu: exit $?"
+  py - "$LOGS/ncu.csv" <<'PY' > "$LOGS/ncu-summary.txt" 2>&1
+import collections, csv, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))
+        if r.get("Metric Name") == "gpu__time_duration.sum"]
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows:
+    v = float(r["Metric Value"].replace(",", ""))
+    v *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r["Metric Unit"], 1.0)
+    name = r["Kernel Name"][:90]
+    tot[name] += v; cnt[name] += 1
+s = sum(tot.values())
+print(f"{len(rows)} kernels, {s/1e3:.2f} ms of GPU time")
+for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:45]:
+    print(f"{v/1e3:9.3f} ms {100*v/s:5.1f}% {cnt[k]:6d}x  {k}")
+PY
+  head -50 "$LOGS/ncu-summary.txt" >> "$summary"
+}
+
+case $stage in
+  test) build; suite; cuda_cases; suite_report ;;
+  train) train ;;
+  bench) bench ;;
+  profile) profile ;;
+  all)
+    build
+    suite &
+    suite_pid=$!
+    cuda_cases
+    train
+    wait $suite_pid
+    suite_report
+    bench
     ;;
-  bench)
-    cmake --build "$BUILD" -j "$(nproc)" --target vitrine-bench > "$OUT/build.log" 2>&1
-    rc=0
-    python3 bench/gpu_compare.py --vitrine "$BUILD/tools/bench/vitrine-bench" --out bench/results/gpu \
-      --resume --time-limit 420 --markdown "$OUT/gpu-compare.md" > "$OUT/bench.log" 2>&1 || rc=$?
-    cp -r bench/results/gpu "$OUT/"
-    tail -40 "$OUT/bench.log"
-    echo "gpu_compare.py exit status $rc (3: not finished, run this stage again)"
+  tests+bench)
+    suite &
+    suite_pid=$!
+    cuda_cases
+    wait $suite_pid
+    suite_report
+    bench
+    ;;
+  tests+profile)
+    suite &
+    suite_pid=$!
+    cuda_cases
+    wait $suite_pid
+    suite_report
+    profile
     ;;
   *)
-    echo "scripts/gpu-session.sh: unknown stage '$stage' (expected test, train or bench)" >&2
+    echo "scripts/gpu-session.sh: unknown stage '$stage' (expected test, train, bench, profile, all, tests+bench or tests+profile)" >&2
     exit 2
     ;;
 esac
+say "done after $SECONDS s"
