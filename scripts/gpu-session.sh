@@ -18,6 +18,8 @@
 #   scripts/gpu-session.sh profile ViT-B/16 bf16 training at batch 32, 64 and 128, and one step's
 #                                  kernels under Nsight Compute, their time summed by name
 #   scripts/gpu-session.sh tests+bench     the suite, then the benchmark
+#   scripts/gpu-session.sh final           the suite, the benchmark (BENCH_SECONDS), then the
+#                                          training run with what is left
 #   scripts/gpu-session.sh tests+profile   the suite, then the profile
 #   scripts/gpu-session.sh all     test, train and bench in one call: the suite in the background while the
 #                                  CUDA cases and the training run, then the benchmark alone
@@ -217,6 +219,22 @@ case $stage in
     suite_report
     bench
     ;;
+  final)
+    suite &
+    suite_pid=$!
+    cuda_cases
+    wait $suite_pid
+    suite_report
+    bench
+    # With AB=1: the same Vitrine run without the bfloat16 copies of "medium" products
+    # (cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF on float32 inputs instead).
+    [ "${AB:-0}" = 1 ] && VITRINE_CUDA_BF16_COPIES=0 timeout 45 /tmp/vitrine-bench --model vit_base_patch16_224 \
+      --device cuda --precision bf16 --what train,infer --batch 64 --warmup 3 --repeats 3 \
+      --steps 5 > "$LOGS/vitrine-no-bf16-copies.log" 2>&1
+    [ "${AB:-0}" = 1 ] && say "vitrine without bf16 copies: $(grep -E '^(train|infer) |sgemm peak' "$LOGS/vitrine-no-bf16-copies.log" | tr -s ' ' | tr '\n' ';')"
+    TRAIN_SECONDS=$(( $(left) - 20 ))
+    if [ "$TRAIN_SECONDS" -gt 30 ]; then train; else say "train: skipped, ${TRAIN_SECONDS}s left"; fi
+    ;;
   tests+bench)
     suite &
     suite_pid=$!
@@ -234,7 +252,7 @@ case $stage in
     profile
     ;;
   *)
-    echo "scripts/gpu-session.sh: unknown stage '$stage' (expected test, train, bench, profile, all, tests+bench or tests+profile)" >&2
+    echo "scripts/gpu-session.sh: unknown stage '$stage' (expected test, train, bench, profile, all, final, tests+bench or tests+profile)" >&2
     exit 2
     ;;
 esac

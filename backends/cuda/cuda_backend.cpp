@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "backends/backend.h"
@@ -211,6 +213,41 @@ class CudaBackend final : public Backend {
       return;
     }
     gemm_batched(a, b, c, accumulate, M, N, K);
+  }
+  /// c = a @ b and backend.h's epilogue: the product first (beta 0), then bias, residual, GELU
+  /// and GELU's gradient in one pass over c (cuda::gemm_epilogue) instead of one pass each plus
+  /// the bias broadcast into c before the product (Backend's default: a strided copy of [M, N]
+  /// per linear layer, 6% of a ViT-B/16 step on an H200); a_row_sums as the default's.
+  void gemm_fused(const Strided& a, const Strided& b, const Strided& c,
+                  const GemmEpilogue& ep) override {
+    auto rows_ok = [&](const Strided* t) {
+      return !t || (t->shape.size() == 2 && t->shape == c.shape &&
+                    (t->strides[1] == 1 || t->shape[1] == 1) && t->dtype == c.dtype);
+    };
+    const bool fused = c.shape.size() == 2 && c.is_contiguous() &&
+                       (c.dtype == DType::Float32 || c.dtype == DType::Float64) &&
+                       (!ep.bias || (ep.bias->is_contiguous() && ep.bias->dtype == c.dtype)) &&
+                       rows_ok(ep.add) && rows_ok(ep.gelu_pre) &&
+                       (!ep.gelu_out || (ep.gelu_out->is_contiguous() && rows_ok(ep.gelu_out)));
+    if (!fused) {
+      Backend::gemm_fused(a, b, c, ep);
+      return;
+    }
+    gemm(a, b, c, /*accumulate=*/false);
+    if (ep.bias || ep.add || ep.gelu_out || ep.gelu_pre)
+      check_launch(cuda::gemm_epilogue(
+                       static_cast<Dt>(c.dtype), c.data, c.shape[0], c.shape[1],
+                       ep.bias ? ep.bias->data : nullptr, ep.add ? ep.add->data : nullptr,
+                       ep.add ? ep.add->strides[0] : 0, ep.gelu_out ? ep.gelu_out->data : nullptr,
+                       ep.gelu_pre ? ep.gelu_pre->data : nullptr,
+                       ep.gelu_pre ? ep.gelu_pre->strides[0] : 0, stream_),
+                   "gemm epilogue", c.dtype);
+    if (ep.a_row_sums) {
+      Strided sums = *ep.a_row_sums;  // as [M, 1], the layout reduce writes
+      sums.shape = Dims{a.shape[0], 1};
+      sums.strides = Dims{1, 1};
+      reduce(ReduceOp::Sum, a, sums);
+    }
   }
   /// gemm over the batch dims of c (a, b and c of one dtype).
   void gemm_batched(const Strided& a, const Strided& b, const Strided& c, bool accumulate,
@@ -534,6 +571,11 @@ class CudaBackend final : public Backend {
   void gemm_rm(DType t, int64_t M, int64_t N, int64_t K, double alpha, const Operand& a,
                const Operand& b, double beta, void* c, int64_t ldc, int64_t c_batch,
                int64_t batch) {
+    if (t == DType::Float32 && float32_matmul_precision() == MatmulPrecision::Medium &&
+        bf16_copies()) {
+      gemm_rm_bf16(M, N, K, alpha, a, b, beta, c, ldc, c_batch, batch);
+      return;
+    }
     const cublasOperation_t opa = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t opb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cudaDataType_t dt = t == DType::Float64 ? CUDA_R_64F : CUDA_R_32F;
@@ -545,6 +587,52 @@ class CudaBackend final : public Backend {
                                    b.batch_stride, a.data, dt, ld(a.ld), a.batch_stride, be, c, dt,
                                    ld(ldc), c_batch, batch, compute_type(t), CUBLAS_GEMM_DEFAULT),
         "gemm");
+  }
+
+  /// Whether float32 products under "medium" multiply bfloat16 copies of their inputs
+  /// (gemm_rm_bf16). Given float32 inputs, CUBLAS_COMPUTE_32F_FAST_16BF ran TF32 kernels on an
+  /// H200 (their names said so): 214 TFLOP/s on a 2048^3 product, where PyTorch's bfloat16 one
+  /// ran at 371. VITRINE_CUDA_BF16_COPIES=0 goes back to that (read once).
+  static bool bf16_copies() {
+    static const bool on = [] {
+      const char* v = std::getenv("VITRINE_CUDA_BF16_COPIES");
+      return !(v && std::string_view(v) == "0");
+    }();
+    return on;
+  }
+
+  /// gemm_rm for float32 under "medium": A and B are copied to bfloat16 (each element rounded to
+  /// nearest even, the CPU's conversion), then cuBLAS multiplies bfloat16 by bfloat16 with
+  /// float32 accumulation and a float32 C: the numbers "medium" promises (matmul_precision.h),
+  /// on bfloat16 tensor cores. A copy spans what its operand reads, in its own layout (same ld,
+  /// same batch stride), so the product's arguments stay as they are.
+  void gemm_rm_bf16(int64_t M, int64_t N, int64_t K, double alpha, const Operand& a,
+                    const Operand& b, double beta, void* c, int64_t ldc, int64_t c_batch,
+                    int64_t batch) {
+    // Elements from an operand's start to its last one: op(X) [rows, cols], stored transposed
+    // when trans.
+    auto span = [batch](const Operand& o, int64_t rows, int64_t cols) {
+      const int64_t r = o.trans ? cols : rows, n = o.trans ? rows : cols;
+      return (r - 1) * o.ld + n + (batch - 1) * o.batch_stride;
+    };
+    const int64_t na = span(a, M, K), nb = span(b, K, N);
+    StoragePtr ca = allocate(static_cast<size_t>(na) * 2),
+               cb = allocate(static_cast<size_t>(nb) * 2);
+    check_launch(cuda::copy(flat(const_cast<void*>(a.data), DType::Float32, na),
+                            flat(ca->data, DType::BFloat16, na), stream_),
+                 "matmul (bfloat16 copy)", DType::Float32);
+    check_launch(cuda::copy(flat(const_cast<void*>(b.data), DType::Float32, nb),
+                            flat(cb->data, DType::BFloat16, nb), stream_),
+                 "matmul (bfloat16 copy)", DType::Float32);
+    const cublasOperation_t opa = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
+    check_blas(cublasGemmStridedBatchedEx(blas_, opb, opa, N, M, K, &al, cb->data, CUDA_R_16BF,
+                                          ld(b.ld), b.batch_stride, ca->data, CUDA_R_16BF, ld(a.ld),
+                                          a.batch_stride, &be, c, CUDA_R_32F, ld(ldc), c_batch,
+                                          batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "gemm (bfloat16)");
+    // ca, cb return to the cache now; whatever reuses them is queued after this product.
   }
 
   /// gemm_rm over a grid of outer x inner products in one cuBLAS call: product (o, i) reads A at

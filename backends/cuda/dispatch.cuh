@@ -23,6 +23,19 @@ inline unsigned blocks_for(int64_t items, int64_t per_block = kThreads) {
   return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
 }
 
+/// The GPU's multiprocessors (read once; 100 if the query fails): kernels that split a reduction
+/// into strips size the grid to fill the GPU about twice.
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
+      v = 100;
+    return v;
+  }();
+  return n;
+}
+
 /// float32 and float64.
 template <typename F>
 cudaError_t dispatch_float(Dt t, F&& f) {

@@ -543,6 +543,44 @@ cudaError_t copy(const View& src, const View& dst, cudaStream_t stream) {
   });
 }
 
+namespace {
+/// Output i of gemm_epilogue (m = i / N, n = i % N), with the same Gelu and GeluBackward as the
+/// elementwise ops, so that a fused layer rounds as its unfused steps do.
+template <typename T>
+__global__ void gemm_epilogue_kernel(T* c, int64_t M, int64_t N, const T* bias, const T* add,
+                                     int64_t add_ld, T* gelu_out, const T* pre, int64_t pre_ld) {
+  const int64_t total = M * N, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += step) {
+    const int64_t m = i / N, n = i - m * N;
+    T v = c[i];
+    if (bias) v = v + bias[n];
+    if (add) v = v + add[m * add_ld + n];
+    const T g = gelu_out ? UnaryFn<Unary::Gelu, T>{}(v) : T(0);
+    if (pre) v = BinaryFn<Binary::GeluBackward, T>{}(pre[m * pre_ld + n], v);
+    c[i] = v;
+    if (gelu_out) gelu_out[i] = g;  // after c: gelu_out may be c
+  }
+}
+}  // namespace
+
+cudaError_t gemm_epilogue(Dt dtype, void* c, int64_t M, int64_t N, const void* bias,
+                          const void* add, int64_t add_ld, void* gelu_out, const void* pre,
+                          int64_t pre_ld, cudaStream_t stream) {
+  if (M * N == 0) return cudaSuccess;
+  if (dtype != Dt::F32 && dtype != Dt::F64) return cudaErrorInvalidValue;
+  return dispatch_float(dtype, [&]<typename T>() -> cudaError_t {
+    if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
+      return cudaErrorInvalidValue;
+    } else {
+      gemm_epilogue_kernel<T><<<blocks_for(M * N), kThreads, 0, stream>>>(
+          static_cast<T*>(c), M, N, static_cast<const T*>(bias), static_cast<const T*>(add), add_ld,
+          static_cast<T*>(gelu_out), static_cast<const T*>(pre), pre_ld);
+      return cudaGetLastError();
+    }
+  });
+}
+
 cudaError_t fill(const View& dst, double value, cudaStream_t stream) {
   const int64_t n = dst.numel();
   if (n == 0) return cudaSuccess;

@@ -101,6 +101,14 @@ cudaError_t unary(Unary op, const View& x, const View& y, double alpha, double b
                   cudaStream_t stream);
 /// y = a op b; a, b any strides (0 on broadcast dims), y contiguous.
 cudaError_t binary(Binary op, const View& a, const View& b, const View& y, cudaStream_t stream);
+/// The epilogue of a product c [M, N] (contiguous, float32 or float64), backend.h's GemmEpilogue
+/// in its order, in one pass (each pointer may be null):
+///   v = c + bias[n] + add[m, n]        bias [N]; add rows of stride add_ld
+///   gelu_out[m, n] = gelu(v)           contiguous, may be c
+///   c[m, n] = v * gelu'(pre[m, n])     pre rows of stride pre_ld (else c = v)
+cudaError_t gemm_epilogue(Dt dtype, void* c, int64_t M, int64_t N, const void* bias,
+                          const void* add, int64_t add_ld, void* gelu_out, const void* pre,
+                          int64_t pre_ld, cudaStream_t stream);
 /// y = cond ? a : b.
 cudaError_t where(const View& cond, const View& a, const View& b, const View& y,
                   cudaStream_t stream);

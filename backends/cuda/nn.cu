@@ -284,21 +284,25 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 /// x, dy: [R, C]; mean, rstd: [R]; dw, db: [C] (either may be null; written, not added to):
 ///   dw = sum_r dy xhat,  db = sum_r dy,  summed in double.
 /// The product dy xhat is taken in Acc: float for float32 with w (the CPU's SIMD kernel), double
-/// otherwise. Block (kTile, kTile) per kTile columns (grid-stride): thread (tx, ty) sums rows ty,
-/// ty + kTile, ... of column tx in order; the kTile partials are then added in ty order.
+/// otherwise. Block (kTile, kTile) per kTile columns (grid-stride in x) and per strip of
+/// strip_rows rows (grid y): thread (tx, ty) sums rows ty, ty + kTile, ... of its strip in column
+/// tx in order; the kTile partials are then added in ty order, into dw / db (one strip) or into
+/// partial [strips, 2, C] for layer_norm_params_finish_kernel.
 template <typename T, typename Acc>
 __global__ void __launch_bounds__(kTile* kTile)
     layer_norm_params_kernel(const T* x, Stat mean, Stat rstd, const T* dy, T* dw, T* db,
-                             int64_t rows, int64_t cols) {
+                             int64_t rows, int64_t cols, int64_t strip_rows, double* partial) {
   __shared__ double pw[kTile][kTile], pb[kTile][kTile];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t tiles = (cols + kTile - 1) / kTile;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * strip_rows;
+  const int64_t r1 = min(rows, r0 + strip_rows);
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t c = tile * kTile + tx;
     double sw = 0, sb = 0;
     if (c < cols) {
 #pragma unroll 4
-      for (int64_t r = ty; r < rows; r += kTile) {
+      for (int64_t r = r0 + ty; r < r1; r += kTile) {
         const Acc mu = static_cast<Acc>(mean.load(r)), rs = static_cast<Acc>(rstd.load(r));
         const T g = dy[r * cols + c];
         const Acc xhat = (static_cast<Acc>(x[r * cols + c]) - mu) * rs;
@@ -315,11 +319,65 @@ __global__ void __launch_bounds__(kTile* kTile)
         tw += pw[i][tx];
         tb += pb[i][tx];
       }
-      if (dw) dw[c] = static_cast<T>(tw);
-      if (db) db[c] = static_cast<T>(tb);
+      if (partial) {
+        partial[(2 * static_cast<int64_t>(blockIdx.y)) * cols + c] = tw;
+        partial[(2 * static_cast<int64_t>(blockIdx.y) + 1) * cols + c] = tb;
+      } else {
+        if (dw) dw[c] = static_cast<T>(tw);
+        if (db) db[c] = static_cast<T>(tb);
+      }
     }
     __syncthreads();  // pw, pb are read before the next tile writes them
   }
+}
+
+/// dw, db from the strips' partials [strips, 2, C], added in strip order.
+template <typename T>
+__global__ void layer_norm_params_finish_kernel(const double* partial, int64_t strips, int64_t cols,
+                                                T* dw, T* db) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    double tw = 0, tb = 0;
+    for (int64_t s = 0; s < strips; ++s) {
+      tw += partial[2 * s * cols + c];
+      tb += partial[(2 * s + 1) * cols + c];
+    }
+    if (dw) dw[c] = static_cast<T>(tw);
+    if (db) db[c] = static_cast<T>(tb);
+  }
+}
+
+/// layer_norm_params_kernel over strips of rows: few column tiles (768 columns: 24 blocks) would
+/// leave most of the GPU idle on a tall [R, C] (88 microseconds for [12608, 768] on an H200), so
+/// the rows are cut into strips until the grid fills the GPU about twice.
+template <typename T, typename Acc>
+cudaError_t launch_layer_norm_params(const T* x, Stat mean, Stat rstd, const T* dy, T* dw, T* db,
+                                     int64_t rows, int64_t cols, cudaStream_t stream) {
+  const int64_t tiles = std::min((cols + kTile - 1) / kTile, kMaxGrid);
+  const int64_t strips = std::clamp<int64_t>((2 * sm_count() + tiles - 1) / tiles, 1,
+                                             std::max<int64_t>(1, rows / (4 * kTile)));
+  const int64_t strip_rows = strips > 1 ? (rows + strips - 1) / strips : std::max<int64_t>(rows, 1);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(strips)), block(kTile, kTile);
+  double* partial = nullptr;
+  if (strips > 1 && cudaMallocAsync(reinterpret_cast<void**>(&partial),
+                                    static_cast<size_t>(2 * strips * cols) * sizeof(double),
+                                    stream) != cudaSuccess) {
+    (void)cudaGetLastError();  // no stream-ordered allocator here: one strip
+    partial = nullptr;
+  }
+  if (!partial) {
+    const dim3 one(static_cast<unsigned>(tiles));
+    layer_norm_params_kernel<T, Acc><<<one, block, 0, stream>>>(
+        x, mean, rstd, dy, dw, db, rows, cols, std::max<int64_t>(rows, 1), nullptr);
+    return cudaGetLastError();
+  }
+  layer_norm_params_kernel<T, Acc>
+      <<<grid, block, 0, stream>>>(x, mean, rstd, dy, dw, db, rows, cols, strip_rows, partial);
+  layer_norm_params_finish_kernel<T>
+      <<<blocks_for(cols, kThreads), kThreads, 0, stream>>>(partial, strips, cols, dw, db);
+  const cudaError_t e = cudaGetLastError();
+  const cudaError_t f = cudaFreeAsync(partial, stream);
+  return e != cudaSuccess ? e : f;
 }
 
 // ---- cross entropy ---------------------------------------------------------------------------
@@ -533,7 +591,7 @@ cudaError_t layer_norm_backward(const View& x, const View& w, const View& mean, 
   if (!want_dx && !want_params) return cudaSuccess;
   if (rows > 0 && (!mean.data || !rstd.data)) return cudaErrorInvalidValue;
   const Stat ms{mean.data, mean.dtype == Dt::F64}, rs{rstd.data, rstd.dtype == Dt::F64};
-  return launch_float(x.dtype, [&]<typename T>() {
+  return dispatch_float(x.dtype, [&]<typename T>() -> cudaError_t {
     const T* xp = static_cast<const T*>(x.data);
     const T* wp = static_cast<const T*>(w.data);
     const T* gp = static_cast<const T*>(dy.data);
@@ -541,25 +599,23 @@ cudaError_t layer_norm_backward(const View& x, const View& w, const View& mean, 
     T* dwp = static_cast<T*>(dw.data);
     T* dbp = static_cast<T*>(db.data);
     const RowLaunch l = row_launch(rows > 0 ? rows : 1, cols);
-    const dim3 grid(static_cast<unsigned>(std::min((cols + kTile - 1) / kTile, kMaxGrid)));
-    const dim3 block(kTile, kTile);
     if constexpr (std::is_same_v<T, float>) {
       if (wp) {  // the CPU's float32 SIMD kernel (with w): sums and products in float
         if (want_dx)
           layer_norm_backward_kernel<float, float>
               <<<l.grid, l.block, 0, stream>>>(xp, wp, ms, rs, gp, dp, rows, cols);
         if (want_params)
-          layer_norm_params_kernel<float, float>
-              <<<grid, block, 0, stream>>>(xp, ms, rs, gp, dwp, dbp, rows, cols);
-        return;
+          return launch_layer_norm_params<float, float>(xp, ms, rs, gp, dwp, dbp, rows, cols,
+                                                        stream);
+        return cudaGetLastError();
       }
     }
     if (want_dx)
       layer_norm_backward_kernel<T, double>
           <<<l.grid, l.block, 0, stream>>>(xp, wp, ms, rs, gp, dp, rows, cols);
     if (want_params)
-      layer_norm_params_kernel<T, double>
-          <<<grid, block, 0, stream>>>(xp, ms, rs, gp, dwp, dbp, rows, cols);
+      return launch_layer_norm_params<T, double>(xp, ms, rs, gp, dwp, dbp, rows, cols, stream);
+    return cudaGetLastError();
   });
 }
 

@@ -244,13 +244,7 @@ __global__ void column_sum_finish_kernel(Reduce op, const Acc<T>* partial, int64
 template <typename T>
 cudaError_t launch_column_sum(Reduce op, const T* x, const View& y, int64_t R, int64_t C,
                               int64_t ld, cudaStream_t stream) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      n = 100;
-    return n;
-  }();
+  const int sms = sm_count();
   const int64_t col_blocks = (C + 31) / 32;
   const int64_t strips = std::clamp<int64_t>((2 * sms + col_blocks - 1) / col_blocks, 1,
                                              std::max<int64_t>(1, R / (4 * kColumnLanes)));
@@ -258,7 +252,10 @@ cudaError_t launch_column_sum(Reduce op, const T* x, const View& y, int64_t R, i
   Acc<T>* partial = nullptr;
   cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&partial),
                                   static_cast<size_t>(strips * C) * sizeof(Acc<T>), stream);
-  if (e != cudaSuccess) return e;
+  if (e != cudaSuccess) {  // no stream-ordered allocator here: the caller's general kernel
+    (void)cudaGetLastError();
+    return cudaErrorNotSupported;
+  }
   column_sum_kernel<T><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(strips)),
                          dim3(32, kColumnLanes), 0, stream>>>(x, R, C, ld, rows, partial);
   column_sum_finish_kernel<T>
@@ -274,8 +271,10 @@ cudaError_t launch_reduce(Reduce op, const View& x, const View& y, const Space& 
   const T* xp = static_cast<const T*>(x.data);
   // Sums over the rows of a [R, C] block with C adjacent columns (a bias's gradient).
   if ((op == Reduce::Sum || op == Reduce::Mean) && kept.ndim == 1 && kept.strides[0] == 1 &&
-      red.ndim == 1 && red.strides[0] >= kept.shape[0] && nout >= 64 && m >= 64)
-    return launch_column_sum<T>(op, xp + 0, y, m, nout, red.strides[0], stream);
+      red.ndim == 1 && red.strides[0] >= kept.shape[0] && nout >= 64 && m >= 64) {
+    const cudaError_t e = launch_column_sum<T>(op, xp, y, m, nout, red.strides[0], stream);
+    if (e != cudaErrorNotSupported) return e;
+  }
   if (m <= 16) {  // few elements each: one thread per output
     reduce_thread_kernel<T>
         <<<blocks_for(nout, kThreads), kThreads, 0, stream>>>(op, xp, y, kept, red, nout, m);

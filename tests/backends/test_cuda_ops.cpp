@@ -6,6 +6,7 @@
 // optimizers, and a whole ViT training step. Without a GPU every case says it is skipped, and why.
 #include <cmath>
 
+#include "backends/matmul_precision.h"
 #include "models/vit.h"
 #include "nn/optim/adam.h"
 #include "test_util.h"
@@ -201,6 +202,41 @@ TEST_CASE("cuda ops: matmul and linear through cuBLAS") {
   both(
       "linear", [](auto v) { return ops::linear(v[0], v[1], v[2]); },
       {randn({2, 10, 12}, 18), randn({6, 12}, 19), randn({6}, 20)}, t);
+}
+
+// "medium": each input of a float32 product rounded to bfloat16 (nearest even), products and
+// sums in float32; "high": TF32. The references are float64 products on the CPU, of the rounded
+// inputs for "medium".
+TEST_CASE("cuda ops: float32 products under the high and medium matmul precisions") {
+  if (!gpu_or_skip()) return;
+  struct Restore {
+    ~Restore() { set_float32_matmul_precision("highest"); }
+  } restore;
+  const Tensor a = randn({3, 70, 96}, 60).to(kFloat32), b = randn({96, 130}, 61).to(kFloat32),
+               w = randn({130, 96}, 62).to(kFloat32), bias = randn({130}, 63).to(kFloat32),
+               res = randn({3, 70, 130}, 64).to(kFloat32);
+  auto rounded = [](const Tensor& t) { return t.to(kBFloat16).to(kFloat64); };
+  const Tensor full = ops::matmul(a.to(kFloat64), b.to(kFloat64));
+  set_float32_matmul_precision("medium");
+  const Tensor got = ops::matmul(a.to(kGpu), b.to(kGpu)).to(kCPU).to(kFloat64);
+  check_close(got, ops::matmul(rounded(a), rounded(b)), 1e-4, 1e-4);
+  CHECK(ops::max(ops::abs(got - full)).item() > 1e-3);  // the inputs were rounded
+  // A transposed operand (x w^T), a bias and a residual: a linear layer's fused product.
+  const Tensor lin = ops::linear(a.to(kGpu), w.to(kGpu), bias.to(kGpu), res.to(kGpu));
+  check_close(lin.to(kCPU).to(kFloat64),
+              ops::matmul(rounded(a), rounded(w).mT()) + bias.to(kFloat64) + res.to(kFloat64), 1e-4,
+              1e-4);
+  // Its backward: dx = dy w and dw = dy^T x, inputs rounded alike.
+  Tensor xg = a.to(kGpu).detach().requires_grad_(), wg = w.to(kGpu).detach().requires_grad_();
+  const Tensor dy = randn({3, 70, 130}, 65).to(kFloat32);
+  ops::linear(xg, wg, bias.to(kGpu)).backward(dy.to(kGpu));
+  const Tensor dy2 = rounded(dy).reshape({210, 130});
+  check_close(xg.grad().to(kCPU).to(kFloat64), ops::matmul(dy2, rounded(w)).reshape({3, 70, 96}),
+              1e-4, 1e-4);
+  check_close(wg.grad().to(kCPU).to(kFloat64), ops::matmul(dy2.mT(), rounded(a).reshape({210, 96})),
+              1e-3, 1e-4);
+  set_float32_matmul_precision("high");
+  check_close(ops::matmul(a.to(kGpu), b.to(kGpu)).to(kCPU).to(kFloat64), full, 5e-2, 1e-2);
 }
 
 TEST_CASE("cuda ops: shapes, copies, cat, index_select, gather") {
