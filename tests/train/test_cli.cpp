@@ -239,6 +239,15 @@ TEST_CASE("train-cli: --eval reproduces the run's test metrics, --summary prints
   CHECK(ev.output.find(acc) != std::string::npos);
   // the default config evaluates one view of each image, as the run did
   CHECK(ev.output.find("(300 images; config from " + r.out + "/config.json)") != std::string::npos);
+  // train.precision is the evaluation's too (on a GPU, "medium" products for bf16; the CPU
+  // computes in float32 whatever it says, so the numbers stay the run's)
+  const Ran bf = run(
+      {"--eval", r.out + "/last.safetensors", "--data", r.data, "--set", "train.precision=bf16"},
+      dir, "eval_bf16");
+  INFO(bf.output);
+  REQUIRE(bf.code == 0);
+  CHECK(bf.output.find("(300 images, train.precision bf16; config from ") != std::string::npos);
+  CHECK(bf.output.find(acc) != std::string::npos);
 
   const Ran sum = run({"--summary"}, dir, "summary");
   REQUIRE(sum.code == 0);

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/error.h"
+#include "backends/matmul_precision.h"
 #include "nn/data/transforms.h"
 #include "nn/parallel/collectives.h"
 #include "nn/parallel/zero.h"
@@ -31,6 +32,7 @@
 #include "tools/train/config.h"
 #include "tools/train/datasets.h"
 #include "tools/train/fit.h"
+#include "tools/train/options.h"
 #include "tools/train/progress.h"
 #include "tools/train/report.h"
 #include "tools/train/trainer.h"
@@ -218,9 +220,12 @@ int evaluate_checkpoint(const Options& o) {
   const tr::TrainConfig cfg = tr::TrainConfig::from_json(config);
   const Device device = Device::parse(cfg.train.device);
   model->to(device);
+  set_float32_matmul_precision(tr::matmul_precision_for(cfg.train.precision));
   const bool tta = cfg.train.tta_hflip;
-  fmt::print("evaluating {} ({}) on {} ({} images{}; config from {})\n", o.eval, spec.describe(),
-             test->source(), test->size(), tta ? ", with flip test-time augmentation" : "", source);
+  fmt::print("evaluating {} ({}) on {} ({} images{}{}; config from {})\n", o.eval, spec.describe(),
+             test->source(), test->size(), tta ? ", with flip test-time augmentation" : "",
+             cfg.train.precision == "fp32" ? "" : ", train.precision " + cfg.train.precision,
+             source);
   tr::Evaluation e =
       tr::evaluate(*model, test, nn::data::from_config(cfg.data.transforms, spec.channels, false),
                    cfg.data.batch_size, cfg.data.workers, device, tta);
