@@ -193,7 +193,8 @@ rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('
 tot = collections.defaultdict(float); cnt = collections.Counter()
 for r in rows:
     v = float(r["Metric Value"].replace(",", ""))
-    v *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r["Metric Unit"], 1.0)
+    v *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
+          "msecond": 1e3}[r["Metric Unit"]]  # to microseconds
     name = r["Kernel Name"][:90]
     tot[name] += v; cnt[name] += 1
 s = sum(tot.values())
@@ -226,12 +227,12 @@ case $stage in
     wait $suite_pid
     suite_report
     bench
-    # With AB=1: the same Vitrine run without the bfloat16 copies of "medium" products
+    # With AB=1 (the default): the same Vitrine run without the bfloat16 copies of "medium" products
     # (cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF on float32 inputs instead).
-    [ "${AB:-0}" = 1 ] && VITRINE_CUDA_BF16_COPIES=0 timeout 45 /tmp/vitrine-bench --model vit_base_patch16_224 \
+    [ "${AB:-1}" = 1 ] && VITRINE_CUDA_BF16_COPIES=0 timeout 45 /tmp/vitrine-bench --model vit_base_patch16_224 \
       --device cuda --precision bf16 --what train,infer --batch 64 --warmup 3 --repeats 3 \
       --steps 5 > "$LOGS/vitrine-no-bf16-copies.log" 2>&1
-    [ "${AB:-0}" = 1 ] && say "vitrine without bf16 copies: $(grep -E '^(train|infer) |sgemm peak' "$LOGS/vitrine-no-bf16-copies.log" | tr -s ' ' | tr '\n' ';')"
+    [ "${AB:-1}" = 1 ] && say "vitrine without bf16 copies: $(grep -E '^(train|infer) |sgemm peak' "$LOGS/vitrine-no-bf16-copies.log" | tr -s ' ' | tr '\n' ';')"
     TRAIN_SECONDS=$(( $(left) - 20 ))
     if [ "$TRAIN_SECONDS" -gt 30 ]; then train; else say "train: skipped, ${TRAIN_SECONDS}s left"; fi
     ;;
