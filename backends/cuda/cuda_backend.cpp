@@ -228,7 +228,8 @@ class CudaBackend final : public Backend {
                        (c.dtype == DType::Float32 || c.dtype == DType::Float64) &&
                        (!ep.bias || (ep.bias->is_contiguous() && ep.bias->dtype == c.dtype)) &&
                        rows_ok(ep.add) && rows_ok(ep.gelu_pre) &&
-                       (!ep.gelu_out || (ep.gelu_out->is_contiguous() && rows_ok(ep.gelu_out)));
+                       (!ep.gelu_out || (ep.gelu_out->is_contiguous() && rows_ok(ep.gelu_out))) &&
+                       !(ep.gelu_out && ep.gelu_pre);  // both: no caller; the default's order
     if (!fused) {
       Backend::gemm_fused(a, b, c, ep);
       return;
@@ -615,6 +616,7 @@ class CudaBackend final : public Backend {
       const int64_t r = o.trans ? cols : rows, n = o.trans ? rows : cols;
       return (r - 1) * o.ld + n + (batch - 1) * o.batch_stride;
     };
+    VT_ASSERT(M > 0 && N > 0 && K > 0 && batch > 0);  // gemm returns before empty products
     const int64_t na = span(a, M, K), nb = span(b, K, N);
     StoragePtr ca = allocate(static_cast<size_t>(na) * 2),
                cb = allocate(static_cast<size_t>(nb) * 2);
