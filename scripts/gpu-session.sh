@@ -5,27 +5,24 @@
 # compiles there) or .device/debs (../shared/device/fetch-debs.sh, WITH_DATA=1 for Fashion-MNIST;
 # the test stage then builds there). $OUT (default gpu-logs/) gets summary.txt, logs.tar.gz (every
 # log, the training run, the explanations) and gpu-compare.md.
-#   scripts/gpu-session.sh test    the whole suite, then the CUDA cases verbosely (they say
-#                                  "skipped" when no GPU is usable)
-#   scripts/gpu-session.sh train   TRAIN_EPOCHS (2) epochs of the default Fashion-MNIST config on
-#                                  the GPU in bf16, its evaluation, and vitrine-explain on the GPU
-#                                  and the CPU with the maps compared
-#   scripts/gpu-session.sh bench   bench/gpu_compare.py (Vitrine against PyTorch eager and
-#                                  torch.compile, bf16, batch 64; BENCH_ARGS narrows it, e.g.
-#                                  "--models vit_base_patch16_224 --rounds 1"); within what is left
-#                                  of DEADLINE, it exits 3 when not finished: call it again while
-#                                  the machine is warm (--resume keeps the runs done)
-#   scripts/gpu-session.sh profile ViT-B/16 bf16 training at batch 32, 64 and 128, and one step's
-#                                  kernels under Nsight Compute, their time summed by name
-#   scripts/gpu-session.sh tests+bench     the suite, then the benchmark
-#   scripts/gpu-session.sh final           the suite, the benchmark (BENCH_SECONDS), then the
-#                                          training run with what is left
-#   scripts/gpu-session.sh tests+profile   the suite, then the profile
-#   scripts/gpu-session.sh all     test, train and bench in one call: the suite in the background while the
-#                                  CUDA cases and the training run, then the benchmark alone
+# Stages, run in the order given (scripts/gpu-session.sh STAGE...; `final` is test bench ab train):
+#   test     build (without a bundle) and start the whole suite in the background; the stages that
+#            time something wait for it, and the end reports it (the CUDA cases counted apart;
+#            they say "skipped" when no GPU is usable)
+#   train    TRAIN_EPOCHS (2) epochs of the default Fashion-MNIST config on the GPU in bf16, within
+#            what is left of DEADLINE; its evaluation, and vitrine-explain on the GPU and the CPU
+#            with the maps compared
+#   bench    bench/gpu_compare.py (Vitrine against PyTorch eager and torch.compile, bf16, batch 64;
+#            BENCH_ARGS narrows it, e.g. "--models vit_base_patch16_224 --rounds 1"; BENCH_SECONDS
+#            bounds it); it exits 3 when not finished: call it again while the machine is warm
+#            (--resume keeps the runs done)
+#   ab       vitrine-bench ViT-B/16 with VITRINE_CUDA_BF16_COPIES=0 (float32 inputs to cuBLAS's
+#            FAST_16BF instead of bfloat16 copies), to set beside bench's Vitrine run
+#   profile  ViT-B/16 bf16 training at batch 32, 64 and 128, and one step's kernels under Nsight
+#            Compute, their time summed by name
 # DEADLINE (480 s) bounds the whole call: keep it under the call's timeout.
 set -uo pipefail
-stage=${1:?usage: scripts/gpu-session.sh test|train|bench|all}
+[ $# -gt 0 ] || { echo "usage: scripts/gpu-session.sh test|train|bench|ab|profile|final ..." >&2; exit 2; }
 OUT=${OUT:-gpu-logs}
 BUILD=${BUILD:-build-gpu}
 DEADLINE=${DEADLINE:-480}
@@ -78,6 +75,11 @@ fi
   echo "prebuilt: $prebuilt, build: $BUILD"
 } > "$LOGS/machine.txt" 2>&1
 cat "$LOGS/machine.txt" >> "$summary"
+# vitrine-bench with the carried libraries, for programs that run under the machine's own
+# (gpu_compare.py, ncu).
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LD_LIBRARY_PATH" \
+  "$PWD/$BUILD/tools/bench/vitrine-bench" > /tmp/vitrine-bench
+chmod +x /tmp/vitrine-bench
 
 build() {
   [ "$prebuilt" = 1 ] && return 0
@@ -98,22 +100,21 @@ suite() {
 suite_report() {
   local f=$LOGS/ctest.log
   say "suite: $(grep -c ' Passed ' "$f") passed, $(grep -cE '\*\*\*(Failed|Timeout|Exception)|SEGFAULT|Subprocess aborted' "$f") failed, $(grep -c '\*\*\*Skipped\|Not Run' "$f") skipped, of $(grep -oE '/[0-9]+ Test' "$f" | head -1 | tr -dc 0-9) listed; $(grep -E 'tests passed|tests failed' "$f" | tail -1)"
+  local cuda=$(grep -E 'Test +#[0-9]+: [a-z]+/[^.]*cuda' "$f")
+  local all=$(grep -c . <<< "$cuda") ok=$(grep -c ' Passed ' <<< "$cuda")
+  local skip=$(grep -c '\*\*\*Skipped' <<< "$cuda")
+  say "CUDA cases: $ok passed, $skip skipped, $((all - ok - skip)) failed or not run, of $all"
   grep -E '\*\*\*(Failed|Timeout|Exception)|SEGFAULT|Subprocess aborted' "$f" | head -40 | tee -a "$summary"
 }
-
-# The CUDA cases, verbosely (each says "skipped" when no GPU is usable).
-cuda_cases() {
-  for t in test_backends test_explain test_autograd; do
-    timeout 150 "$BUILD/tests/$t" -tc='*cuda*,*devices*' > "$LOGS/$t-cuda.log" 2>&1
-    say "$t cuda cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$LOGS/$t-cuda.log" | tr '\n' ' ')"
-    grep -E 'ERROR|FATAL|skipped' "$LOGS/$t-cuda.log" | head -30 >> "$summary"
-  done
-}
+suite_pid=
+wait_suite() { [ -n "$suite_pid" ] && wait "$suite_pid"; suite_pid=; }
 
 train() {
-  local run=$LOGS/fmnist-cuda
+  local run=$LOGS/fmnist-cuda secs=$(( $(left) - 20 ))
+  [ "$secs" -gt "${TRAIN_SECONDS:-150}" ] && secs=${TRAIN_SECONDS:-150}
+  [ "$secs" -gt 30 ] || { say "train: skipped, ${secs}s left"; return 0; }
   rm -rf "$run"
-  timeout "${TRAIN_SECONDS:-150}" "$BUILD/tools/train/vitrine-train" --device cuda \
+  timeout "$secs" "$BUILD/tools/train/vitrine-train" --device cuda \
     --set train.precision=bf16 --epochs "${TRAIN_EPOCHS:-2}" --set train.test_each_epoch=true \
     --out "$run" > "$LOGS/train.log" 2>&1
   say "train: exit $?"
@@ -155,10 +156,7 @@ bench() {
   local budget=$(( $(left) - 20 ))
   [ "${BENCH_SECONDS:-0}" -gt 0 ] && budget=$BENCH_SECONDS
   say "bench: $budget s"
-  local rc=0 exe=$PWD/$BUILD/tools/bench/vitrine-bench
-  # gpu_compare.py runs under the machine's libraries; vitrine-bench gets the carried ones.
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LD_LIBRARY_PATH" "$exe" > /tmp/vitrine-bench
-  chmod +x /tmp/vitrine-bench
+  local rc=0
   # shellcheck disable=SC2086
   timeout "$budget" env LD_LIBRARY_PATH="$orig_ld" python3 bench/gpu_compare.py --vitrine /tmp/vitrine-bench \
     --out bench/results/gpu --resume --time-limit $(( budget * 2 / 3 )) ${BENCH_ARGS:-} \
@@ -172,9 +170,6 @@ bench() {
 # fixed cost shows as images/s that grow with the batch), then one step under Nsight Compute,
 # every kernel's duration summed by name.
 profile() {
-  local exe=$PWD/$BUILD/tools/bench/vitrine-bench
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LD_LIBRARY_PATH" "$exe" > /tmp/vitrine-bench
-  chmod +x /tmp/vitrine-bench
   local model=${PROFILE_MODEL:-vit_base_patch16_224}
   for b in ${PROFILE_BATCHES:-32 64 128}; do
     timeout 90 /tmp/vitrine-bench --model "$model" --device cuda --precision bf16 --what train \
@@ -205,56 +200,30 @@ PY
   head -50 "$LOGS/ncu-summary.txt" >> "$summary"
 }
 
-case $stage in
-  test) build; suite; cuda_cases; suite_report ;;
-  train) train ;;
-  bench) bench ;;
-  profile) profile ;;
-  all)
-    build
-    suite &
-    suite_pid=$!
-    cuda_cases
-    train
-    wait $suite_pid
-    suite_report
-    bench
-    ;;
-  final)
-    suite &
-    suite_pid=$!
-    cuda_cases
-    wait $suite_pid
-    suite_report
-    bench
-    # With AB=1 (the default): the same Vitrine run without the bfloat16 copies of "medium" products
-    # (cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF on float32 inputs instead).
-    [ "${AB:-1}" = 1 ] && VITRINE_CUDA_BF16_COPIES=0 timeout 45 /tmp/vitrine-bench --model vit_base_patch16_224 \
-      --device cuda --precision bf16 --what train,infer --batch 64 --warmup 3 --repeats 3 \
-      --steps 5 > "$LOGS/vitrine-no-bf16-copies.log" 2>&1
-    [ "${AB:-1}" = 1 ] && say "vitrine without bf16 copies: $(grep -E '^(train|infer) |sgemm peak' "$LOGS/vitrine-no-bf16-copies.log" | tr -s ' ' | tr '\n' ';')"
-    TRAIN_SECONDS=$(( $(left) - 20 ))
-    if [ "$TRAIN_SECONDS" -gt 30 ]; then train; else say "train: skipped, ${TRAIN_SECONDS}s left"; fi
-    ;;
-  tests+bench)
-    suite &
-    suite_pid=$!
-    cuda_cases
-    wait $suite_pid
-    suite_report
-    bench
-    ;;
-  tests+profile)
-    suite &
-    suite_pid=$!
-    cuda_cases
-    wait $suite_pid
-    suite_report
-    profile
-    ;;
-  *)
-    echo "scripts/gpu-session.sh: unknown stage '$stage' (expected test, train, bench, profile, all, final, tests+bench or tests+profile)" >&2
-    exit 2
-    ;;
-esac
+# The same Vitrine run as bench's without the bfloat16 copies of "medium" products.
+ab() {
+  timeout 45 env VITRINE_CUDA_BF16_COPIES=0 /tmp/vitrine-bench --model vit_base_patch16_224 \
+    --device cuda --precision bf16 --what train,infer --batch 64 --warmup 3 --repeats 3 \
+    --steps 5 > "$LOGS/vitrine-no-bf16-copies.log" 2>&1
+  say "vitrine without bf16 copies: $(grep -E '^(train|infer) |sgemm peak' \
+    "$LOGS/vitrine-no-bf16-copies.log" | tr -s ' ' | tr '\n' ';')"
+}
+
+stages=("$@")
+[ "$*" = final ] && stages=(test bench ab train)
+for stage in "${stages[@]}"; do
+  case $stage in
+    test) build; suite & suite_pid=$! ;;
+    train) train ;;
+    bench | ab | profile) wait_suite; "$stage" ;;  # timings with nothing else running
+    *)
+      echo "scripts/gpu-session.sh: unknown stage '$stage' (expected test, train, bench, ab, profile or final)" >&2
+      exit 2
+      ;;
+  esac
+done
+if [[ " ${stages[*]} " == *" test "* ]]; then
+  wait_suite
+  suite_report
+fi
 say "done after $SECONDS s"

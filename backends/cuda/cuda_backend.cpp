@@ -96,6 +96,32 @@ struct Operand {
   int64_t batch_stride;
 };
 
+/// What a cuBLAS product takes besides its operands: op(A) and op(B), the data type of dtype t
+/// (float32 or float64), and alpha and beta in its scale type (double for float64, else float),
+/// passed by address. Not copyable: alpha() and beta() point into it.
+struct BlasArgs {
+  cublasOperation_t opa, opb;
+  cudaDataType_t dt;
+  double alpha_d, beta_d;
+  float alpha_f, beta_f;
+  BlasArgs(DType t, const Operand& a, const Operand& b, double alpha, double beta)
+      : opa(a.trans ? CUBLAS_OP_T : CUBLAS_OP_N),
+        opb(b.trans ? CUBLAS_OP_T : CUBLAS_OP_N),
+        dt(t == DType::Float64 ? CUDA_R_64F : CUDA_R_32F),
+        alpha_d(alpha),
+        beta_d(beta),
+        alpha_f(static_cast<float>(alpha)),
+        beta_f(static_cast<float>(beta)) {}
+  BlasArgs(const BlasArgs&) = delete;
+  BlasArgs& operator=(const BlasArgs&) = delete;
+  const void* alpha() const {
+    return dt == CUDA_R_64F ? static_cast<const void*>(&alpha_d) : &alpha_f;
+  }
+  const void* beta() const {
+    return dt == CUDA_R_64F ? static_cast<const void*>(&beta_d) : &beta_f;
+  }
+};
+
 }  // namespace
 
 class CudaBackend final : public Backend {
@@ -577,17 +603,12 @@ class CudaBackend final : public Backend {
       gemm_rm_bf16(M, N, K, alpha, a, b, beta, c, ldc, c_batch, batch);
       return;
     }
-    const cublasOperation_t opa = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t opb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cudaDataType_t dt = t == DType::Float64 ? CUDA_R_64F : CUDA_R_32F;
-    const float alf = static_cast<float>(alpha), bef = static_cast<float>(beta);
-    const void* al = t == DType::Float64 ? static_cast<const void*>(&alpha) : &alf;
-    const void* be = t == DType::Float64 ? static_cast<const void*>(&beta) : &bef;
-    check_blas(
-        cublasGemmStridedBatchedEx(blas_, opb, opa, N, M, K, al, b.data, dt, ld(b.ld),
-                                   b.batch_stride, a.data, dt, ld(a.ld), a.batch_stride, be, c, dt,
-                                   ld(ldc), c_batch, batch, compute_type(t), CUBLAS_GEMM_DEFAULT),
-        "gemm");
+    const BlasArgs g(t, a, b, alpha, beta);
+    check_blas(cublasGemmStridedBatchedEx(blas_, g.opb, g.opa, N, M, K, g.alpha(), b.data, g.dt,
+                                          ld(b.ld), b.batch_stride, a.data, g.dt, ld(a.ld),
+                                          a.batch_stride, g.beta(), c, g.dt, ld(ldc), c_batch,
+                                          batch, compute_type(t), CUBLAS_GEMM_DEFAULT),
+               "gemm");
   }
 
   /// Whether float32 products under "medium" multiply bfloat16 copies of their inputs
@@ -626,13 +647,11 @@ class CudaBackend final : public Backend {
     check_launch(cuda::copy(flat(const_cast<void*>(b.data), DType::Float32, nb),
                             flat(cb->data, DType::BFloat16, nb), stream_),
                  "matmul (bfloat16 copy)", DType::Float32);
-    const cublasOperation_t opa = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t opb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
-    check_blas(cublasGemmStridedBatchedEx(blas_, opb, opa, N, M, K, &al, cb->data, CUDA_R_16BF,
-                                          ld(b.ld), b.batch_stride, ca->data, CUDA_R_16BF, ld(a.ld),
-                                          a.batch_stride, &be, c, CUDA_R_32F, ld(ldc), c_batch,
-                                          batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    const BlasArgs g(DType::Float32, a, b, alpha, beta);  // float32 C and scales
+    check_blas(cublasGemmStridedBatchedEx(
+                   blas_, g.opb, g.opa, N, M, K, g.alpha(), cb->data, CUDA_R_16BF, ld(b.ld),
+                   b.batch_stride, ca->data, CUDA_R_16BF, ld(a.ld), a.batch_stride, g.beta(), c,
+                   g.dt, ld(ldc), c_batch, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "gemm (bfloat16)");
     // ca, cb return to the cache now; whatever reuses them is queued after this product.
   }
@@ -663,16 +682,12 @@ class CudaBackend final : public Backend {
                           cudaMemcpyHostToDevice, stream_),
           "copying a gemm's pointer lists");
     auto* d = static_cast<const void**>(dev->data);
-    const cublasOperation_t opa = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t opb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cudaDataType_t dt = t == DType::Float64 ? CUDA_R_64F : CUDA_R_32F;
-    const float alf = static_cast<float>(alpha), bef = static_cast<float>(beta);
-    const void* al = t == DType::Float64 ? static_cast<const void*>(&alpha) : &alf;
-    const void* be = t == DType::Float64 ? static_cast<const void*>(&beta) : &bef;
-    check_blas(cublasGemmBatchedEx(blas_, opb, opa, N, M, K, al, d + n, dt, ld(b.ld), d, dt,
-                                   ld(a.ld), be, const_cast<void**>(d + 2 * n), dt, ld(ldc),
-                                   static_cast<int>(n), compute_type(t), CUBLAS_GEMM_DEFAULT),
-               "gemm (batched)");
+    const BlasArgs g(t, a, b, alpha, beta);
+    check_blas(
+        cublasGemmBatchedEx(blas_, g.opb, g.opa, N, M, K, g.alpha(), d + n, g.dt, ld(b.ld), d, g.dt,
+                            ld(a.ld), g.beta(), const_cast<void**>(d + 2 * n), g.dt, ld(ldc),
+                            static_cast<int>(n), compute_type(t), CUBLAS_GEMM_DEFAULT),
+        "gemm (batched)");
     // dev returns to the cache now; whatever reuses it is queued after this product.
   }
 

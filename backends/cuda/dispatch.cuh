@@ -5,6 +5,7 @@
 // Error naming the op).
 #pragma once
 #include <cuda_runtime.h>
+#include <algorithm>
 
 #include <cstdint>
 
@@ -34,6 +35,26 @@ inline int sm_count() {
     return v;
   }();
   return n;
+}
+
+/// Strips of rows for a reduction over the rows of [rows, C] whose grid has col_blocks blocks per
+/// strip: as many strips as fill the GPU about twice, each of at least min_rows rows (one strip
+/// when there are fewer).
+inline int64_t strips_to_fill(int64_t col_blocks, int64_t rows, int64_t min_rows) {
+  return std::clamp<int64_t>((2 * sm_count() + col_blocks - 1) / col_blocks, 1,
+                             std::max<int64_t>(1, rows / min_rows));
+}
+
+/// count elements of stream-ordered scratch (cudaMallocAsync; free with cudaFreeAsync on the same
+/// stream), or nullptr with the error cleared where the device has no stream-ordered allocator.
+template <typename A>
+A* stream_scratch(int64_t count, cudaStream_t stream) {
+  void* p = nullptr;
+  if (cudaMallocAsync(&p, static_cast<size_t>(count) * sizeof(A), stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return static_cast<A*>(p);
 }
 
 /// float32 and float64.

@@ -568,16 +568,11 @@ cudaError_t gemm_epilogue(Dt dtype, void* c, int64_t M, int64_t N, const void* b
                           const void* add, int64_t add_ld, void* gelu_out, const void* pre,
                           int64_t pre_ld, cudaStream_t stream) {
   if (M * N == 0) return cudaSuccess;
-  if (dtype != Dt::F32 && dtype != Dt::F64) return cudaErrorInvalidValue;
-  return dispatch_float(dtype, [&]<typename T>() -> cudaError_t {
-    if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
-      return cudaErrorInvalidValue;
-    } else {
-      gemm_epilogue_kernel<T><<<blocks_for(M * N), kThreads, 0, stream>>>(
-          static_cast<T*>(c), M, N, static_cast<const T*>(bias), static_cast<const T*>(add), add_ld,
-          static_cast<T*>(gelu_out), static_cast<const T*>(pre), pre_ld);
-      return cudaGetLastError();
-    }
+  return dispatch_float(dtype, [&]<typename T>() {  // float32, float64; else invalid
+    gemm_epilogue_kernel<T><<<blocks_for(M * N), kThreads, 0, stream>>>(
+        static_cast<T*>(c), M, N, static_cast<const T*>(bias), static_cast<const T*>(add), add_ld,
+        static_cast<T*>(gelu_out), static_cast<const T*>(pre), pre_ld);
+    return cudaGetLastError();
   });
 }
 

@@ -354,18 +354,11 @@ template <typename T, typename Acc>
 cudaError_t launch_layer_norm_params(const T* x, Stat mean, Stat rstd, const T* dy, T* dw, T* db,
                                      int64_t rows, int64_t cols, cudaStream_t stream) {
   const int64_t tiles = std::min((cols + kTile - 1) / kTile, kMaxGrid);
-  const int64_t strips = std::clamp<int64_t>((2 * sm_count() + tiles - 1) / tiles, 1,
-                                             std::max<int64_t>(1, rows / (4 * kTile)));
-  const int64_t strip_rows = strips > 1 ? (rows + strips - 1) / strips : std::max<int64_t>(rows, 1);
+  const int64_t strips = strips_to_fill(tiles, rows, 4 * kTile);
+  const int64_t strip_rows = (rows + strips - 1) / strips;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(strips)), block(kTile, kTile);
-  double* partial = nullptr;
-  if (strips > 1 && cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                                    static_cast<size_t>(2 * strips * cols) * sizeof(double),
-                                    stream) != cudaSuccess) {
-    (void)cudaGetLastError();  // no stream-ordered allocator here: one strip
-    partial = nullptr;
-  }
-  if (!partial) {
+  double* partial = strips > 1 ? stream_scratch<double>(2 * strips * cols, stream) : nullptr;
+  if (!partial) {  // one strip (also where there is no stream-ordered allocator)
     const dim3 one(static_cast<unsigned>(tiles));
     layer_norm_params_kernel<T, Acc><<<one, block, 0, stream>>>(
         x, mean, rstd, dy, dw, db, rows, cols, std::max<int64_t>(rows, 1), nullptr);

@@ -244,23 +244,16 @@ __global__ void column_sum_finish_kernel(Reduce op, const Acc<T>* partial, int64
 template <typename T>
 cudaError_t launch_column_sum(Reduce op, const T* x, const View& y, int64_t R, int64_t C,
                               int64_t ld, cudaStream_t stream) {
-  const int sms = sm_count();
   const int64_t col_blocks = (C + 31) / 32;
-  const int64_t strips = std::clamp<int64_t>((2 * sms + col_blocks - 1) / col_blocks, 1,
-                                             std::max<int64_t>(1, R / (4 * kColumnLanes)));
+  const int64_t strips = strips_to_fill(col_blocks, R, 4 * kColumnLanes);
   const int64_t rows = (R + strips - 1) / strips;
-  Acc<T>* partial = nullptr;
-  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                                  static_cast<size_t>(strips * C) * sizeof(Acc<T>), stream);
-  if (e != cudaSuccess) {  // no stream-ordered allocator here: the caller's general kernel
-    (void)cudaGetLastError();
-    return cudaErrorNotSupported;
-  }
+  Acc<T>* partial = stream_scratch<Acc<T>>(strips * C, stream);
+  if (!partial) return cudaErrorNotSupported;  // the caller's general kernel then
   column_sum_kernel<T><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(strips)),
                          dim3(32, kColumnLanes), 0, stream>>>(x, R, C, ld, rows, partial);
   column_sum_finish_kernel<T>
       <<<blocks_for(C, kThreads), kThreads, 0, stream>>>(op, partial, strips, C, R, y);
-  e = cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
   const cudaError_t f = cudaFreeAsync(partial, stream);
   return e != cudaSuccess ? e : f;
 }
