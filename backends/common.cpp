@@ -208,5 +208,8 @@ std::string get_float32_matmul_precision() {
   return std::string(kPrecisionNames[static_cast<int>(g_matmul_precision.load())]);
 }
 MatmulPrecision float32_matmul_precision() { return g_matmul_precision; }
+const char* float32_matmul_precision_for(std::string_view mode) {
+  return mode == "bf16" ? "medium" : mode == "tf32" ? "high" : "highest";
+}
 
 }  // namespace vitrine

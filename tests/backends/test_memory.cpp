@@ -37,4 +37,8 @@ TEST_CASE("set_float32_matmul_precision: highest, high or medium, anything else 
   CHECK(ops::matmul(a, b).item() == 2.0 + 1.0 / 1024);
   set_float32_matmul_precision("highest");
   CHECK(float32_matmul_precision() == MatmulPrecision::Highest);
+  // train.precision's and vitrine-bench --precision's names.
+  CHECK(std::string(float32_matmul_precision_for("bf16")) == "medium");
+  CHECK(std::string(float32_matmul_precision_for("tf32")) == "high");
+  CHECK(std::string(float32_matmul_precision_for("fp32")) == "highest");
 }

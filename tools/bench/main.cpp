@@ -112,9 +112,7 @@ int run(const Cli& cli) {
   model->class_token_shortcut = !cli.full_last_block;
   const Device device = Device::parse(cli.device);
   model->to(device);
-  set_float32_matmul_precision(cli.precision == "bf16"   ? "medium"
-                               : cli.precision == "tf32" ? "high"
-                                                         : "highest");
+  set_float32_matmul_precision(float32_matmul_precision_for(cli.precision));
   // A GPU runs asynchronously: a timed repeat ends when its results could be read (one element
   // of a parameter, which the last step's update wrote). The CPU needs no wait.
   std::function<void()> sync;

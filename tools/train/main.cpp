@@ -32,7 +32,6 @@
 #include "tools/train/config.h"
 #include "tools/train/datasets.h"
 #include "tools/train/fit.h"
-#include "tools/train/options.h"
 #include "tools/train/progress.h"
 #include "tools/train/report.h"
 #include "tools/train/trainer.h"
@@ -220,7 +219,8 @@ int evaluate_checkpoint(const Options& o) {
   const tr::TrainConfig cfg = tr::TrainConfig::from_json(config);
   const Device device = Device::parse(cfg.train.device);
   model->to(device);
-  set_float32_matmul_precision(tr::matmul_precision_for(cfg.train.precision));
+  // As the trainer: the run's own test pass computed under its train.precision.
+  set_float32_matmul_precision(float32_matmul_precision_for(cfg.train.precision));
   const bool tta = cfg.train.tta_hflip;
   fmt::print("evaluating {} ({}) on {} ({} images{}{}; config from {})\n", o.eval, spec.describe(),
              test->source(), test->size(), tta ? ", with flip test-time augmentation" : "",

@@ -96,8 +96,4 @@ json TrainConfig::to_json() const {
           {"train", train}};
 }
 
-const char* matmul_precision_for(const std::string& train_precision) {
-  return train_precision == "bf16" ? "medium" : train_precision == "tf32" ? "high" : "highest";
-}
-
 }  // namespace vitrine::train

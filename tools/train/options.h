@@ -86,12 +86,6 @@ struct TrainOptions {
   double bucket_mb = 25;  // DistributedDataParallel's gradient bucket size
 };
 
-/// train.precision as the GPU's float32 matmul precision (set_float32_matmul_precision): "fp32"
-/// -> "highest", "tf32" -> "high", "bf16" -> "medium". The trainer and `vitrine-train --eval`
-/// both apply it, so that evaluating a checkpoint computes as the run's own test pass did (the
-/// CPU computes in float32 whatever it says).
-const char* matmul_precision_for(const std::string& train_precision);
-
 // The sections' fields are their JSON keys: nlohmann's to_json / from_json for each (a key absent
 // from the JSON keeps the field's default).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimOptions, name, lr, weight_decay, betas, eps,

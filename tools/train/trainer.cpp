@@ -114,7 +114,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
   classes_ = train_set_->classes();
   // train.precision: the GPU's float32 products in float32, TF32 or bfloat16 (with float32
   // accumulation and master weights); the CPU computes in float32 whatever it says.
-  set_float32_matmul_precision(matmul_precision_for(t.precision));
+  set_float32_matmul_precision(float32_matmul_precision_for(t.precision));
 
   const models::ClassifierSpec& spec = cfg_.model;
   if (!build) build = [&spec](Generator& g) { return spec.build(g); };
