@@ -174,16 +174,32 @@ struct PanelView {
 ///      accumulating, C on the first), row stride ld_in; null: zero. bias (may be null): added
 ///      to every row (bias[0..31]).
 ///   m0/m1: which of the tile's 32 columns exist in C.
+///   next: the next strip's A[i + MR][k0] (row-major A only), or null; its first next_rows rows
+///      are prefetched into L1 over the k loop, one cache line per step, so that the next strip's
+///      first panel finds them there (A is read in place, not packed, and its rows stream in from
+///      L3 or memory otherwise).
+/// The tile of C is prefetched first: it is stored (and on later depth slices loaded) at the end.
 template <int MR, bool ATrans, bool Masked>
 __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a, int64_t lda,
                                                      const float* b, int64_t ldbk, float* c,
                                                      int64_t ldc, const float* c_in, int64_t ld_in,
-                                                     const float* bias, __mmask16 m0,
-                                                     __mmask16 m1) {
+                                                     const float* bias, __mmask16 m0, __mmask16 m1,
+                                                     const float* next, int next_rows) {
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int i = 0; i < MR; ++i) {
+    acc0[i] = acc1[i] = _mm512_setzero_ps();
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
+  }
+  // The next strip's line to prefetch: row r, columns col .. col + 15.
+  int r = 0;
+  int64_t col = next != nullptr ? 0 : kc;
   for (int64_t k = 0; k < kc; ++k) {
+    if (col < kc) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + r * lda + col), _MM_HINT_T0);
+      if (++r == next_rows) r = 0, col += 16;
+    }
     const float* bk = b + k * ldbk;
     const __m512 b0 = Masked ? _mm512_maskz_loadu_ps(m0, bk) : _mm512_loadu_ps(bk);
     const __m512 b1 = Masked ? _mm512_maskz_loadu_ps(m1, bk + 16) : _mm512_loadu_ps(bk + 16);
@@ -231,7 +247,8 @@ __attribute__((target("avx512f"))) void add_row_sums(int64_t kc, const float* a,
 }
 
 using Kernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
-                        const float*, int64_t, const float*, __mmask16, __mmask16);
+                        const float*, int64_t, const float*, __mmask16, __mmask16, const float*,
+                        int);
 
 template <bool ATrans, bool Masked, int... R>
 constexpr std::array<Kernel, sizeof...(R)> kernel_row(std::integer_sequence<int, R...>) {
@@ -275,13 +292,17 @@ void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int6
       for (int64_t i = m0; i < m1; i += kMR) {
         const int mr = static_cast<int>(std::min<int64_t>(kMR, m1 - i));
         const float* ai = a_trans ? a + k0 * lda + i : a + i * lda + k0;
+        // The next strip of a row-major A is prefetched during this strip's first panel (a
+        // transposed A's next strip shares its cache lines).
+        const int next_rows = static_cast<int>(std::min<int64_t>(kMR, m1 - i - kMR));
+        const float* next = !a_trans && next_rows > 0 ? ai + kMR * lda : nullptr;
         for (int64_t p = n0 / kNR; p * kNR < n1; ++p) {
           const int64_t cols = std::min<int64_t>(kNR, N - p * kNR);
           const bool masked = !packed && cols < kNR;
           kKernels[a_trans][masked][mr - 1](
               kc, ai, lda, bv.at + p * bv.panel + k0 * bv.row, bv.row, c + i * ldc + p * kNR, ldc,
               in ? in + i * ld_in + p * kNR : nullptr, ld_in, bias ? bias + p * kNR : nullptr,
-              column_mask(cols), column_mask(cols - 16));
+              column_mask(cols), column_mask(cols - 16), p == n0 / kNR ? next : nullptr, next_rows);
         }
         // A's row sums, once per strip and depth slice, while the strip is in L1.
         if (ep.a_row_sums != nullptr && n0 == 0) add_row_sums(kc, ai, lda, mr, ep.a_row_sums + i);
