@@ -30,8 +30,23 @@ struct Targets {  // for grad(): where to capture instead of accumulating
   bool active() const { return results != nullptr; }
 };
 
-Tensor sum_grads(const Tensor& a, const Tensor& b) {
+/// Whether nothing but the caller's reference holds t or its memory, so that it may be
+/// overwritten: a fresh result of a backward rule, not one that add's rule hands to both of its
+/// inputs, nor a view of a saved tensor.
+bool exclusive(const Tensor& t) {
+  return t.is_contiguous() && t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1;
+}
+
+/// a + b, the sum of two gradients that reach the same place (a may be undefined: then b).
+/// Without create_graph the sum goes into whichever of the two is exclusive, as PyTorch's
+/// InputBuffer accumulates in place: no new buffer, one pass fewer over memory. Float addition
+/// is commutative, so b + a there is a + b, bit for bit.
+Tensor sum_grads(Tensor a, Tensor b) {
   if (!a.defined()) return b;
+  if (!GradMode::is_enabled() && a.shape() == b.shape() && a.dtype() == b.dtype()) {
+    if (exclusive(a)) return a.add_(b);
+    if (exclusive(b)) return b.add_(a);
+  }
   return ops::add(a, b);
 }
 
@@ -59,9 +74,7 @@ void accumulate(TensorImpl& t, Tensor g, bool create_graph) {
       t.grad = g.clone().impl_ptr();
       return;
     }
-    const bool exclusive =
-        g.is_contiguous() && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1;
-    t.grad = (exclusive ? g.detach() : g.detach().clone()).impl_ptr();
+    t.grad = (exclusive(g) ? g.detach() : g.detach().clone()).impl_ptr();
     return;
   }
   Tensor cur(t.grad);
@@ -88,7 +101,7 @@ struct LeafSums {
   void add(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
     auto [it, fresh] = sums.try_emplace(leaf.get(), Entry{leaf, Tensor()});
     if (fresh) order.push_back(leaf.get());
-    it->second.sum = sum_grads(it->second.sum, g);
+    it->second.sum = sum_grads(std::move(it->second.sum), g);
   }
 };
 
@@ -147,7 +160,7 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
     }
     Node* n = y.grad_fn().get();
     if (!pending.count(n)) roots.push_back(n);
-    pending[n] = sum_grads(pending[n], g);
+    pending[n] = sum_grads(std::move(pending[n]), std::move(g));
   }
 
   // 1. Dependency counts over the reachable graph (iterative DFS).
@@ -191,7 +204,7 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
         accumulate(*out, g, create_graph);
       if (targets.active()) {
         if (auto it = targets.nodes.find(n); it != targets.nodes.end())
-          (*targets.results)[it->second] = sum_grads((*targets.results)[it->second], g);
+          (*targets.results)[it->second] = sum_grads(std::move((*targets.results)[it->second]), g);
       }
       VT_CHECK(n->fn != nullptr,
                "backward: the graph through '{}' was already freed by an earlier backward; "
@@ -211,13 +224,13 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
       const Edge& e = n->inputs[i];
       if (!e.defined()) continue;
       if (i < grads.size() && grads[i].defined()) {
-        Tensor gi = grads[i];
+        Tensor gi = std::move(grads[i]);
         if (!(gi.shape() == e.shape)) gi = ops::sum_to(gi, e.shape);
         VT_ASSERT(gi.dtype() == e.dtype);
         if (e.leaf)
           leaves.add(e.leaf, gi);
         else
-          pending[e.node.get()] = sum_grads(pending[e.node.get()], gi);
+          pending[e.node.get()] = sum_grads(std::move(pending[e.node.get()]), std::move(gi));
       }
       if (e.leaf && --leaves.pending[e.leaf.get()] == 0)
         finish_leaf(leaves, e.leaf.get(), create_graph, targets);

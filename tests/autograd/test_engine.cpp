@@ -337,6 +337,31 @@ TEST_CASE("backward: leaves given the same gradient tensor get separate .grad() 
   check_close(w.grad(), {3});
 }
 
+TEST_CASE("backward: gradients summed in place never change one that is shared or kept") {
+  // Two gradients reaching one node are summed into whichever of them nothing else holds (as
+  // PyTorch's InputBuffer). Here h = 2x feeds an add twice and a product: the add's rule hands
+  // the same dy to both of its inputs, and a hook keeps the first gradient that reaches u.
+  Tensor x = ops::tensor({1, 2});
+  x.requires_grad_();
+  Tensor h = x * 2.0;
+  Tensor u = h + h;  // d/dh: dy twice, the same tensor
+  Tensor kept;
+  u.register_hook([&](const Tensor& g) { kept = g; });  // holds u's gradient, not a copy
+  Tensor z = ops::sum(u * 3.0) + ops::sum(h * h);
+  z.backward();
+  check_close(kept, {3, 3});        // unchanged by the sums that followed
+  check_close(x.grad(), {20, 28});  // dz/dh = 3 + 3 + 2h = 6 + 4x; times 2
+  // Without create_graph the sums are plain (no graph); with it they stay differentiable.
+  Tensor y = ops::tensor({3});
+  y.requires_grad_();
+  Tensor w = y * y;
+  Tensor gy = vitrine::grad({ops::sum(w + w * y)}, {y}, {}, true, true)[0];  // 2y + 3y^2
+  check_close(gy, {33});
+  CHECK(gy.requires_grad());
+  gy.sum().backward();  // d/dy (2y + 3y^2) = 2 + 6y
+  check_close(y.grad(), {20});
+}
+
 TEST_CASE("backward: post-accumulate hooks run as soon as a leaf's gradient is complete") {
   // y = sum(tanh(tanh(x * w1) * w2)): backward reaches w2 before w1. When w2's hook runs, its
   // .grad() holds the total (both uses of w2 summed, plus what an earlier backward left) and w1
