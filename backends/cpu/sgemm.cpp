@@ -2,14 +2,15 @@
 //
 //   B row-major: read in place                     B[k][n] = b[k * ldb + n]
 //   B transposed (a weight): packed once           Bp[p][k][0..31], panels of 32 columns
-//   runs of rows of C, taken by threads as they   rows [m0, m1) each, in strips of 12
-//   come free (thread_pool.h)
+//   runs of C's units (12-row strip x 32-column   equal numbers of units, strip by strip; a run
+//   panel), taken by threads as they come free    may start or end inside a strip
+//   (thread_pool.h)
 //     for each depth slice k0 .. k0+kc (kc <= 256)
 //       for each block of up to 512 columns        B[k0..k0+kc, block]: at most 512 KiB, in L2
 //         for each 12-row strip of A               A[i..i+12, k0..k0+kc]: 12 KiB, stays in L1
-//           for each panel p of 32 columns
+//           for each of the run's panels p         (the first prefetches the next strip of A)
 //             micro-kernel: C[i..i+12, 32p..32p+32] (+)= A strip x panel, 24 zmm accumulators
-//           on the last depth slice: GELU (or its gradient) on C[i..i+12, block], in cache
+//           on the last depth slice: GELU (or its gradient) on those columns, in cache
 //
 // Each step of the micro-kernel's k loop loads two 16-float vectors of B and broadcasts 12
 // floats of A (one per row of the strip; A may be stored transposed, as dy^T in dW = dy^T x,
@@ -274,11 +275,19 @@ void gelu_epilogue(const SgemmEpilogue& ep, int64_t i, int mr, int64_t n0, int64
   }
 }
 
-/// Rows [m0, m1) of C, every column.
-void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int64_t lda,
-              bool a_trans, const PanelView& bv, bool packed, float* c, int64_t ldc,
-              bool accumulate, const SgemmEpilogue& ep) {
+/// The work on C in units of one strip of rows by one panel of columns, strip by strip: unit u
+/// is strip u / panels (rows 12 s .. 12 s + 11), panel u % panels. Runs of equal numbers of
+/// units balance the threads even where the strips do not divide among them (a weight gradient
+/// of 128 rows has 11 strips): a run may start or end inside a strip, and then two runs compute
+/// different columns of it.
+///
+/// Units [u0, u1) of C.
+void run_units(int64_t u0, int64_t u1, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+               bool a_trans, const PanelView& bv, bool packed, float* c, int64_t ldc,
+               bool accumulate, const SgemmEpilogue& ep) {
   const bool gelu = ep.gelu_out != nullptr || ep.gelu_pre != nullptr;
+  const int64_t panels = (N + kNR - 1) / kNR;
+  const int64_t s0 = u0 / panels, s1 = (u1 - 1) / panels + 1;  // the strips touched
   for (int64_t k0 = 0; k0 < K; k0 += kKC) {
     const int64_t kc = std::min(kKC, K - k0);
     const bool first = k0 == 0, last = k0 + kc == K;
@@ -289,24 +298,31 @@ void run_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, const float* a, int6
     const float* bias = first ? ep.bias : nullptr;
     for (int64_t n0 = 0; n0 < N; n0 += kNC) {
       const int64_t n1 = std::min(N, n0 + kNC);
-      for (int64_t i = m0; i < m1; i += kMR) {
-        const int mr = static_cast<int>(std::min<int64_t>(kMR, m1 - i));
+      for (int64_t s = s0; s < s1; ++s) {
+        const int64_t i = s * kMR;
+        const int mr = static_cast<int>(std::min<int64_t>(kMR, M - i));
+        // This run's panels of strip s in this block of columns.
+        const int64_t p0 = std::max(n0 / kNR, u0 - s * panels);
+        const int64_t p1 = std::min((n1 + kNR - 1) / kNR, u1 - s * panels);
+        if (p0 >= p1) continue;
         const float* ai = a_trans ? a + k0 * lda + i : a + i * lda + k0;
         // The next strip of a row-major A is prefetched during this strip's first panel (a
         // transposed A's next strip shares its cache lines).
-        const int next_rows = static_cast<int>(std::min<int64_t>(kMR, m1 - i - kMR));
+        const int next_rows =
+            s + 1 < s1 ? static_cast<int>(std::min<int64_t>(kMR, M - i - kMR)) : 0;
         const float* next = !a_trans && next_rows > 0 ? ai + kMR * lda : nullptr;
-        for (int64_t p = n0 / kNR; p * kNR < n1; ++p) {
+        for (int64_t p = p0; p < p1; ++p) {
           const int64_t cols = std::min<int64_t>(kNR, N - p * kNR);
           const bool masked = !packed && cols < kNR;
           kKernels[a_trans][masked][mr - 1](
               kc, ai, lda, bv.at + p * bv.panel + k0 * bv.row, bv.row, c + i * ldc + p * kNR, ldc,
               in ? in + i * ld_in + p * kNR : nullptr, ld_in, bias ? bias + p * kNR : nullptr,
-              column_mask(cols), column_mask(cols - 16), p == n0 / kNR ? next : nullptr, next_rows);
+              column_mask(cols), column_mask(cols - 16), p == p0 ? next : nullptr, next_rows);
         }
-        // A's row sums, once per strip and depth slice, while the strip is in L1.
-        if (ep.a_row_sums != nullptr && n0 == 0) add_row_sums(kc, ai, lda, mr, ep.a_row_sums + i);
-        if (gelu && last) gelu_epilogue(ep, i, mr, n0, n1, c, ldc);
+        // A's row sums, once per strip and depth slice (by the run with the strip's first
+        // panel), while the strip is in L1.
+        if (ep.a_row_sums != nullptr && p0 == 0) add_row_sums(kc, ai, lda, mr, ep.a_row_sums + i);
+        if (gelu && last) gelu_epilogue(ep, i, mr, p0 * kNR, std::min(N, p1 * kNR), c, ldc);
       }
     }
   }
@@ -352,18 +368,19 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
     run_chunks_of(panels, 1, threads, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) pack_panel(p, N, K, b, ldb, bp);
     });  // (B is packed before any row reads it)
-  // Runs of contiguous strips, taken as threads come free: a thread the operating system puts
-  // aside holds up no more than its current run. Up to kChunksPerThread runs per thread, but at
-  // least 16 strips each (each run streams the blocks of B once more), and one per thread at
-  // least.
+  // Runs of contiguous units (run_units), taken as threads come free: a thread the operating
+  // system puts aside holds up no more than its current run. Up to kChunksPerThread runs per
+  // thread, but at least 16 strips' worth each (each run streams the blocks of B once more), and
+  // one per thread at least.
   const int64_t runs =
       std::min(strips, std::clamp<int64_t>(strips / 16, threads, threads * kChunksPerThread));
+  const int64_t units = strips * panels;
   run_chunks_of(runs, 1, threads, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t s0 = strips * r / runs, s1 = strips * (r + 1) / runs;
-      if (s0 < s1)
-        run_rows(s0 * kMR, std::min(M, s1 * kMR), N, K, a, lda, a_trans, bv, b_trans, c, ldc,
-                 accumulate && !ep.bias && !ep.add, ep);
+      const int64_t u0 = units * r / runs, u1 = units * (r + 1) / runs;
+      if (u0 < u1)
+        run_units(u0, u1, M, N, K, a, lda, a_trans, bv, b_trans, c, ldc,
+                  accumulate && !ep.bias && !ep.add, ep);
     }
   });
   return true;

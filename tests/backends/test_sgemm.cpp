@@ -1,7 +1,7 @@
 // Vitrine's own float32 GEMM (backends/cpu/sgemm.cpp) against a float64 reference: every edge of
 // its tiling (rows not a multiple of 12, columns not a multiple of 32 or over one 512 block,
-// depth over one 256 slice), both layouts of A and of B, row strides wider than the rows,
-// accumulation, bias, and the shapes it declines.
+// depth over one 256 slice, threads' runs that split a strip), both layouts of A and of B, row
+// strides wider than the rows, accumulation, bias, and the shapes it declines.
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -117,6 +117,12 @@ TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumul
       // A's row sums (dW = dy^T x and db): one slice, and three slices over two column blocks
       {50, 45, 128, false, false, 0, false, true, 4},
       {61, 600, 520, false, false, 2, false, true, 4},
+      // runs that start or end inside a strip (11 strips of 128 rows, on two threads or more):
+      // a weight gradient with its row sums (44 units: the 6th strip is split 2 + 2), fc1's
+      // GELU and its gradient (33 units: split 1 + 2)
+      {128, 128, 640, false, false, 0, false, true, 4},
+      {128, 96, 300, true, false, 0, true, false, 2},
+      {128, 96, 300, false, false, 0, false, false, 3},
   };
   uint32_t seed = 1;
   for (const Case& t : cases) {
