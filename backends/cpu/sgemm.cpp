@@ -179,7 +179,9 @@ struct PanelView {
 ///      are prefetched into L1 over the k loop, one cache line per step, so that the next strip's
 ///      first panel finds them there (A is read in place, not packed, and its rows stream in from
 ///      L3 or memory otherwise).
-/// The tile of C is prefetched first: it is stored (and on later depth slices loaded) at the end.
+/// With a row-major A the tile of C is prefetched first: it is stored at the end, and there C is
+/// large and written for the first time (activations), not in cache. A weight gradient's C (with
+/// a transposed A) is small and stays in L2; prefetching it there measured slower.
 template <int MR, bool ATrans, bool Masked>
 __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a, int64_t lda,
                                                      const float* b, int64_t ldbk, float* c,
@@ -190,8 +192,10 @@ __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a,
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     acc0[i] = acc1[i] = _mm512_setzero_ps();
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
+    if constexpr (!ATrans) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
+    }
   }
   // The next strip's line to prefetch: row r, columns col .. col + 15.
   int r = 0;
