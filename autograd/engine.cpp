@@ -98,10 +98,10 @@ struct LeafSums {
   std::vector<TensorImpl*> order;
   std::unordered_map<const TensorImpl*, Entry> sums;
   std::unordered_map<const TensorImpl*, int> pending;
-  void add(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+  void add(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
     auto [it, fresh] = sums.try_emplace(leaf.get(), Entry{leaf, Tensor()});
     if (fresh) order.push_back(leaf.get());
-    it->second.sum = sum_grads(std::move(it->second.sum), g);
+    it->second.sum = sum_grads(std::move(it->second.sum), std::move(g));
   }
 };
 
@@ -155,7 +155,7 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
     VT_CHECK(g.dtype() == y.dtype(), "backward: gradient dtype {} for output {} of dtype {}",
              dtype_name(g.dtype()), i, dtype_name(y.dtype()));
     if (y.is_leaf()) {
-      leaves.add(y.impl_ptr(), g);
+      leaves.add(y.impl_ptr(), std::move(g));
       continue;
     }
     Node* n = y.grad_fn().get();
@@ -228,7 +228,7 @@ void run(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads_in
         if (!(gi.shape() == e.shape)) gi = ops::sum_to(gi, e.shape);
         VT_ASSERT(gi.dtype() == e.dtype);
         if (e.leaf)
-          leaves.add(e.leaf, gi);
+          leaves.add(e.leaf, std::move(gi));
         else
           pending[e.node.get()] = sum_grads(std::move(pending[e.node.get()]), std::move(gi));
       }

@@ -340,17 +340,27 @@ TEST_CASE("backward: leaves given the same gradient tensor get separate .grad() 
 TEST_CASE("backward: gradients summed in place never change one that is shared or kept") {
   // Two gradients reaching one node are summed into whichever of them nothing else holds (as
   // PyTorch's InputBuffer). Here h = 2x feeds an add twice and a product: the add's rule hands
-  // the same dy to both of its inputs, and a hook keeps the first gradient that reaches u.
-  Tensor x = ops::tensor({1, 2});
-  x.requires_grad_();
-  Tensor h = x * 2.0;
-  Tensor u = h + h;  // d/dh: dy twice, the same tensor
-  Tensor kept;
-  u.register_hook([&](const Tensor& g) { kept = g; });  // holds u's gradient, not a copy
-  Tensor z = ops::sum(u * 3.0) + ops::sum(h * h);
-  z.backward();
-  check_close(kept, {3, 3});        // unchanged by the sums that followed
-  check_close(x.grad(), {20, 28});  // dz/dh = 3 + 3 + 2h = 6 + 4x; times 2
+  // the same dy to both of its inputs, and a hook keeps the gradient that reaches u. The two
+  // orders of the sum put the shared gradient first, then second, at h.
+  for (const bool add_first : {true, false}) {
+    CAPTURE(add_first);
+    Tensor x = ops::tensor({1, 2});
+    x.requires_grad_();
+    Tensor h = x * 2.0;
+    Tensor u = h + h;  // d/dh: dy twice, the same tensor
+    Tensor kept;
+    u.register_hook([&](const Tensor& g) { kept = g; });  // holds u's gradient, not a copy
+    Tensor z =
+        add_first ? ops::sum(u * 3.0) + ops::sum(h * h) : ops::sum(h * h) + ops::sum(u * 3.0);
+    z.backward();
+    check_close(kept, {3, 3});        // unchanged by the sums that followed
+    check_close(x.grad(), {20, 28});  // dz/dh = 3 + 3 + 2h = 6 + 4x; times 2
+    // A leaf's gradients are summed the same way (the add's dy reaches it twice).
+    Tensor l = ops::tensor({1, 2});
+    l.requires_grad_();
+    (add_first ? ops::sum(l + l) + ops::sum(l * l) : ops::sum(l * l) + ops::sum(l + l)).backward();
+    check_close(l.grad(), {4, 6});  // 2 + 2l
+  }
   // Without create_graph the sums are plain (no graph); with it they stay differentiable.
   Tensor y = ops::tensor({3});
   y.requires_grad_();
