@@ -4,7 +4,8 @@
 // on registers, nothing loaded: what no GEMM can beat) at 1 and 2 threads, then own_sgemm's
 // GFLOP/s on the products of an fmnist training step (128 images of 50 tokens, dim 128, MLP 256)
 // at the pool's thread count: the forward and dx (A row-major) and the weight gradients (A
-// transposed). Best of 7 timings of 20 calls each.
+// transposed); first, one small product whose operands stay in cache, which runs on one thread.
+// Best of 7 timings of 20 calls each.
 //
 // Build from the repository root against a Release build (not part of the CMake build):
 //   g++ -O3 -std=c++20 -I. bench/own_gemm_shapes.cpp -Lbuild-rel -lvitrine
@@ -85,6 +86,9 @@ int main() {
     bool a_trans, b_trans;
   };
   const Shape shapes[] = {
+      // A and B in L1 and L2, one thread (under 2^20 multiply-adds): the micro-kernel with
+      // nothing to wait for, to set against the FMA peak of one thread
+      {"in cache     A B", 48, 64, 256, false, false},
       {"qkv forward  x W^T", 6400, 384, 128, false, true},
       {"fc1 forward  x W^T", 6400, 256, 128, false, true},
       {"fc2 dx       dy W", 6400, 128, 256, false, false},
