@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/sgemm.h"
 #include "backends/cpu/thread_wait.h"
 #include "test_util.h"
 #include "tools/bench/bench.h"
@@ -24,6 +25,48 @@ TEST_CASE("bench: forward FLOPs of the fmnist preset, counted by hand") {
   CHECK(bench::forward_flops(c) == expected);
   CHECK(expected == 86526464.0);  // the figure bench/torch_bench.py --self-check prints
   CHECK(bench::train_flops(c) == 3 * expected);
+}
+
+TEST_CASE("bench: a block's products in a training step of the fmnist preset, and their timing") {
+  // 128 images of 50 tokens: 6400 rows; dim 128, qkv 384, MLP 256.
+  const auto c = models::ViTConfig::preset("fmnist");
+  const std::vector<bench::Product> ps = bench::block_products(c, 128);
+  REQUIRE(ps.size() == 12);
+  auto is = [](const bench::Product& p, const char* name, int64_t M, int64_t N, int64_t K, bool at,
+               bool bt) {
+    CAPTURE(p.name);
+    CHECK(p.name == name);
+    CHECK(p.M == M);
+    CHECK(p.N == N);
+    CHECK(p.K == K);
+    CHECK(p.a_trans == at);
+    CHECK(p.b_trans == bt);
+  };
+  is(ps[0], "qkv forward", 6400, 384, 128, false, true);
+  is(ps[1], "qkv dx", 6400, 128, 384, false, false);
+  is(ps[2], "qkv dW", 384, 128, 6400, true, false);
+  is(ps[4], "proj dx", 6400, 128, 128, false, false);
+  is(ps[7], "fc1 dx", 6400, 128, 256, false, false);
+  is(ps[9], "fc2 forward", 6400, 128, 256, false, true);
+  is(ps[10], "fc2 dx", 6400, 256, 128, false, false);
+  is(ps[11], "fc2 dW", 128, 256, 6400, true, false);
+  // The forward products are forward_flops' linear layers of one block, per image; dx and dW
+  // each cost as much again.
+  double fwd = 0, dx = 0, dw = 0;
+  for (size_t i = 0; i < ps.size(); i += 3) {
+    fwd += ps[i].flops();
+    dx += ps[i + 1].flops();
+    dw += ps[i + 2].flops();
+  }
+  CHECK(fwd == 128 * (2.0 * 50 * 128 * 384 + 2.0 * 50 * 128 * 128 + 4.0 * 50 * 128 * 256));
+  CHECK(dx == fwd);
+  CHECK(dw == fwd);
+
+  // Timed: a product the own GEMM takes gets a rate; one it declines (under 48 rows), 0.
+  const bool own = cpu::gemm_policy() != cpu::GemmPolicy::Off;
+  CHECK((bench::own_sgemm_gflops(bench::block_products(c, 2)[0], 2, 2) > 0) == own);
+  CHECK(bench::own_sgemm_gflops({"small", 40, 64, 64, false, false}, 2, 2) == 0);
+  CHECK((bench::fma_peak_gflops(1) > 0) == cpu::cpu_has_avx512());
 }
 
 TEST_CASE("bench: statistics of repeats (median of odd and even counts, min, max)") {
@@ -48,7 +91,7 @@ TEST_CASE("bench-cli: a tiny config end to end, then bad input with its messages
   ProcessResult r = run_process(
       exe,
       {"--model", dir / "tiny.json", "--batch", "4", "--warmup", "1", "--repeats", "2", "--steps",
-       "1", "--threads", "1", "--what", "train,infer,explain", "--json", dir / "out.json"},
+       "1", "--threads", "1", "--what", "train,infer,explain,gemm", "--json", dir / "out.json"},
       dir, "tiny");
   INFO(r.output);
   REQUIRE(r.code == 0);
@@ -70,6 +113,20 @@ TEST_CASE("bench-cli: a tiny config end to end, then bad input with its messages
   CHECK(j["memory"]["peak_rss_mb"].get<double>() >= j["memory"]["train_peak_mb"].get<double>());
   CHECK(j["explain"].size() == 8);
   CHECK(j["explain"]["chefer"]["median"].get<double>() > 0);
+  // --what gemm: the FMA peak and the own GEMM on the in-cache product and the block's 12, which
+  // it declines at width 8 (fewer than 16 columns or a depth under 8): OpenBLAS's.
+  if (cpu::cpu_has_avx512()) {
+    CHECK(j["gemm_products"]["fma_peak_gflops"]["1"].get<double>() > 0);
+    REQUIRE(j["gemm_products"]["products"].size() == 13);
+    CHECK(j["gemm_products"]["products"][1]["name"] == "qkv forward");
+    CHECK(j["gemm_products"]["products"][1]["M"] == 4 * 5);  // 4 images of 4 patches + 1
+    CHECK(j["gemm_products"]["products"][1]["gflops"] == 0);
+    CHECK(r.output.find("(not taken: OpenBLAS's)") != std::string::npos);
+    if (cpu::gemm_policy() != cpu::GemmPolicy::Off)
+      CHECK(j["gemm_products"]["products"][0]["gflops"].get<double>() > 0);
+  } else {
+    CHECK(r.output.find("own GEMM: not on this CPU (it needs AVX-512)") != std::string::npos);
+  }
 
   r = run_process(exe, {"--model", "bogus", "--json", dir / "bad.json"}, dir, "bogus");
   CHECK(r.code == 1);
@@ -77,7 +134,14 @@ TEST_CASE("bench-cli: a tiny config end to end, then bad input with its messages
   r = run_process(exe, {"--model", dir / "tiny.json", "--what", "nope", "--json", dir / "bad.json"},
                   dir, "what");
   CHECK(r.code == 1);
-  CHECK(r.output.find("--what: unknown part 'nope' (expected train, infer or explain") !=
+  CHECK(r.output.find("--what: unknown part 'nope' (expected train, infer, explain or gemm") !=
+        std::string::npos);
+  r = run_process(exe,
+                  {"--model", dir / "tiny.json", "--what", "gemm", "--device", "cuda", "--json",
+                   dir / "bad.json"},
+                  dir, "gemm_cuda");
+  CHECK(r.code == 1);
+  CHECK(r.output.find("--what gemm: times the CPU's own GEMM, not a product on cuda") !=
         std::string::npos);
   r = run_process(exe, {"--batch", "0"}, dir, "batch");
   CHECK(r.code == 2);

@@ -6,8 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <thread>
 
+#include "backends/cpu/sgemm.h"
 #include "ops/ops.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 namespace vitrine::bench {
 
@@ -77,6 +83,91 @@ double sgemm_peak_gflops(int64_t n, int reps, const Device& device) {
     best = std::max(best, 2.0 * n * n * n / s / 1e9);
   }
   return best;
+}
+
+namespace {
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/// 24 chains of fused multiply-adds, iters x 24 FMAs on registers; returns their lanes' sum (so
+/// that the loop is not optimised away).
+__attribute__((target("avx512f"))) float fma_chains(int64_t iters) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(1e-3f * static_cast<float>(i));
+  const __m512 b0 = _mm512_set1_ps(1.0000001f), b1 = _mm512_set1_ps(0.9999999f);
+  for (int64_t k = 0; k < iters; ++k) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; i += 2) {
+      acc[i] = _mm512_fmadd_ps(acc[i], b0, b1);
+      acc[i + 1] = _mm512_fmadd_ps(acc[i + 1], b1, b0);
+    }
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+#endif
+
+}  // namespace
+
+double fma_peak_gflops(int threads) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (!cpu::cpu_has_avx512() || threads < 1) return 0;
+  const int64_t iters = 5'000'000;  // about 0.05 s at 2.5 GHz
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {  // the best of three: a peak, not a moment of a busy host
+    std::vector<float> sums(static_cast<size_t>(threads));
+    std::vector<std::thread> pool;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&sums, t, iters] { sums[t] = fma_chains(iters); });
+    for (std::thread& th : pool) th.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, threads * static_cast<double>(iters) * 24 * 32 / s / 1e9);
+  }
+  return best;
+#else
+  (void)threads;
+  return 0;
+#endif
+}
+
+std::vector<Product> block_products(const models::ViTConfig& c, int64_t batch) {
+  const int64_t rows = batch * (c.num_patches() + c.prefix_tokens());
+  struct Layer {
+    const char* name;
+    int64_t out, in;
+  };
+  const Layer layers[] = {{"qkv", 3 * c.dim, c.dim},
+                          {"proj", c.dim, c.dim},
+                          {"fc1", c.mlp_dim, c.dim},
+                          {"fc2", c.dim, c.mlp_dim}};
+  std::vector<Product> ps;
+  for (const Layer& l : layers) {
+    const std::string n = l.name;
+    ps.push_back({n + " forward", rows, l.out, l.in, false, true});
+    ps.push_back({n + " dx", rows, l.in, l.out, false, false});
+    ps.push_back({n + " dW", l.out, l.in, rows, true, false});
+  }
+  return ps;
+}
+
+double own_sgemm_gflops(const Product& p, int64_t repeats, int64_t steps) {
+  std::vector<float> a(static_cast<size_t>(p.M * p.K), 0.5f),
+      b(static_cast<size_t>(p.K * p.N), 0.25f), c(static_cast<size_t>(p.M * p.N));
+  const int64_t lda = p.a_trans ? p.M : p.K, ldb = p.b_trans ? p.K : p.N;
+  bool taken = true;
+  const auto call = [&] {
+    taken = cpu::own_sgemm(p.M, p.N, p.K, a.data(), lda, p.a_trans, b.data(), ldb, p.b_trans,
+                           c.data(), p.N, false);
+  };
+  call();
+  if (!taken) return 0;
+  const std::vector<double> s = time_repeats(call, 0, repeats, steps);
+  return p.flops() * static_cast<double>(steps) / *std::min_element(s.begin(), s.end()) / 1e9;
 }
 
 double current_rss_mb() {

@@ -5,10 +5,12 @@
 // analytically, bench.h), the GFLOP/s achieved and their share of the machine's own sgemm peak,
 // the peak resident memory of training, and (--what explain) the time of every explanation
 // method on one image. bench/compare.py runs it side by side with PyTorch (bench/torch_bench.py,
-// same flags, same JSON).
+// same flags, same JSON). --what gemm times Vitrine's own GEMM on the products of the config's
+// linear layers against the CPU's FMA peak: how much of the machine the products get.
 //
 //   vitrine-bench --model fmnist --threads 2
 //   vitrine-bench --model vit_small_patch16_224 --what explain --json vits.json
+//   vitrine-bench --model fmnist --what gemm
 //
 // Exit codes: 0 done, 1 error, 2 bad command line.
 #include <fmt/format.h>
@@ -64,6 +66,47 @@ void print_row(const std::string& what, const json& j) {
              j["gflops"].get<double>(), 100 * j["peak_share"].get<double>());
 }
 
+/// --what gemm: the FMA peak on one thread and on all, then the own GEMM's GFLOP/s on one product
+/// whose operands stay in cache (on one thread: the micro-kernel with nothing to wait for) and on
+/// each product of a block's linear layers in a training step (bench::block_products).
+json time_gemm(const models::ViTConfig& c, int64_t batch, int threads) {
+  const double peak1 = bench::fma_peak_gflops(1), peak = bench::fma_peak_gflops(threads);
+  json out = {{"fma_peak_gflops", {{"1", peak1}, {std::to_string(threads), peak}}}};
+  if (peak <= 0) {
+    fmt::print("\nown GEMM: not on this CPU (it needs AVX-512)\n");
+    out["products"] = json::array();
+    return out;
+  }
+  fmt::print("\nown GEMM, one block's products at batch {} ({} rows)\n", batch,
+             batch * (c.num_patches() + c.prefix_tokens()));
+  fmt::print("FMA peak: {:.1f} GFLOP/s on 1 thread, {:.1f} on {}\n", peak1, peak, threads);
+  fmt::print("{:<16} {:>6} {:>6} {:>6} {:>9} {:>8}\n", "product", "M", "N", "K", "GFLOP/s",
+             "of FMA");
+  std::vector<bench::Product> ps = {{"in cache", 48, 64, 256, false, false}};
+  for (bench::Product& p : bench::block_products(c, batch)) ps.push_back(std::move(p));
+  for (const bench::Product& p : ps) {
+    const double g = bench::own_sgemm_gflops(p);
+    // Under 2^20 multiply-adds own_sgemm runs on one thread (the in-cache row), so its share is
+    // of one thread's peak.
+    const double of = p.flops() < 2.0 * (1 << 20) ? peak1 : peak;
+    out["products"].push_back({{"name", p.name},
+                               {"M", p.M},
+                               {"N", p.N},
+                               {"K", p.K},
+                               {"a_trans", p.a_trans},
+                               {"b_trans", p.b_trans},
+                               {"gflops", g},
+                               {"fma_share", g / of}});
+    if (g > 0)
+      fmt::print("{:<16} {:>6} {:>6} {:>6} {:>9.1f} {:>7.0f}%\n", p.name, p.M, p.N, p.K, g,
+                 100 * g / of);
+    else
+      fmt::print("{:<16} {:>6} {:>6} {:>6} {:>9} (not taken: OpenBLAS's)\n", p.name, p.M, p.N, p.K,
+                 "-");
+  }
+  return out;
+}
+
 json time_explain(models::VisionTransformer& model, const Cli& cli) {
   const auto& c = model.config();
   Generator gen(7);
@@ -99,8 +142,9 @@ int run(const Cli& cli) {
     size_t b = cli.what.find(',', a);
     if (b == std::string::npos) b = cli.what.size();
     std::string w = cli.what.substr(a, b - a);
-    VT_CHECK(w == "train" || w == "infer" || w == "explain",
-             "--what: unknown part '{}' (expected train, infer or explain, comma-separated)", w);
+    VT_CHECK(w == "train" || w == "infer" || w == "explain" || w == "gemm",
+             "--what: unknown part '{}' (expected train, infer, explain or gemm, comma-separated)",
+             w);
     what.push_back(w);
     a = b + 1;
   }
@@ -111,6 +155,9 @@ int run(const Cli& cli) {
   auto model = std::make_shared<models::VisionTransformer>(config, gen);
   model->class_token_shortcut = !cli.full_last_block;
   const Device device = Device::parse(cli.device);
+  VT_CHECK(!wants("gemm") || device.is_cpu(),
+           "--what gemm: times the CPU's own GEMM, not a product on {} (use --device cpu)",
+           cli.device);
   model->to(device);
   set_float32_matmul_precision(float32_matmul_precision_for(cli.precision));
   // A GPU runs asynchronously: a timed repeat ends when its results could be read (one element
@@ -197,6 +244,7 @@ int run(const Cli& cli) {
         "before the model)\n",
         j["memory"]["peak_rss_mb"].get<double>(), j["memory"]["train_peak_mb"].get<double>(),
         baseline);
+  if (wants("gemm")) j["gemm_products"] = time_gemm(config, batch, cli.threads);
   if (wants("explain")) {
     model->eval();
     j["explain"] = time_explain(*model, cli);
@@ -227,7 +275,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--steps", cli.steps, "steps per repeat (default 5, 2 at 224x224)")
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--what", cli.what, "train, infer, explain (comma-separated)");
+  app.add_option("--what", cli.what,
+                 "train, infer, explain, gemm (the own GEMM on the config's products against the "
+                 "FMA peak; comma-separated)");
   app.add_flag("--full-last-block", cli.full_last_block,
                "compute every token's row in the last block, as timm does (the default computes "
                "the class token's only when the head reads nothing else: "
