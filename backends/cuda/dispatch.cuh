@@ -5,8 +5,8 @@
 // Error naming the op).
 #pragma once
 #include <cuda_runtime.h>
-#include <algorithm>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/kernels.cuh"

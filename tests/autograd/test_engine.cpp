@@ -361,7 +361,8 @@ TEST_CASE("backward: gradients summed in place never change one that is shared o
     (add_first ? ops::sum(l + l) + ops::sum(l * l) : ops::sum(l * l) + ops::sum(l + l)).backward();
     check_close(l.grad(), {4, 6});  // 2 + 2l
   }
-  // Without create_graph the sums are plain (no graph); with it they stay differentiable.
+  // With create_graph the sums are out of place (an in-place add to a gradient that requires
+  // grad would throw) and stay differentiable.
   Tensor y = ops::tensor({3});
   y.requires_grad_();
   Tensor w = y * y;
