@@ -116,17 +116,17 @@ __attribute__((target("avx512f"))) float fma_chains(int64_t iters) {
 double fma_peak_gflops(int threads) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if (!cpu::cpu_has_avx512() || threads < 1) return 0;
-  const int64_t iters = 5'000'000;  // about 0.05 s at 2.5 GHz
+  constexpr int64_t kIters = 5'000'000;  // about 0.05 s at 2.5 GHz
   double best = 0;
   for (int r = 0; r < 3; ++r) {  // the best of three: a peak, not a moment of a busy host
     std::vector<float> sums(static_cast<size_t>(threads));
     std::vector<std::thread> pool;
     const auto t0 = std::chrono::steady_clock::now();
     for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&sums, t, iters] { sums[t] = fma_chains(iters); });
+      pool.emplace_back([&sums, t] { sums[t] = fma_chains(kIters); });
     for (std::thread& th : pool) th.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, threads * static_cast<double>(iters) * 24 * 32 / s / 1e9);
+    best = std::max(best, threads * static_cast<double>(kIters) * 24 * 32 / s / 1e9);
   }
   return best;
 #else
