@@ -121,7 +121,7 @@ Box PastedObjects::tight_box(int64_t index) const {
   VT_CHECK(item.channels == channels_ && item.height == height_ && item.width == width_,
            "{}: item {} is {}x{}x{}, expected {}x{}x{} as item 0", source(), index, item.channels,
            item.height, item.width, channels_, height_, width_);
-  const Box t = nonzero_box(resize(item, b.height, b.width));
+  const Box t = nonzero_box(resize(item, b.height, b.width, Interpolation::Bilinear, false));
   if (t.empty()) return {};
   return {b.top + t.top, b.left + t.left, t.height, t.width};
 }
@@ -148,7 +148,7 @@ Example PastedObjects::get(int64_t index) const {
   Image& canvas = out.image;
   canvas.channels = channels_, canvas.height = n, canvas.width = n;
   canvas.pixels.assign(static_cast<size_t>(channels_ * n * n), 0.0f);
-  const Image scaled = resize(item.image, b.height, b.width);
+  const Image scaled = resize(item.image, b.height, b.width, Interpolation::Bilinear, false);
   for (int64_t c = 0; c < channels_; ++c)
     for (int64_t y = 0; y < b.height; ++y)
       for (int64_t x = 0; x < b.width; ++x)
@@ -168,7 +168,7 @@ Example PastedObjects::get(int64_t index) const {
     for (int64_t k = 0; k < o.count; ++k) {
       int64_t j = rng.below(size() - 1);
       if (j >= index) ++j;
-      const Image other = resize(read(j).image, b.height, b.width);
+      const Image other = resize(read(j).image, b.height, b.width, Interpolation::Bilinear, false);
       const Box t = nonzero_box(other);
       const auto [cy_lo, cy_hi] = crop_range(t.top, t.top + t.height, t.empty(), f, other.height);
       const auto [cx_lo, cx_hi] = crop_range(t.left, t.left + t.width, t.empty(), f, other.width);

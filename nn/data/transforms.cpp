@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -70,24 +71,73 @@ Image blank(int64_t c, int64_t h, int64_t w, float fill) {
   return out;
 }
 
-/// Bilinear source indices and weights along one axis, as PyTorch computes them (in float).
+/// The input pixels and weights that make each output pixel along one axis: output o is
+/// sum_k weight[o][k] * in[first[o] + k] (bicubic without antialias clamps indices at the border,
+/// so it lists them one by one in index).
 struct Taps {
-  std::vector<int64_t> i0, i1;
-  std::vector<float> w0, w1;
+  std::vector<std::vector<int64_t>> index;
+  std::vector<std::vector<float>> weight;
 };
 
-Taps linear_taps(int64_t in, int64_t out) {
+/// Keys' cubic convolution kernel with parameter a (PyTorch: a = -0.75; PIL, antialias: -0.5).
+double cubic(double x, double a) {
+  x = std::abs(x);
+  if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0;
+}
+
+double triangle(double x) {
+  x = std::abs(x);
+  return x < 1 ? 1 - x : 0;
+}
+
+Taps axis_taps(int64_t in, int64_t out, Interpolation mode, bool antialias) {
   Taps t;
-  const float scale = static_cast<float>(in) / static_cast<float>(out);
+  t.index.resize(static_cast<size_t>(out));
+  t.weight.resize(static_cast<size_t>(out));
+  const double scale = static_cast<double>(in) / static_cast<double>(out);
   for (int64_t o = 0; o < out; ++o) {
-    float src = scale * (static_cast<float>(o) + 0.5f) - 0.5f;
-    if (src < 0) src = 0;
-    const int64_t i0 = std::min(static_cast<int64_t>(src), in - 1);
-    const float l1 = src - static_cast<float>(i0);
-    t.i0.push_back(i0);
-    t.i1.push_back(std::min(i0 + 1, in - 1));
-    t.w0.push_back(1.0f - l1);
-    t.w1.push_back(l1);
+    auto& idx = t.index[static_cast<size_t>(o)];
+    auto& w = t.weight[static_cast<size_t>(o)];
+    if (mode == Interpolation::Nearest) {  // PyTorch's "nearest": floor(o * scale)
+      const auto fscale = static_cast<float>(scale);
+      idx.push_back(
+          std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * fscale)), in - 1));
+      w.push_back(1);
+    } else if (antialias) {  // the filter stretched by the scale when downsampling, normalised
+      const bool cub = mode == Interpolation::Bicubic;
+      const double stretch = std::max(scale, 1.0), support = (cub ? 2.0 : 1.0) * stretch;
+      const double centre = scale * (static_cast<double>(o) + 0.5);
+      const int64_t lo = std::max<int64_t>(static_cast<int64_t>(centre - support + 0.5), 0);
+      const int64_t hi = std::min<int64_t>(static_cast<int64_t>(centre + support + 0.5), in);
+      double total = 0;
+      std::vector<double> ws;
+      for (int64_t i = lo; i < hi; ++i) {
+        const double x = (static_cast<double>(i) - centre + 0.5) / stretch;
+        ws.push_back(cub ? cubic(x, -0.5) : triangle(x));
+        total += ws.back();
+      }
+      for (size_t k = 0; k < ws.size(); ++k) {
+        idx.push_back(lo + static_cast<int64_t>(k));
+        w.push_back(total != 0 ? static_cast<float>(ws[k] / total) : 0.0f);
+      }
+    } else if (mode == Interpolation::Bilinear) {  // as PyTorch computes it, in float
+      const auto fscale = static_cast<float>(scale);
+      float src = fscale * (static_cast<float>(o) + 0.5f) - 0.5f;
+      if (src < 0) src = 0;
+      const int64_t i0 = std::min(static_cast<int64_t>(src), in - 1);
+      const float l1 = src - static_cast<float>(i0);
+      idx = {i0, std::min(i0 + 1, in - 1)};
+      w = {1.0f - l1, l1};
+    } else {  // bicubic, a = -0.75, four taps clamped to the image
+      const double src = scale * (static_cast<double>(o) + 0.5) - 0.5;
+      const double f = std::floor(src), d = src - f;
+      for (int k = -1; k <= 2; ++k) {
+        idx.push_back(std::clamp(static_cast<int64_t>(f) + k, int64_t{0}, in - 1));
+        w.push_back(static_cast<float>(cubic(d - k, -0.75)));
+      }
+    }
   }
   return t;
 }
@@ -100,21 +150,45 @@ int64_t centre_offset(int64_t in, int64_t out) {
 
 }  // namespace
 
-Image resize(const Image& image, int64_t height, int64_t width) {
+std::pair<int64_t, int64_t> shorter_side_size(int64_t height, int64_t width, int64_t size) {
+  VT_CHECK(height > 0 && width > 0 && size > 0,
+           "resize: the image ({}, {}) and the shorter side {} must be positive", height, width,
+           size);
+  const int64_t shorter = std::min(height, width), longer = std::max(height, width);
+  const auto other = static_cast<int64_t>(static_cast<double>(size) * static_cast<double>(longer) /
+                                          static_cast<double>(shorter));
+  return height <= width ? std::pair{size, other} : std::pair{other, size};
+}
+
+Image resize(const Image& image, int64_t height, int64_t width, Interpolation mode,
+             bool antialias) {
   check_image(image, "resize");
   check_size(height, width, "resize");
-  const Taps ty = linear_taps(image.height, height), tx = linear_taps(image.width, width);
+  const Taps ty = axis_taps(image.height, height, mode, antialias);
+  const Taps tx = axis_taps(image.width, width, mode, antialias);
+  // Rows first ([C, H_in, W_in] -> [C, H_out, W_in]), then columns (-> [C, H_out, W_out]).
+  Image rows = blank(image.channels, height, image.width, 0);
+  for (int64_t c = 0; c < image.channels; ++c)
+    for (int64_t y = 0; y < height; ++y) {
+      const auto& idx = ty.index[static_cast<size_t>(y)];
+      const auto& w = ty.weight[static_cast<size_t>(y)];
+      float* dst = &rows.at(c, y, 0);
+      for (size_t k = 0; k < idx.size(); ++k) {
+        const float* src =
+            &image.pixels[static_cast<size_t>((c * image.height + idx[k]) * image.width)];
+        for (int64_t x = 0; x < image.width; ++x) dst[x] += w[k] * src[x];
+      }
+    }
   Image out = blank(image.channels, height, width, 0);
   for (int64_t c = 0; c < image.channels; ++c)
     for (int64_t y = 0; y < height; ++y) {
-      const auto yi = static_cast<size_t>(y);
+      const float* src = &rows.at(c, y, 0);
       for (int64_t x = 0; x < width; ++x) {
-        const auto xi = static_cast<size_t>(x);
-        const float top = tx.w0[xi] * image.at(c, ty.i0[yi], tx.i0[xi]) +
-                          tx.w1[xi] * image.at(c, ty.i0[yi], tx.i1[xi]);
-        const float bottom = tx.w0[xi] * image.at(c, ty.i1[yi], tx.i0[xi]) +
-                             tx.w1[xi] * image.at(c, ty.i1[yi], tx.i1[xi]);
-        out.at(c, y, x) = ty.w0[yi] * top + ty.w1[yi] * bottom;
+        const auto& idx = tx.index[static_cast<size_t>(x)];
+        const auto& w = tx.weight[static_cast<size_t>(x)];
+        float v = 0;
+        for (size_t k = 0; k < idx.size(); ++k) v += w[k] * src[idx[k]];
+        out.at(c, y, x) = v;
       }
     }
   return out;
@@ -175,12 +249,58 @@ Image normalize(const Image& image, const std::vector<float>& mean, const std::v
 
 // ---- transform objects ---------------------------------------------------------------------
 
-Resize::Resize(int64_t height, int64_t width) : height_(height), width_(width) {
+namespace {
+const char* interpolation_name(Interpolation m) {
+  switch (m) {
+    case Interpolation::Nearest:
+      return "nearest";
+    case Interpolation::Bicubic:
+      return "bicubic";
+    default:
+      return "bilinear";
+  }
+}
+}  // namespace
+
+Resize::Resize(int64_t height, int64_t width, Interpolation mode, bool antialias)
+    : height_(height), width_(width), mode_(mode), antialias_(antialias) {
   check_size(height, width, "Resize");
 }
-Image Resize::apply(Image image, Rng&) const { return resize(image, height_, width_); }
-ImageShape Resize::output_shape(const ImageShape& in) const { return {in[0], height_, width_}; }
-std::string Resize::describe() const { return fmt::format("resize({}, {})", height_, width_); }
+Resize Resize::shorter_side(int64_t size, Interpolation mode, bool antialias) {
+  VT_CHECK(size > 0, "Resize: the shorter side must be positive, got {}", size);
+  Resize r;
+  r.shorter_ = size, r.mode_ = mode, r.antialias_ = antialias;
+  return r;
+}
+Resize Resize::by_factor(double factor, Interpolation mode, bool antialias) {
+  VT_CHECK(factor > 0 && std::isfinite(factor), "Resize: the factor must be positive, got {}",
+           factor);
+  Resize r;
+  r.factor_ = factor, r.mode_ = mode, r.antialias_ = antialias;
+  return r;
+}
+Image Resize::apply(Image image, Rng&) const {
+  const ImageShape s = output_shape({image.channels, image.height, image.width});
+  return resize(image, s[1], s[2], mode_, antialias_);
+}
+ImageShape Resize::output_shape(const ImageShape& in) const {
+  if (shorter_ > 0) {
+    const auto [h, w] = shorter_side_size(in[1], in[2], shorter_);
+    return {in[0], h, w};
+  }
+  if (factor_ > 0)
+    return {in[0], std::max<int64_t>(1, std::llround(factor_ * static_cast<double>(in[1]))),
+            std::max<int64_t>(1, std::llround(factor_ * static_cast<double>(in[2])))};
+  return {in[0], height_, width_};
+}
+std::string Resize::describe() const {
+  std::string extra;
+  if (mode_ != Interpolation::Bilinear) extra += fmt::format(", {}", interpolation_name(mode_));
+  if (!antialias_ && mode_ != Interpolation::Nearest) extra += ", no antialias";
+  if (shorter_ > 0) return fmt::format("resize(shorter side {}{})", shorter_, extra);
+  if (factor_ > 0) return fmt::format("resize(factor {:g}{})", factor_, extra);
+  return fmt::format("resize({}, {}{})", height_, width_, extra);
+}
 
 CenterCrop::CenterCrop(int64_t height, int64_t width) : height_(height), width_(width) {
   check_size(height, width, "CenterCrop");
@@ -333,12 +453,78 @@ std::vector<float> channel_values(const nlohmann::json& v, const std::string& ke
 
 }  // namespace
 
+namespace {
+Compose from_config_present(const nlohmann::json& config, int64_t channels, bool train);
+}  // namespace
+
 Compose from_config(const nlohmann::json& config, int64_t channels, bool train) {
   VT_CHECK(channels > 0, "transforms config: channels must be positive, got {}", channels);
-  Compose out;
-  if (config.is_null()) return out;
+  if (config.is_null()) return {};
   VT_CHECK(config.is_object(), "transforms config: expected an object with keys from ({}), got {}",
            kKnownKeys, config.dump());
+  // A key set to null is absent: --set data.transforms.random_crop=null removes the transform.
+  nlohmann::json present = nlohmann::json::object();
+  for (const auto& [key, value] : config.items())
+    if (!value.is_null()) present[key] = value;
+  return from_config_present(present, channels, train);
+}
+
+namespace {
+
+/// The resize transform of a "resize" value (see from_config).
+Resize resize_of(const nlohmann::json& v) {
+  if (!v.is_object()) {
+    if (v.is_array()) {
+      auto [h, w] = size_pair(v, "resize");
+      return Resize(h, w);
+    }
+    return Resize::shorter_side(positive_int(v, "resize"));
+  }
+  for (const auto& [key, value] : v.items()) {
+    (void)value;
+    VT_CHECK(key == "size" || key == "factor" || key == "interpolation" || key == "antialias",
+             "transforms config: unknown key \"resize.{}\" (known: size, factor, interpolation, "
+             "antialias)",
+             key);
+  }
+  Interpolation mode = Interpolation::Bilinear;
+  if (v.contains("interpolation")) {
+    const auto& m = v["interpolation"];
+    const std::string name = m.is_string() ? m.get<std::string>() : "";
+    VT_CHECK(name == "bilinear" || name == "bicubic" || name == "nearest",
+             "transforms config: \"resize.interpolation\" must be \"bilinear\", \"bicubic\" or "
+             "\"nearest\", got {}",
+             m.dump());
+    mode = name == "bicubic"   ? Interpolation::Bicubic
+           : name == "nearest" ? Interpolation::Nearest
+                               : Interpolation::Bilinear;
+  }
+  bool antialias = true;
+  if (v.contains("antialias")) {
+    VT_CHECK(v["antialias"].is_boolean(),
+             "transforms config: \"resize.antialias\" must be true or false, got {}",
+             v["antialias"].dump());
+    antialias = v["antialias"].get<bool>();
+  }
+  VT_CHECK(v.contains("size") != v.contains("factor"),
+           "transforms config: \"resize\" needs exactly one of \"size\" and \"factor\", got {}",
+           v.dump());
+  if (v.contains("factor")) {
+    const auto& f = v["factor"];
+    VT_CHECK(f.is_number() && f.get<double>() > 0 && f.get<double>() <= 16,
+             "transforms config: \"resize.factor\" must be a number in (0, 16], got {}", f.dump());
+    return Resize::by_factor(f.get<double>(), mode, antialias);
+  }
+  const auto& size = v["size"];
+  if (size.is_array()) {
+    auto [h, w] = size_pair(size, "resize.size");
+    return Resize(h, w, mode, antialias);
+  }
+  return Resize::shorter_side(positive_int(size, "resize.size"), mode, antialias);
+}
+
+Compose from_config_present(const nlohmann::json& config, int64_t channels, bool train) {
+  Compose out;
   for (const auto& [key, value] : config.items()) {
     (void)value;
     if (!key.empty() && key[0] == '_') continue;  // a comment ("_comment")
@@ -346,10 +532,7 @@ Compose from_config(const nlohmann::json& config, int64_t channels, bool train) 
                  key == "mean" || key == "std",
              "transforms config: unknown key \"{}\" (known: {})", key, kKnownKeys);
   }
-  if (config.contains("resize")) {
-    auto [h, w] = size_pair(config["resize"], "resize");
-    out.add(std::make_shared<Resize>(h, w));
-  }
+  if (config.contains("resize")) out.add(std::make_shared<Resize>(resize_of(config["resize"])));
   if (config.contains("center_crop")) {
     auto [h, w] = size_pair(config["center_crop"], "center_crop");
     out.add(std::make_shared<CenterCrop>(h, w));
@@ -399,6 +582,8 @@ Compose from_config(const nlohmann::json& config, int64_t channels, bool train) 
   return out;
 }
 
+}  // namespace
+
 // ---- fitting a pipeline to a model's input size -------------------------------------------------
 
 namespace {
@@ -437,6 +622,8 @@ std::vector<std::string> fit_to_size(nlohmann::json& t, int64_t channels,
   if (yields_size(t, channels, native, H, W)) return {};
   VT_CHECK(t.is_object(), "transforms config: expected an object, got {}", t.dump());
   const json before = t;
+  for (const char* key : {"resize", "center_crop", "random_crop"})  // null: no such transform
+    if (t.contains(key) && t[key].is_null()) t.erase(key);
   std::vector<std::string> notes;
   auto hw = [](int64_t h, int64_t w) { return json::array({h, w}); };
   auto note = [&](const std::string& key, const json& old, const json& now) {
@@ -456,12 +643,19 @@ std::vector<std::string> fit_to_size(nlohmann::json& t, int64_t channels,
   const bool native_fits = native.first == H && native.second == W;
   if (crop_size) {
     const auto crop = size_value(*crop_size);
-    if (t.contains("resize") && crop && crop->first > 0 && crop->second > 0) {
-      if (const auto r = size_value(t["resize"])) {
-        const json now = hw(std::llround(static_cast<double>(r->first) * H / crop->first),
-                            std::llround(static_cast<double>(r->second) * W / crop->second));
-        note("resize", t["resize"], now);
-        t["resize"] = now;
+    if (t.contains("resize") && !t["resize"].is_null() && crop && crop->first > 0 &&
+        crop->second > 0) {
+      // The resize keeps its kind: a shorter side stays one ("size" of an object form too).
+      const bool object = t["resize"].is_object();
+      json& r_json = object ? t["resize"]["size"] : t["resize"];
+      if (const auto r =
+              object && !t["resize"].contains("size") ? std::nullopt : size_value(r_json)) {
+        const json now = r_json.is_array()
+                             ? hw(std::llround(static_cast<double>(r->first) * H / crop->first),
+                                  std::llround(static_cast<double>(r->second) * W / crop->second))
+                             : json(std::llround(static_cast<double>(r->first) * H / crop->first));
+        note(object ? "resize.size" : "resize", r_json, now);
+        r_json = now;
       }
     } else if (!native_fits) {
       note("resize", nullptr, hw(H, W));

@@ -40,13 +40,26 @@ using ImageShape = std::array<int64_t, 3>;
 
 // ---- the operations, as plain functions ----------------------------------------------------
 
-/// Bilinear resize to (height, width), F.interpolate(mode="bilinear", align_corners=False,
-/// antialias=False) on the float image: for an output row y, the source row is
-/// sy = max(0, (y + 0.5) * H_in / H_out - 0.5), y0 = floor(sy), y1 = min(y0 + 1, H_in - 1),
-/// wy = sy - y0 (the same for columns), and
-/// out[c, y, x] = (1-wy)(1-wx) in[c,y0,x0] + (1-wy) wx in[c,y0,x1] + wy (1-wx) in[c,y1,x0]
-///              + wy wx in[c,y1,x1].
-Image resize(const Image& image, int64_t height, int64_t width);
+/// How resize computes an output pixel from the input's, as torchvision's InterpolationMode.
+enum class Interpolation { Nearest, Bilinear, Bicubic };
+
+/// torchvision's Resize(size: int) rule: the shorter side becomes `size` and the longer
+/// int(size * longer / shorter) (truncated, as torchvision computes it); returns (height, width).
+std::pair<int64_t, int64_t> shorter_side_size(int64_t height, int64_t width, int64_t size);
+
+/// Resize to (height, width), as torchvision.transforms.functional.resize on a float image
+/// (F.interpolate with align_corners=False). For each output row y the source centre is
+/// s = (y + 0.5) * H_in / H_out (the same for columns); the output is a weighted sum of the input
+/// pixels around it. Without antialias (or when upsampling), bilinear reads the two nearest
+/// (sy = max(0, s - 0.5), y0 = floor(sy), y1 = min(y0 + 1, H_in - 1), weights 1 - (sy - y0) and
+/// sy - y0) and bicubic the four nearest with Keys' cubic, a = -0.75, clamped at the border.
+/// With antialias and a scale H_in / H_out = f > 1 (downsampling), the filter is stretched by f:
+/// out[y] = sum_i k((i + 0.5 - s) / f) in[i] / sum_i k((i + 0.5 - s) / f) over the pixels i within
+/// f * support of s, with k the triangle (support 1) for bilinear and Keys' cubic with a = -0.5
+/// (support 2) for bicubic (PIL's and torchvision's antialias=True). Nearest takes
+/// in[floor(y * H_in / H_out)] (PyTorch's "nearest"). Rows first, then columns: separable.
+Image resize(const Image& image, int64_t height, int64_t width,
+             Interpolation mode = Interpolation::Bilinear, bool antialias = true);
 /// The window out[c, y, x] = in[c, top + y, left + x] of size (height, width); pixels outside
 /// the image (top or left negative, or the window past the border) are fill.
 Image crop(const Image& image, int64_t top, int64_t left, int64_t height, int64_t width,
@@ -74,16 +87,30 @@ class Transform {
   virtual std::string describe() const = 0;
 };
 
-/// resize(image, height, width) (see above).
+/// torchvision's Resize: to an exact (height, width) (Resize([h, w])), the shorter side to a size
+/// with the aspect kept (Resize(s): shorter_side_size), or, as DINO's notebooks, every side
+/// scaled by a factor (round(f * side), at least 1); then resize(image, ..., mode, antialias).
 class Resize : public Transform {
  public:
-  Resize(int64_t height, int64_t width);
+  /// Resize([height, width]).
+  Resize(int64_t height, int64_t width, Interpolation mode = Interpolation::Bilinear,
+         bool antialias = true);
+  /// Resize(size): the shorter side becomes `size`.
+  static Resize shorter_side(int64_t size, Interpolation mode = Interpolation::Bilinear,
+                             bool antialias = true);
+  /// Every side times factor (> 0).
+  static Resize by_factor(double factor, Interpolation mode = Interpolation::Bilinear,
+                          bool antialias = true);
   Image apply(Image image, Rng& rng) const override;
   ImageShape output_shape(const ImageShape& in) const override;
   std::string describe() const override;
 
  private:
-  int64_t height_, width_;
+  Resize() = default;
+  int64_t height_ = 0, width_ = 0, shorter_ = 0;  // exactly one of (height_, width_), shorter_
+  double factor_ = 0;                             // or factor_ is set
+  Interpolation mode_ = Interpolation::Bilinear;
+  bool antialias_ = true;
 };
 
 /// center_crop(image, height, width) (see above).
@@ -169,14 +196,20 @@ class Compose {
 
 /// The pipeline described by a config section, for images with `channels` channels. Keys (all
 /// optional; any other key is an error naming it), applied in this order whatever the JSON order:
-///   "resize": [h, w] or s                 -> Resize(h, w)
+///   "resize": [h, w], s, or {"size": [h, w] or s, "factor": f, "interpolation": "bilinear" |
+///             "bicubic" | "nearest", "antialias": true | false}
+///                                         -> Resize(h, w) (exact), Resize::shorter_side(s) (the
+///                                            shorter side, as torchvision's Resize(int)) or
+///                                            Resize::by_factor(f); bilinear and antialias by
+///                                            default, as torchvision's
 ///   "center_crop": [h, w] or s            -> CenterCrop(h, w)
 ///   "random_crop": [h, w], s, or {"size": [h, w] or s, "padding": p}
 ///                                         -> train: RandomCrop(h, w, p); eval: CenterCrop(h, w)
 ///   "hflip": p                            -> train: RandomHorizontalFlip(p); eval: nothing
 ///   "mean": [m...], "std": [s...]         -> Normalize(mean, std), `channels` values each
-/// train = false gives the evaluation pipeline: no random transform, and the same output size as
-/// the training one (a random crop becomes a centre crop of its size, no padding).
+/// A key whose value is null is absent (so that --set data.transforms.random_crop=null removes a
+/// transform). train = false gives the evaluation pipeline: no random transform, and the same
+/// output size as the training one (a random crop becomes a centre crop of its size, no padding).
 Compose from_config(const nlohmann::json& config, int64_t channels, bool train);
 
 /// The image-size keys of a transforms config (resize, center_crop, random_crop; mean, std and
