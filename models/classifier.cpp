@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "nn/json.h"
 #include "nn/state.h"
 
 namespace vitrine::models {
@@ -81,9 +82,11 @@ std::string ClassifierSpec::describe() const {
           ? fmt::format(" (after a convolutional stem of widths {})", fmt::join(m.stem, ", "))
       : m.kernel() != m.patch ? fmt::format(" (seen through {}x{} kernels)", m.kernel(), m.kernel())
                               : "";
-  return fmt::format("ViT {}x{}x{} in {}x{} patches{}, dim {}, depth {}, {} heads, MLP {}",
+  const std::string head_dim =
+      m.dim_head > 0 ? fmt::format(" of width {}", m.dim_head) : std::string();
+  return fmt::format("ViT {}x{}x{} in {}x{} patches{}, dim {}, depth {}, {} heads{}, MLP {}{}",
                      m.channels, m.image_h, m.image_w, m.patch, m.patch, overlap, m.dim, m.depth,
-                     m.heads, m.mlp_dim);
+                     m.heads, head_dim, m.mlp_dim, m.final_norm ? "" : ", no final norm");
 }
 
 std::shared_ptr<nn::Module> load_classifier(const std::string& path,
@@ -120,6 +123,59 @@ std::shared_ptr<nn::Module> load_classifier(const std::string& path,
   nn::load_checkpoint(path, *model);
   if (spec_out) *spec_out = spec;
   return model;
+}
+
+}  // namespace vitrine::models
+
+namespace vitrine::models {
+
+Normalisation checkpoint_normalisation(const std::string& path, int64_t channels, bool has_head) {
+  const nn::Metadata meta = nn::read_safetensors_metadata(path);
+  Normalisation n;
+  json mean, std;
+  try {
+    mean = nn::metadata_json(meta, nn::kMeanKey);
+    std = nn::metadata_json(meta, nn::kStdKey);
+    if (mean.is_array() && std.is_array()) {
+      for (const json& m : mean)
+        n.mean.push_back(static_cast<float>(nn::json_number(m, "its mean")));
+      for (const json& s : std)
+        n.std.push_back(static_cast<float>(nn::json_number(s, "its std", 1e-12)));
+      n.source = "the checkpoint";
+    }
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
+  if (n.source.empty()) {
+    std::optional<ViTNaming> naming;
+    try {
+      nn::NamedTensors names;
+      for (std::string& name : nn::read_safetensors_names(path)) names.emplace_back(name, Tensor());
+      naming = detect_naming(names);
+    } catch (const Error&) {  // not a ViT (a ResNet, say): the plain default below
+    }
+    const bool imagenet = channels == 3 && naming &&
+                          (*naming == ViTNaming::Torchvision || *naming == ViTNaming::Dinov2 ||
+                           (*naming == ViTNaming::Timm && !has_head));
+    if (imagenet) {
+      n.mean = {0.485f, 0.456f, 0.406f};
+      n.std = {0.229f, 0.224f, 0.225f};
+      n.source = fmt::format("ImageNet's, as {} (the checkpoint names none)",
+                             *naming == ViTNaming::Timm ? std::string("DINO's backbones")
+                                                        : naming_name(*naming) + "'s ViTs");
+    } else {
+      n.mean.assign(static_cast<size_t>(channels), 0.5f);
+      n.std.assign(static_cast<size_t>(channels), 0.5f);
+      n.source = "0.5 / 0.5, timm's and Hugging Face's ViT default (the checkpoint names none)";
+    }
+  }
+  if (n.mean.size() == 1) n.mean.resize(static_cast<size_t>(channels), n.mean[0]);
+  if (n.std.size() == 1) n.std.resize(static_cast<size_t>(channels), n.std[0]);
+  VT_CHECK(static_cast<int64_t>(n.mean.size()) == channels &&
+               static_cast<int64_t>(n.std.size()) == channels,
+           "{}: normalisation from {}: {} mean and {} std values for a {}-channel model", path,
+           n.source, n.mean.size(), n.std.size(), channels);
+  return n;
 }
 
 }  // namespace vitrine::models

@@ -52,4 +52,19 @@ std::shared_ptr<nn::Module> load_classifier(const std::string& path,
                                             const std::optional<ClassifierSpec>& given = {},
                                             ClassifierSpec* spec_out = nullptr);
 
+/// The input normalisation (per-channel mean and std, on pixels in [0, 1]) a checkpoint expects,
+/// the one rule of every tool (vitrine-explain, vitrine-train --eval):
+///   1. the checkpoint's own vitrine.mean / vitrine.std metadata (vitrine-train writes them);
+///   2. a foreign ViT without them, by the naming of its tensors: torchvision's and DINOv2's, and
+///      a timm/DINO file without a head (DINO's backbones), were trained on ImageNet's
+///      statistics (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225) (3 channels); timm's and
+///      Hugging Face's ViTs on 0.5 / 0.5 (timm's default_cfg, HF's ViTImageProcessor);
+///   3. anything else: 0.5 / 0.5 per channel.
+/// source says which rule gave it, for the tools to print.
+struct Normalisation {
+  std::vector<float> mean, std;
+  std::string source;
+};
+Normalisation checkpoint_normalisation(const std::string& path, int64_t channels, bool has_head);
+
 }  // namespace vitrine::models

@@ -40,7 +40,9 @@ void ViTConfig::validate() const {
   VT_CHECK(dim > 0 && depth > 0 && heads > 0 && mlp_dim > 0,
            "ViTConfig: dim {}, depth {}, heads {} and mlp_dim {} must be positive", dim, depth,
            heads, mlp_dim);
-  VT_CHECK(dim % heads == 0, "ViTConfig: dim {} is not divisible by heads {}", dim, heads);
+  VT_CHECK(dim_head >= 0, "ViTConfig: dim_head must be >= 0 (0: dim / heads), got {}", dim_head);
+  VT_CHECK(dim_head > 0 || dim % heads == 0,
+           "ViTConfig: dim {} is not divisible by heads {} (or set dim_head)", dim, heads);
   VT_CHECK(num_classes >= 0 && representation >= 0 && registers >= 0,
            "ViTConfig: num_classes, representation and registers must be >= 0");
   VT_CHECK(pool == "cls" || pool == "mean", "ViTConfig: pool '{}' is not 'cls' or 'mean'", pool);
@@ -59,6 +61,8 @@ void ViTConfig::validate() const {
   at_most("dim", dim, 65536);
   at_most("depth", depth, 4096);
   at_most("mlp_dim", mlp_dim, 262144);
+  at_most("dim_head", dim_head, 65536);
+  at_most("heads", heads, 65536);
   at_most("num_classes", num_classes, 1 << 24);
   at_most("representation", representation, 65536);
   at_most("registers", registers, 4096);
@@ -91,6 +95,7 @@ nlohmann::json ViTConfig::to_json() const {
           {"dim", dim},
           {"depth", depth},
           {"heads", heads},
+          {"dim_head", dim_head},
           {"mlp_dim", mlp_dim},
           {"dropout", dropout},
           {"attn_dropout", attn_dropout},
@@ -104,7 +109,8 @@ nlohmann::json ViTConfig::to_json() const {
           {"layer_scale", layer_scale},
           {"layer_scale_init", layer_scale_init},
           {"no_embed_class", no_embed_class},
-          {"fc_norm", fc_norm}};
+          {"fc_norm", fc_norm},
+          {"final_norm", final_norm}};
 }
 
 ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
@@ -148,6 +154,8 @@ ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
         c.depth = integer(k, v);
       else if (k == "heads")
         c.heads = integer(k, v);
+      else if (k == "dim_head")
+        c.dim_head = integer(k, v);
       else if (k == "mlp_dim")
         c.mlp_dim = integer(k, v);
       else if (k == "dropout")
@@ -176,6 +184,8 @@ ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
         c.no_embed_class = v.get<bool>();
       else if (k == "fc_norm")
         c.fc_norm = v.get<bool>();
+      else if (k == "final_norm")
+        c.final_norm = v.get<bool>();
       else
         fail("ViTConfig: unknown key '{}'", k);
     } catch (const nlohmann::json::exception& e) {
@@ -292,8 +302,9 @@ void init_linear(nn::Linear& l, Generator& gen) {
 
 ViTBlock::ViTBlock(const ViTConfig& c, double dp, Generator& gen) {
   norm1 = register_module("norm1", std::make_shared<nn::LayerNorm>(c.dim, c.eps));
-  attn = register_module("attn", std::make_shared<nn::MultiheadSelfAttention>(
-                                     c.dim, c.heads, c.qkv_bias, c.attn_dropout, c.dropout, gen));
+  attn = register_module(
+      "attn", std::make_shared<nn::MultiheadSelfAttention>(
+                  c.dim, c.heads, c.qkv_bias, c.attn_dropout, c.dropout, gen, c.dim_head));
   if (c.layer_scale)
     ls1 = register_module("ls1", std::make_shared<LayerScale>(c.dim, c.layer_scale_init))->gamma;
   drop_path1 = register_module("drop_path1", std::make_shared<nn::DropPath>(dp, gen));
@@ -369,7 +380,7 @@ VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : confi
   }
   if (c.fc_norm)
     fc_norm = register_module("fc_norm", std::make_shared<nn::LayerNorm>(c.dim, c.eps));
-  else
+  else if (c.final_norm)
     norm = register_module("norm", std::make_shared<nn::LayerNorm>(c.dim, c.eps));
   if (c.representation > 0) {
     pre_logits = std::make_shared<nn::Linear>(c.dim, c.representation, true, gen);
@@ -486,6 +497,20 @@ Tensor VisionTransformer::tokens(const Tensor& images, const ViTForwardOptions& 
   return norm ? (*norm)(x) : x;
 }
 
+std::vector<Tensor> VisionTransformer::intermediate_layers(const Tensor& images, int64_t n,
+                                                           bool norm_them,
+                                                           const ViTForwardOptions& options) {
+  const auto depth = static_cast<int64_t>(blocks->size());
+  VT_CHECK(n >= 1 && n <= depth, "intermediate_layers: n = {} is not in [1, depth = {}]", n, depth);
+  Tensor x = embed(images, options);
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < depth; ++i) {
+    x = (*(*blocks)[static_cast<size_t>(i)])(x);
+    if (i >= depth - n) out.push_back(norm_them && norm ? (*norm)(x) : x);
+  }
+  return out;
+}
+
 bool VisionTransformer::class_token_only() const {
   if (!class_token_shortcut || config_.pool != "cls" || capture_tokens_ || blocks->size() == 0)
     return false;
@@ -553,7 +578,7 @@ int64_t VisionTransformer::inference_chunks(const Tensor& images) const {
   const ViTConfig& c = config_;
   const auto [gh, gw] = patch_grid(c, images);
   const int64_t tokens = c.prefix_tokens() + gh * gw;
-  const int64_t widest = std::max({3 * c.dim, c.mlp_dim, c.dim});
+  const int64_t widest = std::max({3 * c.inner_dim(), c.mlp_dim, c.dim});
   return nn::inference_chunks(images.size(0), tokens * widest * dtype_size(images.dtype()));
 }
 

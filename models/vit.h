@@ -36,6 +36,9 @@ struct ViTConfig {
   int64_t dim = 768;
   int64_t depth = 12;
   int64_t heads = 12;
+  /// The attention's width per head; 0: dim / heads (timm). Another value gives the inner width
+  /// heads * dim_head of lucidrains' vit-pytorch (qkv: dim -> 3 heads dim_head, proj back to dim).
+  int64_t dim_head = 0;
   int64_t mlp_dim = 3072;
   double dropout = 0;          // after the MLP's activations and projections (timm proj_drop)
   double attn_dropout = 0;     // on the attention probabilities
@@ -50,6 +53,13 @@ struct ViTConfig {
   double layer_scale_init = 1e-5;
   bool no_embed_class = false;  // timm: pos_embed covers the patches only
   bool fc_norm = false;         // timm: mean pooling over the patch tokens, then a norm
+  /// The LayerNorm after the last block (timm's norm). false: none, the layout of vit-pytorch
+  /// models whose head is a Linear alone (the CIFAR recipe's: docs/vit.md).
+  bool final_norm = true;
+
+  /// Per head and in all: dim_head (or dim / heads) and heads times it.
+  int64_t head_dim() const { return dim_head > 0 ? dim_head : dim / heads; }
+  int64_t inner_dim() const { return heads * head_dim(); }
 
   /// Each stem stage's stride (2 while the patch size left is even, else 1), and their product.
   std::vector<int64_t> stem_strides() const;
@@ -71,8 +81,8 @@ struct ViTConfig {
   /// Throws Error naming the first inconsistent field.
   void validate() const;
   /// A lower bound on the weights this config's model has, computed without building it:
-  ///   depth * (4 dim^2 + 2 dim mlp_dim)   (qkv, proj, fc1 and fc2 of every block)
-  int64_t min_parameters() const { return depth * (4 * dim * dim + 2 * dim * mlp_dim); }
+  ///   depth * (4 dim inner_dim + 2 dim mlp_dim)   (qkv, proj, fc1 and fc2 of every block)
+  int64_t min_parameters() const { return depth * (4 * dim * inner_dim() + 2 * dim * mlp_dim); }
   nlohmann::json to_json() const;
   /// Reads our own JSON (unknown keys are errors; missing keys keep defaults); "image_size" may
   /// be one number or [h, w].
@@ -163,6 +173,12 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   /// model is in training mode or has a forward hook, no batch norm uses batch statistics, and
   /// nothing is captured; else 1.
   int64_t inference_chunks(const Tensor& images) const;
+  /// The tokens of the last n blocks, [B, prefix + patches, dim] each, first block first, each
+  /// through the final norm when norm is true and the model has one: DINO's
+  /// get_intermediate_layers(x, n) (which always norms; timm's with norm=True and the prefix
+  /// tokens kept). intermediate_layers(x, 1).back() is forward_features(x).
+  std::vector<Tensor> intermediate_layers(const Tensor& images, int64_t n = 1, bool norm = true,
+                                          const ViTForwardOptions& options = {});
   /// Pooling, fc_norm, pre_logits and head applied to forward_features' output.
   Tensor forward_head(const Tensor& tokens);
 
@@ -211,7 +227,7 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   Tensor pos_embed;                         // [1, pos_tokens, dim]
   std::shared_ptr<nn::Dropout> pos_drop;
   std::shared_ptr<nn::ModuleList> blocks;
-  std::shared_ptr<nn::LayerNorm> norm;     // null with fc_norm (timm's Identity)
+  std::shared_ptr<nn::LayerNorm> norm;     // null with fc_norm (timm's Identity) or !final_norm
   std::shared_ptr<nn::LayerNorm> fc_norm;  // only with fc_norm
   std::shared_ptr<nn::Linear> pre_logits;  // registered as pre_logits.fc; only with representation
   std::shared_ptr<nn::Linear> head;        // only with num_classes > 0

@@ -26,6 +26,9 @@
 //                       layer_scale1.lambda1 -> ls1.gamma, layer_scale2.lambda1 -> ls2.gamma}
 //                     (the second spellings are transformers' Dinov2Model's).
 //
+// Every naming also takes its classifier (a single Linear) under head, heads, heads.head, fc or
+// classifier: a fine-tuned model's replaced head keeps whatever name its script gave it.
+//
 // The Hugging Face pooler (ViTModel's pooler_output = tanh(dense(last_hidden_state[:, 0]))) is
 // what our representation layer computes on the class token, so it loads as pre_logits.fc when
 // the config asks for one (representation == dim, pool "cls"). It is ignored when the config has
@@ -135,8 +138,22 @@ std::optional<std::string> map_module(std::string_view s, const ModuleTable& tab
   return std::nullopt;
 }
 
+/// A classifier under another name than the naming's own: a single Linear saved as head (timm),
+/// heads (torchvision's VisionTransformer after `model.heads = nn.Linear(...)`), heads.head
+/// (torchvision's own), fc or classifier (Hugging Face, and many fine-tuning scripts).
+std::optional<Target> map_head_alias(std::string_view key) {
+  static const ModuleTable heads = {{"head", "head"},
+                                    {"heads", "head"},
+                                    {"heads.head", "head"},
+                                    {"fc", "head"},
+                                    {"classifier", "head"}};
+  if (auto m = map_module(key, heads)) return Target{*m};
+  return std::nullopt;
+}
+
 // timm, DINO, DINOv2 and Vitrine share one mapping.
 std::optional<Target> map_timm(const std::string& key) {
+  if (auto h = map_head_alias(key)) return h;
   if (key == "reg_token") return Target{"register_tokens"};
   if (key == "mask_token" || key.starts_with("optimizer.")) return Target{};
   std::string_view s = key;
@@ -160,6 +177,7 @@ std::optional<Target> map_torchvision(const std::string& key) {
       {"mlp.linear_2", "mlp.fc2"}};
   if (auto it = leaves.find(key); it != leaves.end()) return Target{it->second};
   if (auto m = map_module(key, top)) return Target{*m};
+  if (auto h = map_head_alias(key)) return h;
   std::string_view s = key;
   int64_t n;
   if (!eat(s, "encoder.layers.encoder_layer_") || !eat_index(s, n)) return std::nullopt;
@@ -196,6 +214,7 @@ std::optional<Target> map_hf(const std::string& key) {
   if (!eat(s, "vit.")) eat(s, "dinov2.");
   if (auto it = leaves.find(s); it != leaves.end()) return Target{it->second};
   if (auto m = map_module(s, top)) return Target{*m};
+  if (auto h = map_head_alias(s)) return h;
   int64_t n;
   if (!eat(s, "encoder.layer.") || !eat_index(s, n)) return std::nullopt;
   if (s == "layer_scale1.lambda1") return Target{fmt::format("blocks.{}.ls1.gamma", n)};
@@ -394,7 +413,9 @@ std::string why_absent(const std::string& name, const Tensor& t, const ViTConfig
     return fmt::format("the config has registers 0; this checkpoint has {}",
                        t.dim() == 3 ? t.size(1) : 0);
   if (name.starts_with("fc_norm.")) return "the config has fc_norm off";
-  if (name.starts_with("norm.")) return "the config has fc_norm on (no final norm)";
+  if (name.starts_with("norm."))
+    return c.fc_norm ? "the config has fc_norm on (no final norm)"
+                     : "the config has final_norm off (no final norm)";
   return "the config does not build it";
 }
 

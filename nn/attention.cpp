@@ -16,15 +16,19 @@ void check_input(const Tensor& x, int64_t dim) {
 }  // namespace
 
 MultiheadSelfAttention::MultiheadSelfAttention(int64_t d, int64_t heads, bool qkv_bias,
-                                               double attn_p, double proj_p, Generator& gen)
+                                               double attn_p, double proj_p, Generator& gen,
+                                               int64_t dh)
     : dim(d), num_heads(heads) {
-  VT_CHECK(heads > 0 && d % heads == 0,
+  VT_CHECK(dh >= 0, "MultiheadSelfAttention: head_dim must be >= 0 (0: dim / num_heads), got {}",
+           dh);
+  VT_CHECK(heads > 0 && (dh > 0 || d % heads == 0),
            "MultiheadSelfAttention: dim {} is not divisible by num_heads {}", d, heads);
-  head_dim = d / heads;
+  head_dim = dh > 0 ? dh : d / heads;
+  inner = num_heads * head_dim;
   scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  qkv = register_module("qkv", std::make_shared<Linear>(d, 3 * d, qkv_bias, gen));
+  qkv = register_module("qkv", std::make_shared<Linear>(d, 3 * inner, qkv_bias, gen));
   attn_drop = register_module("attn_drop", std::make_shared<Dropout>(attn_p, gen));
-  proj = register_module("proj", std::make_shared<Linear>(d, d, true, gen));
+  proj = register_module("proj", std::make_shared<Linear>(inner, d, true, gen));
   proj_drop = register_module("proj_drop", std::make_shared<Dropout>(proj_p, gen));
 }
 
@@ -52,13 +56,13 @@ Tensor MultiheadSelfAttention::attend(const Tensor& x) {
 
 Tensor MultiheadSelfAttention::merged_heads(const Tensor& x) {
   check_input(x, dim);
-  const Tensor y = (*qkv)(x);  // [B, N, 3D]: q, k, v of every head, read in place below
+  const Tensor y = (*qkv)(x);  // [B, N, 3I]: q, k, v of every head, read in place below
   // One fused op whenever the probabilities need not be a tensor of the graph: no dropout on
   // them, and either no capture or a capture without gradients (grad mode off: the explain
   // tools' forward-only pass). Otherwise the same kernels in two ops, probabilities then their
   // application, so that a hook can read their gradient and dropout can act on them.
   const bool dropping = attn_drop->active();
-  Tensor out;  // [B, N, D], the heads side by side
+  Tensor out;  // [B, N, I], the heads side by side
   if (!dropping && (!capture_probs_ || !GradMode::is_enabled())) {
     Tensor probs;
     out = ops::attention(y, num_heads, scale, capture_probs_ ? &probs : nullptr);
@@ -90,22 +94,22 @@ Tensor MultiheadSelfAttention::forward_first(const Tensor& x, int64_t rows,
            rows, N);
   VT_CHECK(!attn_drop->active() && !proj_drop->active() && !capture_probs_,
            "MultiheadSelfAttention::forward_first: needs dropout off and no attention capture");
-  const Tensor& w = qkv->weight;  // [3D, D]: the rows of q, then k, then v
+  const Tensor& w = qkv->weight;  // [3I, D]: the rows of q, then k, then v
   const Tensor& b = qkv->bias;
   const auto part = [&](const Tensor& t, int64_t from, int64_t to) {
     return t.defined() ? t.slice(0, from, to) : Tensor();
   };
-  const Tensor q = ops::linear(x.slice(1, 0, rows), part(w, 0, dim), part(b, 0, dim))
+  const Tensor q = ops::linear(x.slice(1, 0, rows), part(w, 0, inner), part(b, 0, inner))
                        .reshape({B, rows, num_heads, head_dim})
                        .transpose(1, 2);  // [B, H, rows, Dh]
-  const Tensor kv = ops::linear(x, part(w, dim, 3 * dim), part(b, dim, 3 * dim))
+  const Tensor kv = ops::linear(x, part(w, inner, 3 * inner), part(b, inner, 3 * inner))
                         .reshape({B, N, 2, num_heads, head_dim})
                         .permute({2, 0, 3, 1, 4});  // [2, B, H, N, Dh]
   const Tensor out =
       ops::scaled_dot_product_attention(q, kv.select(0, 0), kv.select(0, 1), Tensor(), 0, false,
                                         scale)  // [B, H, rows, Dh]
           .transpose(1, 2)
-          .reshape({B, rows, dim});
+          .reshape({B, rows, inner});
   return ops::linear(out, proj->weight, proj->bias, residual);
 }
 
@@ -113,7 +117,7 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x, const Tensor& attn_mask,
   if (!attn_mask.defined() && !is_causal) return forward(x);
   check_input(x, dim);
   const int64_t B = x.size(0), N = x.size(1);
-  // [B, N, 3D] -> q, k, v, each [B, H, N, Dh]
+  // [B, N, 3I] -> q, k, v, each [B, H, N, Dh]
   const Tensor parts = (*qkv)(x).reshape({B, N, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
   const double p = attn_drop->is_training() ? attn_drop->p : 0;
   Tensor probs;
@@ -128,11 +132,14 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x, const Tensor& attn_mask,
       probs.register_hook([slot](const Tensor& g) { *slot = g.detach(); });
     }
   }
-  out = out.transpose(1, 2).reshape({B, N, dim});
+  out = out.transpose(1, 2).reshape({B, N, inner});
   return (*proj_drop)((*proj)(out));
 }
 
 std::string MultiheadSelfAttention::extra_repr() const {
+  if (head_dim * num_heads != dim)
+    return fmt::format("dim={}, heads={}, head_dim={}, qkv_bias={}", dim, num_heads, head_dim,
+                       qkv->bias.defined());
   return fmt::format("dim={}, heads={}, qkv_bias={}", dim, num_heads, qkv->bias.defined());
 }
 

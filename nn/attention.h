@@ -10,14 +10,17 @@
 
 namespace vitrine::nn {
 
-/// x: [B, N, D] -> [B, N, D]
-///   q, k, v = split(qkv(x)) per head: [B, H, N, D/H]
-///   attn = softmax((q * (D/H)^-1/2) k^T)           [B, H, N, N]
-///   y = proj(attn_drop(attn) v, heads merged)
+/// x: [B, N, D] -> [B, N, D], with Dh = head_dim (D/H unless given) and the inner width I = H Dh
+///   q, k, v = split(qkv(x)) per head: [B, H, N, Dh]     (qkv: D -> 3 I)
+///   attn = softmax((q * Dh^-1/2) k^T)                    [B, H, N, N]
+///   y = proj(attn_drop(attn) v, heads merged)            (proj: I -> D)
+/// An inner width other than D is lucidrains' vit-pytorch's Attention(dim, heads, dim_head).
 class MultiheadSelfAttention : public Module {
  public:
+  /// head_dim 0: dim / num_heads (timm's, torch.nn.MultiheadAttention's).
   MultiheadSelfAttention(int64_t dim, int64_t num_heads, bool qkv_bias = true, double attn_drop = 0,
-                         double proj_drop = 0, Generator& gen = default_generator());
+                         double proj_drop = 0, Generator& gen = default_generator(),
+                         int64_t head_dim = 0);
   Tensor forward(const Tensor& x) override;
   /// Masked attention, as timm's Attention.forward(x, attn_mask) through
   /// ops::scaled_dot_product_attention: attn_mask broadcast to [B, H, N, N], bool (true where a
@@ -25,7 +28,7 @@ class MultiheadSelfAttention : public Module {
   /// the scores); is_causal: token i attends to tokens j <= i (a GPT). An undefined mask and
   /// is_causal false is forward(x).
   Tensor forward(const Tensor& x, const Tensor& attn_mask, bool is_causal = false);
-  /// The heads' outputs before they are merged and projected: attn_drop(attn) v, [B, H, N, D/H].
+  /// The heads' outputs before they are merged and projected: attn_drop(attn) v, [B, H, N, Dh].
   Tensor attend(const Tensor& x);
   /// residual + forward(x), the residual added as proj's product is written when proj and
   /// proj_drop have no hooks and proj_drop is off. Runs no hooks of this module (its caller
@@ -56,12 +59,13 @@ class MultiheadSelfAttention : public Module {
   std::shared_ptr<Linear> qkv, proj;
   std::shared_ptr<Dropout> attn_drop, proj_drop;
   int64_t dim, num_heads, head_dim;
+  int64_t inner;  // num_heads * head_dim: qkv's output is 3 inner wide, proj's input inner
   double scale;
 
  private:
   /// softmax(scale q k^T) from the qkv projection's output, kept when capturing.
   Tensor probabilities(const Tensor& qkv_out);
-  /// attn_drop(attn) v with the heads side by side, [B, N, D]: what proj reads.
+  /// attn_drop(attn) v with the heads side by side, [B, N, I]: what proj reads.
   Tensor merged_heads(const Tensor& x);
 
   bool capture_probs_ = false, capture_grads_ = false;

@@ -282,6 +282,17 @@ json read_header(const Fd& f, const std::string& path, uint64_t& size, uint64_t&
            path, size);
   uint64_t n = 0;
   read_exact(f.fd, &n, 8, 0, path);
+  // What torch.save writes: a zip archive (PyTorch >= 1.6) or a pickle (protocol 2 to 5).
+  unsigned char magic[8];
+  std::memcpy(magic, &n, 8);
+  const bool zip = magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4;
+  const bool pickle = magic[0] == 0x80 && magic[1] >= 2 && magic[1] <= 5;
+  VT_CHECK(!zip && !pickle,
+           "{}: this is a PyTorch checkpoint ({}), not a safetensors file: convert it with "
+           "/usr/bin/python3 tools/convert/convert.py {} {}.safetensors (docs/vit.md, "
+           "\"Bringing weights\")",
+           path, zip ? "torch.save's zip archive" : "a Python pickle", path,
+           std::filesystem::path(path).stem().string());
   VT_CHECK(n <= size - 8, "{}: header length {} is larger than the file ({} bytes)", path, n, size);
   VT_CHECK(n <= kMaxHeaderBytes, "{}: header length {} is over the limit of {} bytes", path, n,
            kMaxHeaderBytes);
@@ -304,6 +315,18 @@ Metadata read_safetensors_metadata(const std::string& path) {
   const json header = read_header(f, path, size, n);
   return header.contains("__metadata__") ? parse_metadata(path, header.at("__metadata__"))
                                          : Metadata{};
+}
+
+std::vector<std::string> read_safetensors_names(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  VT_CHECK(f.fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
+  uint64_t size = 0, n = 0;
+  const json header = read_header(f, path, size, n);
+  std::vector<std::string> names;
+  for (const auto& [name, v] : header.items())
+    if (name != "__metadata__") names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {

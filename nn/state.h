@@ -53,6 +53,8 @@ SafetensorsFile read_safetensors(const std::string& path);
 /// Reads only the metadata of a file (its header): cheap for a large checkpoint. Errors as
 /// read_safetensors' for the header.
 Metadata read_safetensors_metadata(const std::string& path);
+/// The tensor names of a file, sorted, read from its header only.
+std::vector<std::string> read_safetensors_names(const std::string& path);
 /// Writes tensors (any device or layout; names unique) atomically: a failed write leaves the file
 /// at path as it was.
 void write_safetensors(const std::string& path, const NamedTensors& tensors,

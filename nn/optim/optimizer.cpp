@@ -184,7 +184,8 @@ void Optimizer::scale_lr(double factor) {
 }
 
 std::vector<ParamGroup> param_groups_with_decay(const Module& model, double lr, double weight_decay,
-                                                const std::vector<std::string>& no_decay_names) {
+                                                const std::vector<std::string>& no_decay_names,
+                                                bool exempt_1d) {
   ParamGroup decay, no_decay;
   decay.name = "decay";
   decay.lr = lr;
@@ -194,7 +195,7 @@ std::vector<ParamGroup> param_groups_with_decay(const Module& model, double lr, 
   no_decay.weight_decay = 0;
   for (const auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad()) continue;
-    bool exempt = p.dim() < 2;
+    bool exempt = exempt_1d && p.dim() < 2;
     for (const std::string& n : no_decay_names)
       exempt = exempt || name.find(n) != std::string::npos;
     (exempt ? no_decay : decay).params.push_back(p);

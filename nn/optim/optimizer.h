@@ -21,12 +21,15 @@ struct ParamGroup {
   double initial_lr = -1;
 };
 
-/// Two groups, as timm / most ViT recipes: weight decay on weights with >= 2 dims, none on biases,
-/// norms (1-D), and on parameters whose name contains any of no_decay_names (e.g. "pos_embed",
-/// "cls_token"). Frozen parameters (requires_grad false) are left out.
-std::vector<ParamGroup> param_groups_with_decay(const Module& model, double lr, double weight_decay,
-                                                const std::vector<std::string>& no_decay_names = {
-                                                    "pos_embed", "cls_token", "register_tokens"});
+/// Two groups, as timm / most ViT recipes (timm's param_groups_weight_decay): weight decay on
+/// weights with >= 2 dims, none on biases and norms (1-D; exempt_1d false decays them too) and on
+/// parameters whose name contains any of no_decay_names (e.g. "pos_embed", "cls_token"). Frozen
+/// parameters (requires_grad false) are left out. ({}, false): every parameter decays, as
+/// torch.optim.Adam(model.parameters(), weight_decay=...).
+std::vector<ParamGroup> param_groups_with_decay(
+    const Module& model, double lr, double weight_decay,
+    const std::vector<std::string>& no_decay_names = {"pos_embed", "cls_token", "register_tokens"},
+    bool exempt_1d = true);
 
 class Optimizer {
  public:

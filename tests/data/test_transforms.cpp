@@ -85,12 +85,15 @@ TEST_CASE("transforms: Rng is a pure function of (seed, epoch, index)") {
   CHECK_ERROR_CONTAINS(data::Rng(0, -1, 0), "epoch -1");
 }
 
-TEST_CASE("transforms: resize matches F.interpolate bilinear (align_corners=False)") {
+TEST_CASE("transforms: resize without antialias matches F.interpolate bilinear") {
+  const auto resize = [](const data::Image& im, int64_t h, int64_t w) {
+    return data::resize(im, h, w, data::Interpolation::Bilinear, false);
+  };
   // F.interpolate(img[None], size=(5, 3), mode="bilinear", align_corners=False)[0].flatten()
   // with x = torch.tensor([[((y*4+xx)*7 % 11)/10 for xx in range(4)] for y in range(3)]),
   // img = torch.stack([x, 1 - 2*x])  (rows upsampled, columns downsampled)
   check_pixels(
-      data::resize(torch_image(2), 5, 3),
+      resize(torch_image(2), 5, 3),
       {0.11666668206453323,   0.4999999701976776,   0.8833333849906921,   0.28333336114883423,
        0.5199999809265137,    0.7566666603088379,   0.5333333611488342,   0.550000011920929,
        0.5666666030883789,    0.34333333373069763,  0.5799999833106995,   0.26666656136512756,
@@ -101,14 +104,15 @@ TEST_CASE("transforms: resize matches F.interpolate bilinear (align_corners=Fals
        -0.19999997317790985,  0.8666667342185974});
   // F.interpolate(x[None, None], size=(2, 7), mode="bilinear", align_corners=False).flatten()
   // (rows downsampled, columns upsampled)
-  check_pixels(data::resize(torch_image(1), 2, 7),
+  check_pixels(resize(torch_image(1), 2, 7),
                {0.15000000596046448, 0.3017857074737549, 0.5446428656578064, 0.512499988079071,
                 0.48035722970962524, 0.7232143878936768, 0.8750000596046448, 0.22500000894069672,
                 0.3767857253551483, 0.6196428537368774, 0.5874999761581421, 0.49642854928970337,
                 0.26785707473754883, 0.125});
   // Same size: the image itself.
   const data::Image im = random_image(3, 5, 6, 1);
-  CHECK(data::resize(im, 5, 6).pixels == im.pixels);
+  CHECK(resize(im, 5, 6).pixels == im.pixels);
+  CHECK(data::resize(im, 5, 6).pixels == im.pixels);  // antialiased too
 }
 
 TEST_CASE("transforms: resize agrees with ops::interpolate bilinear on random images") {
@@ -121,7 +125,7 @@ TEST_CASE("transforms: resize agrees with ops::interpolate bilinear on random im
     o.size = {h, w};
     o.mode = "bilinear";
     Tensor ref = ops::interpolate(ops::from_vector(im.pixels, {1, 3, 7, 9}), o);
-    const data::Image out = data::resize(im, h, w);
+    const data::Image out = data::resize(im, h, w, data::Interpolation::Bilinear, false);
     CHECK(out.channels == 3);
     CHECK(out.height == h);
     CHECK(out.width == w);

@@ -717,3 +717,31 @@ TEST_CASE(
   CHECK(st.inference_chunks(x) == 1);
   set_num_threads(threads);
 }
+
+TEST_CASE("vit: intermediate_layers gives the last n blocks' tokens, normed as DINO's") {
+  Generator g(4);
+  VisionTransformer m(tiny(), g);
+  m.eval();
+  const Tensor x = ops::randn({2, 2, 8, 8}, g);
+  m.capture(true);
+  (void)m.forward_features(x);
+  const std::vector<Tensor> blocks = m.block_outputs();  // every block's tokens, unnormed
+  m.capture(false);
+  REQUIRE(blocks.size() == 2);
+  const std::vector<Tensor> both = m.intermediate_layers(x, 2);
+  REQUIRE(both.size() == 2);
+  CHECK(both[0].shape() == Dims{2, 5, 8});
+  check_close(both[0], m.norm->forward(blocks[0]), 1e-6);
+  check_close(both[1], m.forward_features(x), 1e-6);
+  const std::vector<Tensor> raw = m.intermediate_layers(x, 1, false);
+  REQUIRE(raw.size() == 1);
+  check_close(raw[0], blocks[1], 1e-6);
+  CHECK_ERROR_CONTAINS(m.intermediate_layers(x, 3), "n = 3", "depth = 2");
+  // Without a final norm (final_norm false) there is nothing to norm with.
+  ViTConfig c = tiny();
+  c.final_norm = false;
+  VisionTransformer bare(c, g);
+  bare.eval();
+  CHECK(bare.norm == nullptr);
+  check_close(bare.intermediate_layers(x, 1)[0], bare.forward_features(x), 1e-6);
+}

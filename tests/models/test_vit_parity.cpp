@@ -2,8 +2,9 @@
 // small random-weight models -- torchvision's own VisionTransformer (with and without the
 // representation layer), timm / DINO and DINOv2-with-registers re-created with timm's names and
 // formulas, timm with reg_token / no_embed_class / fc_norm, timm's layout with an overlapping
-// patch embedding or a convolutional stem (BatchNorm in eval mode), and Hugging Face's
-// ViTForImageClassification -- and saves their weights in their own naming
+// patch embedding or a convolutional stem (BatchNorm in eval mode), Hugging Face's
+// ViTForImageClassification, and lucidrains' vit-pytorch (an attention of inner width heads x
+// dim_head other than dim, no final norm) -- and saves their weights in their own naming
 // (tests/fixtures/vit_<model>.safetensors) with inputs and float64 outputs (vit_parity.json).
 // Each model is loaded with load_vit(path, config), run in float32 with capture(true, true), and
 // its logits, every layer's attention probabilities, the gradient of one class logit with respect
@@ -176,6 +177,7 @@ VIT_PARITY_CASES("timm_avg")
 VIT_PARITY_CASES("overlap")
 VIT_PARITY_CASES("stem")
 VIT_PARITY_CASES("hf")
+VIT_PARITY_CASES("vitpytorch")
 
 // torchvision computes its attention with need_weights=False, so its fixtures have no attention
 // gradients; the re-created models keep theirs (retain_grad on the probabilities).
@@ -185,6 +187,7 @@ TEST_CASE("vit parity: timm_avg: attention gradients") { check_gradients("timm_a
 TEST_CASE("vit parity: overlap: attention gradients") { check_gradients("overlap", true); }
 TEST_CASE("vit parity: stem: attention gradients") { check_gradients("stem", true); }
 TEST_CASE("vit parity: hf: attention gradients") { check_gradients("hf", true); }
+TEST_CASE("vit parity: vitpytorch: attention gradients") { check_gradients("vitpytorch", true); }
 
 TEST_CASE("vit parity: timm: dino interpolation") { check_resized("timm", "dino"); }
 TEST_CASE("vit parity: timm: size interpolation") { check_resized("timm", "size"); }
@@ -213,7 +216,7 @@ TEST_CASE("vit parity: fixture configs and parameter counts") {
   CHECK(hf.no_embed_class == ours.no_embed_class);
   CHECK(hf.fc_norm == ours.fc_norm);
   for (const char* model :
-       {"tv", "tv_rep", "timm", "dinov2_reg", "timm_avg", "overlap", "stem", "hf"}) {
+       {"tv", "tv_rep", "timm", "dinov2_reg", "timm_avg", "overlap", "stem", "hf", "vitpytorch"}) {
     INFO("model " << model);
     // The fixture configs are written as ViTConfig::to_json writes them.
     const json& written = model_case(model).at("config");
@@ -228,4 +231,27 @@ TEST_CASE("vit parity: fixture configs and parameter counts") {
     for (const auto& [name, t] : vit->state_dict()) in_model += t.numel();
     CHECK(in_model == in_file);
   }
+}
+
+TEST_CASE("vit parity: the CIFAR recipe's vit-pytorch model has 699,530 parameters") {
+  // image 64, patch 4, depth 4, dim 128, 4 heads of width 64, MLP 128, 10 classes, to_qkv without
+  // bias, and a head that is a Linear alone (final_norm false); with the final norm, 699,786.
+  ViTConfig c;
+  c.image_h = c.image_w = 64;
+  c.patch = 4;
+  c.depth = 4;
+  c.dim = 128;
+  c.heads = 4;
+  c.dim_head = 64;
+  c.mlp_dim = 128;
+  c.num_classes = 10;
+  c.qkv_bias = false;
+  c.final_norm = false;
+  Generator gen(0);
+  CHECK(models::VisionTransformer(c, gen).num_parameters() == 699530);
+  c.final_norm = true;
+  CHECK(models::VisionTransformer(c, gen).num_parameters() == 699786);
+  CHECK_ERROR_CONTAINS(ViTConfig::from_json({{"dim", 30}, {"heads", 4}}), "not divisible",
+                       "dim_head");
+  CHECK(ViTConfig::from_json({{"dim", 30}, {"heads", 4}, {"dim_head", 8}}).inner_dim() == 32);
 }
