@@ -479,3 +479,165 @@ TEST_CASE(
   CHECK(resumed.output.find("(resuming)") != std::string::npos);
   CHECK(metrics_lines(out).back().at("type") == "test");
 }
+
+TEST_CASE("train-cli: --eval --split evaluates the training, validation or test split") {
+  Reference& r = reference();
+  TempDir dir;
+  for (const auto& [split, images] :
+       {std::pair{"train", 1350}, std::pair{"validation", 150}, std::pair{"test", 300}}) {
+    const Ran ev = run({"--eval", r.out + "/last.safetensors", "--data", r.data, "--split", split},
+                       dir, std::string("eval_") + split);
+    INFO(ev.output);
+    REQUIRE(ev.code == 0);
+    CHECK(ev.output.find(fmt::format("on the {} split of", split)) != std::string::npos);
+    CHECK(ev.output.find(fmt::format("({} images; config from", images)) != std::string::npos);
+  }
+  const Ran bad = run({"--eval", r.out + "/last.safetensors", "--split", "val"}, dir, "eval_bad");
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("--split") != std::string::npos);
+  const Ran none = run({"--eval", r.out + "/last.safetensors", "--data", r.data, "--split",
+                        "validation", "--set", "data.validation_fraction=0"},
+                       dir, "eval_none");
+  CHECK(none.code == 1);
+  CHECK(none.output.find("holds out no validation split") != std::string::npos);
+}
+
+TEST_CASE("train-cli: a repeated flag takes its last value, as argparse; --set accumulates") {
+  TempDir dir;
+  const Ran p = run({"--print-config", "--epochs", "5", "--epochs", "2", "--lr", "0.1", "--lr",
+                     "0.002", "--set", "model.depth=1", "--set", "model.dim=32"},
+                    dir, "print");
+  INFO(p.output);
+  REQUIRE(p.code == 0);
+  const json c = json::parse(p.output);
+  CHECK(c["train"]["epochs"] == 2);
+  CHECK(c["optim"]["lr"] == 0.002);
+  CHECK(c["model"]["depth"] == 1);
+  CHECK(c["model"]["dim"] == 32);
+}
+
+TEST_CASE("train-cli: schedules follow the run: --max-steps and a warm-up as long as the run") {
+  TempDir dir;
+  // A warm-up that fills the config's own run (12 of 10 epochs) is shortened to half of it; one
+  // as long as a run shortened on the command line (3 of --epochs 3) to the config's share of
+  // its own epochs (3 of the default's 10: 0.9).
+  const Ran half = run({"--summary", "--set", "schedule.warmup_epochs=12"}, dir, "half");
+  REQUIRE(half.code == 0);
+  CHECK(half.output.find("note: schedule.warmup_epochs 12 is as long as the run (10 epochs) or "
+                         "longer: shortened to 5 (half the run)") != std::string::npos);
+  const Ran share =
+      run({"--print-config", "--set", "schedule.warmup_epochs=3", "--epochs", "3"}, dir, "share");
+  REQUIRE(share.code == 0);
+  CHECK(json::parse(share.output)["schedule"]["warmup_epochs"].get<double>() ==
+        doctest::Approx(0.9));
+  const Ran sum =
+      run({"--summary", "--set", "schedule.warmup_epochs=3", "--epochs", "3"}, dir, "summary");
+  REQUIRE(sum.code == 0);
+  CHECK(sum.output.find("note: schedule.warmup_epochs 3 is as long as the run (3 epochs) or "
+                        "longer: shortened to 0.9 (the config's 3 of 10 epochs, kept in "
+                        "proportion)") != std::string::npos);
+  const Ran kept =
+      run({"--print-config", "--set", "schedule.warmup_epochs=1", "--epochs", "3"}, dir, "kept");
+  CHECK(json::parse(kept.output)["schedule"]["warmup_epochs"] == 1);
+  // 360 training images in batches of 20, 2 per step: 9 steps an epoch. --max-steps 10 with a
+  // warm-up of 0.2 epochs (2 steps): the cosine spans the 10 steps that run, so the last one's
+  // factor is 0.5 (1 + cos(7 pi / 8)) = 0.038 (over 8 epochs it would still be 0.975).
+  const std::string data = dir / "data", out = dir / "run";
+  write_stripes(data, 400, 40);
+  std::vector<std::string> args = train_args(data, out, 8);
+  for (const char* a :
+       {"--max-steps", "10", "--set", "train.log_every=1", "--set", "schedule.warmup_epochs=0.2"})
+    args.push_back(a);
+  const Ran ran = run(args, dir, "max_steps");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  CHECK(ran.output.find("note: the warm-up") == std::string::npos);  // 2 steps fit in 10: kept
+  std::vector<double> lrs;
+  for (const json& line : metrics_lines(out))
+    if (line.at("type") == "train") lrs.push_back(line.at("lr").get<double>());
+  REQUIRE(lrs.size() == 10);
+  CHECK(lrs[1] == doctest::Approx(0.5e-2).epsilon(1e-6));
+  CHECK(lrs[2] == doctest::Approx(1e-2).epsilon(1e-6));  // the top, after the warm-up
+  CHECK(lrs[9] == doctest::Approx(1e-2 * 0.5 * (1 + std::cos(M_PI * 7 / 8))).epsilon(1e-6));
+  // A warm-up of 1 epoch (9 steps) cannot fit in 8 steps: the config's share of its epochs
+  // (1 of 8), one step.
+  std::vector<std::string> longer = train_args(data, dir / "run2", 8);
+  for (const char* a : {"--max-steps", "8", "--set", "schedule.warmup_epochs=1"})
+    longer.push_back(a);
+  const Ran shortened = run(longer, dir, "max_steps_short");
+  INFO(shortened.output);
+  REQUIRE(shortened.code == 0);
+  CHECK(shortened.output.find("note: the warm-up (9 steps, schedule.warmup_epochs 1) is as long "
+                              "as the run (8 steps): shortened to 1 step (12.5% of the run") !=
+        std::string::npos);
+}
+
+TEST_CASE("train-cli: early stopping on the validation loss, and weight decay on every parameter") {
+  TempDir dir;
+  const std::string data = dir / "data", out = dir / "run";
+  write_stripes(data, 400, 40);
+  std::vector<std::string> args = train_args(data, out, 3);
+  for (const char* a : {"--set", "train.early_stopping_metric=val_loss", "--set",
+                        "train.early_stopping_patience=2", "--set", "optim.no_decay=[]"})
+    args.push_back(a);
+  const Ran ran = run(args, dir, "val_loss");
+  INFO(ran.output);
+  REQUIRE(ran.code == 0);
+  // best.safetensors is the validation with the lowest loss.
+  double best_loss = 1e30, best_accuracy = -1;
+  for (const json& line : metrics_lines(out))
+    if (line.at("type") == "eval" && line.at("loss").get<double>() < best_loss) {
+      best_loss = line.at("loss").get<double>();
+      best_accuracy = line.at("accuracy").get<double>();
+    }
+  REQUIRE(best_accuracy >= 0);
+  CHECK(ran.output.find(fmt::format("best.safetensors   the lowest validation loss; its accuracy, "
+                                    "{:.2f}%",
+                                    100 * best_accuracy)) != std::string::npos);
+  // optim.no_decay [] decays every parameter, as torch.optim.AdamW(model.parameters()): the
+  // no-decay group is empty. The default (timm's) keeps biases, norms and the tokens out.
+  const auto group_sizes = [](const std::string& checkpoint) {
+    const json opt =
+        nn::metadata_json(nn::read_safetensors_metadata(checkpoint), nn::kOptimizerKey);
+    std::map<std::string, int64_t> sizes;
+    for (const json& g : opt.at("state").at("groups"))
+      sizes[g.at("name").get<std::string>()] = g.at("num_params").get<int64_t>();
+    return sizes;
+  };
+  const auto every = group_sizes(out + "/last.safetensors");
+  CHECK(every.at("no_decay") == 0);
+  CHECK(every.at("decay") > 10);
+  Reference& r = reference();
+  const auto timm = group_sizes(r.out + "/last.safetensors");
+  CHECK(timm.at("no_decay") > 0);
+  CHECK(timm.at("decay") + timm.at("no_decay") == every.at("decay"));
+  const Ran bad2 = run({"--data", data, "--set", "train.early_stopping_metric=f1"}, dir, "bad2");
+  CHECK(bad2.code == 1);
+  CHECK(bad2.output.find("early_stopping_metric") != std::string::npos);
+  const Ran bad3 = run({"--data", data, "--set", "optim.no_decay=\"bias\""}, dir, "bad3");
+  CHECK(bad3.code == 1);
+  CHECK(bad3.output.find("optim.no_decay holds an array") != std::string::npos);
+  const Ran bad4 = run({"--data", data, "--set", "optim.no_decay=[\"\"]"}, dir, "bad4");
+  CHECK(bad4.code == 1);
+  CHECK(bad4.output.find("optim.no_decay must hold non-empty strings") != std::string::npos);
+}
+
+TEST_CASE("train-cli: --summary with --data shows an image folder's classes in the head") {
+  TempDir dir;
+  const std::string root = dir / "photos";
+  const std::vector<uint8_t> px(12 * 10 * 3, 128);
+  for (const char* cls : {"pizza", "steak", "sushi"})
+    for (int i = 0; i < 10; ++i) {
+      fs::create_directories(root + "/" + cls);
+      write_png(fmt::format("{}/{}/{}.png", root, cls, i), 12, 10, 3, px);
+    }
+  const Ran sum = run(
+      {"--summary", "--config", std::string(VITRINE_CONFIGS) + "/imagefolder.json", "--data", root},
+      dir, "summary");
+  INFO(sum.output);
+  REQUIRE(sum.code == 0);
+  CHECK(sum.output.find("note: model.num_classes 3 from the 3 class folders") != std::string::npos);
+  CHECK(sum.output.find("head (Linear)") != std::string::npos);
+  CHECK(sum.output.find("[1, 3]") != std::string::npos);
+  CHECK(sum.output.find("[1, 10]") == std::string::npos);  // the preset's classes
+}

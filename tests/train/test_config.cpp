@@ -167,7 +167,7 @@ TEST_CASE("train config: --set with an unknown key names it and lists the valid 
   CHECK_ERROR_CONTAINS(tr::apply_override(c, "optim.lrr=1e-3"), "unknown key \"optim.lrr\"",
                        "did you mean \"optim.lr\"?",
                        "the keys of \"optim\" are: betas, eps, grad_clip, label_smoothing, lr, "
-                       "momentum, name, nesterov, weight_decay");
+                       "momentum, name, nesterov, no_decay, weight_decay");
   CHECK_ERROR_CONTAINS(tr::apply_override(c, "model.dept=4"), "unknown key \"model.dept\"",
                        "did you mean \"model.depth\"?", "preset", "mlp_dim", "num_classes");
   CHECK_ERROR_CONTAINS(tr::apply_override(c, "train.epoch=3"), "did you mean \"train.epochs\"?");

@@ -35,7 +35,7 @@ json folder_config(const std::string& path, double validation_fraction) {
   c["data"]["dataset"] = "imagefolder";
   c["data"]["path"] = path;
   c["data"]["validation_fraction"] = validation_fraction;
-  c["data"]["transforms"] = {{"resize", 4}, {"mean", {0.5}}, {"std", {0.5}}};
+  c["data"]["transforms"] = {{"resize", {4, 4}}, {"mean", {0.5}}, {"std", {0.5}}};
   tr::validate_config(c);
   return c;
 }

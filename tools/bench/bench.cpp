@@ -19,7 +19,7 @@ namespace vitrine::bench {
 
 double forward_flops(const models::ViTConfig& c) {
   const double P = static_cast<double>(c.num_patches()), N = P + c.prefix_tokens();
-  const double D = c.dim, M = c.mlp_dim, K = c.num_classes;
+  const double D = c.dim, M = c.mlp_dim, K = c.num_classes, I = c.inner_dim();
   const double patch_values = static_cast<double>(c.proj_channels()) * c.kernel() * c.kernel();
   double f = 2 * P * patch_values * D;
   // The convolutional stem: per stage, a 3x3 convolution onto its (strided) grid.
@@ -30,7 +30,7 @@ double forward_flops(const models::ViTConfig& c) {
     f += 2.0 * static_cast<double>(h * w) * static_cast<double>(c.stem[i] * 9 * in);
     in = c.stem[i];
   }
-  const double block = 2 * N * D * 3 * D + 4 * N * N * D + 2 * N * D * D + 4 * N * D * M;
+  const double block = 2 * N * D * 3 * I + 4 * N * N * I + 2 * N * I * D + 4 * N * D * M;
   f += c.depth * block;
   if (c.representation > 0) f += 2 * D * c.representation;
   f += 2 * (c.representation > 0 ? c.representation : D) * K;
@@ -141,8 +141,8 @@ std::vector<Product> block_products(const models::ViTConfig& c, int64_t batch) {
     const char* name;
     int64_t out, in;
   };
-  const Layer layers[] = {{"qkv", 3 * c.dim, c.dim},
-                          {"proj", c.dim, c.dim},
+  const Layer layers[] = {{"qkv", 3 * c.inner_dim(), c.dim},
+                          {"proj", c.dim, c.inner_dim()},
                           {"fc1", c.mlp_dim, c.dim},
                           {"fc2", c.dim, c.mlp_dim}};
   std::vector<Product> ps;

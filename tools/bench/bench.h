@@ -15,10 +15,11 @@ namespace vitrine::bench {
 
 /// Model FLOPs of one image's forward pass, counting 2 per multiply-add in the matmuls only
 /// (the convention of the ViT and PaLM papers; elementwise work is not counted). With P patches,
-/// N = P + prefix tokens, width D, MLP width M, K classes and C*p*p values per patch:
+/// N = P + prefix tokens, width D, attention inner width I (heads x head width: D unless
+/// dim_head is set), MLP width M, K classes and C*p*p values per patch:
 ///   patch embedding 2 P (C p p) D
-///   per block       2 N D 3D (qkv) + 2 N N D (scores) + 2 N N D (weighted sum)
-///                   + 2 N D D (proj) + 2 N D M (fc1) + 2 N M D (fc2)
+///   per block       2 N D 3I (qkv) + 2 N N I (scores) + 2 N N I (weighted sum)
+///                   + 2 N I D (proj) + 2 N D M (fc1) + 2 N M D (fc2)
 ///   head            2 D K
 double forward_flops(const models::ViTConfig& c);
 /// A training step's FLOPs per image: forward plus backward, taken as 3 x forward (the backward

@@ -41,45 +41,28 @@ LoadedModel load_model(const ModelSource& source) {
   const models::ClassifierSpec& c = l.spec;
   l.headless = c.num_classes == 0;
   // Metadata written by another program may hold anything: read with checks, the file named.
-  json mean, std;
   try {
     if (json v = nn::metadata_json(l.meta, nn::kClassesKey); v.is_array())
       l.classes = v.get<std::vector<std::string>>();
-    mean = nn::metadata_json(l.meta, nn::kMeanKey);
-    std = nn::metadata_json(l.meta, nn::kStdKey);
-    if (mean.is_array() && std.is_array()) {
-      for (const json& m : mean) (void)nn::json_number(m, "its mean");
-      for (const json& s : std) (void)nn::json_number(s, "its std", 1e-12);
-    }
   } catch (const nlohmann::json::exception& e) {
     fail("{}: its metadata has a value of the wrong type ({})", source.checkpoint, e.what());
   } catch (const Error& e) {
     fail("{}: {}", source.checkpoint, e.what());
   }
-  if (static_cast<int64_t>(l.classes.size()) != c.num_classes) {
+  if (static_cast<int64_t>(l.classes.size()) != c.num_classes) {  // "0", "1", ... as torchvision
     l.classes.clear();
-    for (int64_t k = 0; k < c.num_classes; ++k) l.classes.push_back(fmt::format("class {}", k));
+    for (int64_t k = 0; k < c.num_classes; ++k) l.classes.push_back(std::to_string(k));
   }
   if (!source.mean.empty() || !source.std.empty()) {
     l.mean = source.mean;
     l.std = source.std;
     l.normalisation = "--mean/--std";
-  } else if (mean.is_array() && std.is_array()) {
-    l.mean = mean.get<std::vector<float>>();
-    l.std = std.get<std::vector<float>>();
-    l.normalisation = "the checkpoint";
-  } else if (l.headless && c.channels == 3) {
-    // A backbone without a head is most often DINO's, trained on ImageNet's statistics.
-    l.mean = {0.485f, 0.456f, 0.406f};
-    l.std = {0.229f, 0.224f, 0.225f};
-    l.normalisation =
-        "ImageNet's, as DINO's backbones (the checkpoint names none; set --mean/--std)";
   } else {
-    l.mean.assign(static_cast<size_t>(c.channels), 0.5f);
-    l.std.assign(static_cast<size_t>(c.channels), 0.5f);
-    l.normalisation =
-        "timm's ViT default (the checkpoint names none; torchvision's and DINO's ViTs expect "
-        "ImageNet's: --mean 0.485 0.456 0.406 --std 0.229 0.224 0.225)";
+    models::Normalisation n =
+        models::checkpoint_normalisation(source.checkpoint, c.channels, !l.headless);
+    l.mean = std::move(n.mean);
+    l.std = std::move(n.std);
+    l.normalisation = n.source;
   }
   if (l.mean.size() == 1) l.mean.resize(static_cast<size_t>(c.channels), l.mean[0]);
   if (l.std.size() == 1) l.std.resize(static_cast<size_t>(c.channels), l.std[0]);

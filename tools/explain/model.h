@@ -41,8 +41,9 @@ struct LoadedModel {
   nn::Metadata meta;            // the checkpoint's metadata
   std::string checkpoint_name;  // the checkpoint's file name (without its folder)
   bool headless = false;        // no classification head: attention methods only
-  std::vector<std::string> classes;  // "class k" where the checkpoint names none; empty: no head
-  std::vector<float> mean, std;      // one per channel
+  std::vector<std::string>
+      classes;                   // "0", "1", ... where the checkpoint names none; empty: no head
+  std::vector<float> mean, std;  // one per channel
   /// Where mean and std came from ("the checkpoint", "--mean/--std", or a default and why).
   std::string normalisation;
 };

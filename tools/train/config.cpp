@@ -380,7 +380,7 @@ void validate_transforms(const Section& data, const DatasetSpec& dataset,
 
 void validate_optim(const json& config) {
   Section optim(config, "optim");
-  optim.check_keys(kSectionKeys.at("optim"));
+  optim.check_keys(kSectionKeys.at("optim"), {"no_decay"});
   const std::string name = optim.choice("name", {"adamw", "adam", "sgd"});
   optim.number("lr", 0, true);
   optim.number("weight_decay", 0, false);
@@ -397,6 +397,16 @@ void validate_optim(const json& config) {
            "config: optim.nesterov needs optim.momentum > 0, got momentum 0");
   optim.number("label_smoothing", 0, false, 1, true);
   optim.number("grad_clip", 0, false);
+  if (optim.has("no_decay")) {
+    const json& nd = optim.at("no_decay");
+    VT_CHECK(nd.is_array(),
+             "config: optim.no_decay must be a list of parameter-name parts (and \"ndim<=1\" for "
+             "every bias and norm), got {}",
+             nd.dump());
+    for (const json& n : nd)
+      VT_CHECK(n.is_string() && !n.get<std::string>().empty(),
+               "config: optim.no_decay must hold non-empty strings, got {}", nd.dump());
+  }
 }
 
 void validate_schedule(const json& config, int64_t epochs) {
@@ -413,7 +423,8 @@ void validate_schedule(const json& config, int64_t epochs) {
 
 int64_t validate_train(const json& config, double validation_fraction) {
   Section train(config, "train");
-  train.check_keys(kSectionKeys.at("train"), {"zero", "bucket_mb"});  // (data-parallel runs)
+  train.check_keys(kSectionKeys.at("train"),
+                   {"zero", "bucket_mb", "early_stopping_metric"});  // (optional keys)
   const int64_t epochs = train.integer("epochs", 1);
   train.integer("seed", 0);
   train.integer("eval_every", 0);
@@ -423,6 +434,8 @@ int64_t validate_train(const json& config, double validation_fraction) {
            "config: train.early_stopping_patience {} needs a validation split "
            "(data.validation_fraction > 0), got data.validation_fraction 0",
            patience);
+  if (train.has("early_stopping_metric"))
+    train.choice("early_stopping_metric", {"val_accuracy", "val_loss"});
   train.integer("accum_steps", 1);
   train.number("ema_decay", 0, false, 1, true);
   train.boolean("test_each_epoch");

@@ -51,16 +51,20 @@ std::vector<std::string> fit_schedule_to_run(json& config, int64_t file_epochs) 
   if (!s.is_object() || !s["warmup_epochs"].is_number() || !epochs_v.is_number()) return {};
   const double warmup = s["warmup_epochs"].get<double>();
   const double epochs = epochs_v.get<double>();
-  if (!(warmup > epochs) || epochs <= 0) return {};
-  double shorter = epochs;
-  if (file_epochs > epochs) shorter = std::min(epochs, warmup * epochs / file_epochs);
+  if (!(warmup >= epochs) || epochs <= 0 || warmup <= 0) return {};
+  // The config's share of its own epochs when the command line shortened the run, at most half.
+  const bool shortened = file_epochs > epochs;
+  const double share = shortened ? std::min(0.5, warmup / static_cast<double>(file_epochs)) : 0.5;
+  const double shorter = epochs * share;
   s["warmup_epochs"] = shorter;
   return {fmt::format(
-      "schedule.warmup_epochs {:g} is longer than the run ({:g} epoch{}): shortened to {:g}{}",
+      "schedule.warmup_epochs {:g} is as long as the run ({:g} epoch{}) or longer: shortened to "
+      "{:g}{}",
       warmup, epochs, epochs == 1 ? "" : "s", shorter,
-      file_epochs > epochs ? fmt::format(" (the config's {:g} of {} epochs, kept in proportion)",
-                                         warmup, file_epochs)
-                           : "")};
+      shortened && share < 0.5
+          ? fmt::format(" (the config's {:g} of {} epochs, kept in proportion)", warmup,
+                        file_epochs)
+          : std::string(" (half the run)"))};
 }
 
 json config_for_checkpoint(const std::string& checkpoint, const json& model,

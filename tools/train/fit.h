@@ -35,10 +35,12 @@ std::vector<std::string> fit_transforms_to_model(nlohmann::json& config);
 /// printed when the count was taken from the folders (empty when nothing changed).
 std::vector<std::string> fit_classes_to_data(nlohmann::json& config, bool num_classes_given);
 
-/// A schedule longer than the run: schedule.warmup_epochs greater than train.epochs (a config
-/// for 30 epochs run with --epochs 1) is shortened to the same fraction of the run as in the
-/// config file (file_epochs: train.epochs before the command line changed it), and to at most
-/// the run. Returns the warning, empty when nothing changed.
+/// A warm-up as long as the run or longer: schedule.warmup_epochs >= train.epochs (a config for
+/// 30 epochs run with --epochs 1, or one whose warm-up fills it) is shortened to the same
+/// fraction of the run as in the config file (file_epochs: train.epochs before the command line
+/// changed it), at most half the run. (A warm-up longer than train.max_steps is make_schedule's
+/// to shorten: only the Trainer knows the steps per epoch.) Returns the note, empty when nothing
+/// changed.
 std::vector<std::string> fit_schedule_to_run(nlohmann::json& config, int64_t file_epochs);
 
 /// The config a saved checkpoint was trained with, for evaluating or explaining it later:

@@ -12,6 +12,7 @@
 // 130 stopped by Ctrl-C (the run can be resumed).
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -54,6 +55,7 @@ extern "C" void on_signal(int) {
 
 struct Options {
   std::string config_path, data, out, device, resume, eval, finetune, model, model_config;
+  std::string split = "test";  // --eval's
   std::vector<std::string> sets;
   int64_t epochs = 0, batch_size = 0, max_steps = 0, subset = 0;
   double lr = 0, weight_decay = -1;
@@ -205,25 +207,47 @@ int evaluate_checkpoint(const Options& o) {
            o.eval, o.eval);
   config["model"] = spec.config;
   json& transforms = config["data"]["transforms"];
-  for (const auto& [key, name] : {std::pair{nn::kMeanKey, "mean"}, std::pair{nn::kStdKey, "std"}})
-    if (json v = nn::metadata_json(meta, key); !v.is_null()) transforms[name] = v;
+  // The normalisation: --set's when given; else the checkpoint's own (metadata); else a config
+  // file's when given; else the rule every tool follows for a foreign checkpoint
+  // (models::checkpoint_normalisation: vitrine-explain's too).
+  const bool set_norm = std::any_of(o.sets.begin(), o.sets.end(), [](const std::string& s) {
+    return s.starts_with("data.transforms.mean") || s.starts_with("data.transforms.std");
+  });
+  const models::Normalisation norm =
+      models::checkpoint_normalisation(o.eval, spec.channels, spec.num_classes > 0);
+  const bool own = norm.source == "the checkpoint";
+  if (!set_norm && (own || o.config_path.empty())) {
+    transforms["mean"] = norm.mean;
+    transforms["std"] = norm.std;
+    if (!own) notes.push_back(fmt::format("normalisation: {}", norm.source));
+  }
   if (!sizes_set(o))
     for (std::string& n : tr::fit_transforms_to_model(config)) notes.push_back(n);
   print_notes(notes);
   tr::validate_config(config);
-  auto test = tr::load_test_set(config);
+  std::shared_ptr<const nn::data::Dataset> test;
+  if (o.split == "test") {
+    test = tr::load_test_set(config);
+  } else {
+    const tr::Datasets d = tr::load_datasets(config);
+    test = o.split == "train" ? d.train : d.validation;
+    VT_CHECK(test,
+             "--eval --split validation: the config holds out no validation split "
+             "(data.validation_fraction is 0; --set data.validation_fraction=0.1)");
+  }
   std::vector<std::string> classes = test->classes();
   VT_CHECK(static_cast<int64_t>(classes.size()) == spec.num_classes,
-           "--eval {}: the model has {} classes, the test set {} has {}", o.eval, spec.num_classes,
-           test->source(), classes.size());
+           "--eval {}: the model has {} classes, the {} split of {} has {}", o.eval,
+           spec.num_classes, o.split, test->source(), classes.size());
   const tr::TrainConfig cfg = tr::TrainConfig::from_json(config);
   const Device device = Device::parse(cfg.train.device);
   model->to(device);
   // As the trainer: the run's own test pass computed under its train.precision.
   set_float32_matmul_precision(float32_matmul_precision_for(cfg.train.precision));
   const bool tta = cfg.train.tta_hflip;
-  fmt::print("evaluating {} ({}) on {} ({} images{}{}; config from {})\n", o.eval, spec.describe(),
-             test->source(), test->size(), tta ? ", with flip test-time augmentation" : "",
+  fmt::print("evaluating {} ({}) on the {} split of {} ({} images{}{}; config from {})\n", o.eval,
+             spec.describe(), o.split, test->source(), test->size(),
+             tta ? ", with flip test-time augmentation" : "",
              cfg.train.precision == "fp32" ? "" : ", train.precision " + cfg.train.precision,
              source);
   tr::Evaluation e =
@@ -377,7 +401,9 @@ int run_training(const Options& o) {
   fmt::print("\ntest set ({} images):\n{}\n", r.test->count, r.test->table(data.test->classes()));
   fmt::print("run folder: {}\n", run_dir);
   if (r.best_accuracy >= 0)
-    fmt::print("  best.safetensors   the best validation accuracy, {:.2f}%\n",
+    fmt::print("  best.safetensors   the {}, {:.2f}%\n",
+               r.best_by == "val_loss" ? "lowest validation loss; its accuracy"
+                                       : "best validation accuracy",
                100 * r.best_accuracy);
   fmt::print("  last.safetensors   the final weights (test accuracy {:.2f}%)\n",
              100 * r.test->accuracy);
@@ -396,12 +422,15 @@ int main(int argc, char** argv) {
       "With no arguments it trains the default Fashion-MNIST ViT (configs/fashion_mnist.json).",
       "vitrine-train"};
   Options o;
+  // A repeated option: the last one wins, as argparse does (--set alone accumulates).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--config", o.config_path,
                  "JSON config (configs/*.json); keys it leaves out take the defaults")
       ->check(CLI::ExistingFile);
   app.add_option("--set", o.sets,
                  "override one key: --set model.depth=4 --set optim.lr=5e-4 (repeatable)")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--data", o.data, "the data set's folder (data.path)")->type_name("DIR");
   app.add_option("--out", o.out, "the run folder (train.out); a used one gets a -2, -3 suffix")
       ->type_name("DIR");
@@ -411,9 +440,14 @@ int main(int argc, char** argv) {
       ->type_name("RUN_DIR");
   app.add_flag("--summary", o.summary, "print the model's layers, shapes and sizes and exit");
   app.add_flag("--print-config", o.print_config, "print the full config and exit");
-  app.add_option("--eval", o.eval, "evaluate a checkpoint on the test set and exit")
+  app.add_option("--eval", o.eval, "evaluate a checkpoint on the test set (--split) and exit")
       ->type_name("CHECKPOINT")
       ->check(CLI::ExistingFile);
+  app.add_option("--split", o.split,
+                 "--eval: the split to evaluate: test, train (the training split, without the "
+                 "validation images) or validation (data.validation_fraction of the training file)")
+      ->check(CLI::IsMember({"test", "train", "validation"}))
+      ->capture_default_str();
   auto* ft = app.add_option("--finetune", o.finetune,
                             "start from this checkpoint's weights (Vitrine, timm, Hugging Face) "
                             "with a new head for the data set's classes")
@@ -443,6 +477,7 @@ int main(int argc, char** argv) {
       "them all); the flags above are shortcuts for the keys they name.");
   app.get_option("--resume")->excludes("--config")->excludes("--finetune")->excludes("--eval");
   app.get_option("--eval")->excludes("--finetune");
+  app.get_option("--split")->needs("--eval");
   app.get_option("--model")->excludes("--model-config");
   try {
     app.parse(argc, argv);
@@ -464,7 +499,13 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "vitrine-train (rank {}): cannot silence stdout\n", world->rank());
     if (o.print_config || o.summary) {
       std::vector<std::string> notes;
-      json config = build_config(o, base_config(o), notes);
+      const json base = base_config(o);
+      json config = build_config(o, base, notes);
+      // With --data, an image folder's class folders decide the head, as training would.
+      if (o.summary && !o.data.empty())
+        for (std::string& n : tr::fit_classes_to_data(config, num_classes_given(o, base)))
+          notes.push_back(n);
+      if (o.summary) print_notes(notes);
       if (o.print_config) {
         fmt::print("{}\n", config.dump(2));
         return 0;

@@ -1,6 +1,9 @@
 // The config's sections as typed options: see options.h.
 #include "tools/train/options.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "backends/error.h"
@@ -15,7 +18,15 @@ using nlohmann::json;
 
 std::unique_ptr<nn::optim::Optimizer> make_optimizer(const OptimOptions& o, const nn::Module& model,
                                                      bool zero) {
-  auto groups = nn::optim::param_groups_with_decay(model, o.lr, o.weight_decay);
+  std::vector<std::string> names;
+  bool exempt_1d = false;
+  for (const std::string& n : o.no_decay) {
+    if (n == "ndim<=1")
+      exempt_1d = true;
+    else
+      names.push_back(n);
+  }
+  auto groups = nn::optim::param_groups_with_decay(model, o.lr, o.weight_decay, names, exempt_1d);
   if (zero) {
     VT_CHECK(o.name == "adamw" || o.name == "adam",
              "trainer: train.zero = 1 shards the state of Adam or AdamW, but optim.name is \"{}\"",
@@ -48,7 +59,8 @@ std::unique_ptr<nn::optim::Optimizer> make_optimizer(const OptimOptions& o, cons
 }
 
 std::unique_ptr<nn::optim::Schedule> make_schedule(const ScheduleOptions& o, int64_t epochs,
-                                                   int64_t updates_per_epoch) {
+                                                   int64_t updates_per_epoch, int64_t run_steps,
+                                                   std::vector<std::string>* notes) {
   VT_CHECK(updates_per_epoch >= 1, "make_schedule: updates_per_epoch must be >= 1, got {}",
            updates_per_epoch);
   if (o.name == "constant") return std::make_unique<nn::optim::ConstantSchedule>();
@@ -56,9 +68,22 @@ std::unique_ptr<nn::optim::Schedule> make_schedule(const ScheduleOptions& o, int
     return std::make_unique<nn::optim::StepSchedule>(o.step_epochs * updates_per_epoch, o.gamma);
   VT_CHECK(o.name == "warmup_cosine",
            "make_schedule: unknown schedule \"{}\" (constant, step, warmup_cosine)", o.name);
-  return std::make_unique<nn::optim::WarmupCosineSchedule>(
-      std::llround(o.warmup_epochs * static_cast<double>(updates_per_epoch)),
-      epochs * updates_per_epoch, o.min_lr_factor);
+  const int64_t total =
+      run_steps > 0 ? std::min(run_steps, epochs * updates_per_epoch) : epochs * updates_per_epoch;
+  int64_t warmup = std::llround(o.warmup_epochs * static_cast<double>(updates_per_epoch));
+  if (warmup > 0 && warmup >= total) {
+    const double share =
+        std::min(0.5, epochs > 0 ? o.warmup_epochs / static_cast<double>(epochs) : 0.5);
+    const int64_t shorter = std::llround(static_cast<double>(total) * share);
+    if (notes)
+      notes->push_back(fmt::format(
+          "the warm-up ({} steps, schedule.warmup_epochs {:g}) is as long as the run ({} steps): "
+          "shortened to {} step{} ({:g}% of the run, the config's share of its epochs, at most "
+          "half)",
+          warmup, o.warmup_epochs, total, shorter, shorter == 1 ? "" : "s", 100 * share));
+    warmup = shorter;
+  }
+  return std::make_unique<nn::optim::WarmupCosineSchedule>(warmup, total, o.min_lr_factor);
 }
 
 TrainConfig TrainConfig::from_json(const json& config) {

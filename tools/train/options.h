@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,12 +34,17 @@ struct OptimOptions {
   bool nesterov = false;                       // sgd
   double label_smoothing = 0;
   double grad_clip = 0;  // max global gradient norm, 0 = off
+  /// Parameters without weight decay: those whose name contains one of these parts, and with
+  /// "ndim<=1" every parameter of fewer than 2 dimensions (biases, norms). timm's default; []
+  /// decays every parameter, as torch.optim.Adam(model.parameters(), weight_decay=...) does.
+  std::vector<std::string> no_decay = {"ndim<=1", "pos_embed", "cls_token", "register_tokens"};
 };
 
 /// The optimizer over the model's trainable parameters in two groups
-/// (nn::optim::param_groups_with_decay: weight decay on matrices and kernels, none on biases and
-/// norms). With zero, a ZeRO-1 Adam(W) (nn::ZeroAdam) that also clips at o.grad_clip (it alone
-/// sees the averaged gradients); an Error for SGD.
+/// (nn::optim::param_groups_with_decay with o.no_decay: by default timm's, weight decay on
+/// matrices and kernels, none on biases, norms, position embedding and class token). With zero, a
+/// ZeRO-1 Adam(W) (nn::ZeroAdam) that also clips at o.grad_clip (it alone sees the averaged
+/// gradients); an Error for SGD.
 std::unique_ptr<nn::optim::Optimizer> make_optimizer(const OptimOptions& o, const nn::Module& model,
                                                      bool zero = false);
 
@@ -50,13 +56,19 @@ struct ScheduleOptions {
   double gamma = 0.1;
 };
 
-/// The learning-rate schedule in optimizer steps for `epochs` epochs of updates_per_epoch steps:
+/// The learning-rate schedule in optimizer steps for `epochs` epochs of updates_per_epoch steps,
+/// over the steps that will run: run_steps = min(train.max_steps, epochs * updates_per_epoch)
+/// (0: the whole run), as timm's and the Hugging Face Trainer's schedules span max_steps:
 ///   constant:       factor 1
 ///   step:           StepSchedule(step_epochs * updates_per_epoch, gamma)
-///   warmup_cosine:  WarmupCosineSchedule(round(warmup_epochs * updates_per_epoch),
-///                                        epochs * updates_per_epoch, min_lr_factor)
+///   warmup_cosine:  WarmupCosineSchedule(warmup, run_steps, min_lr_factor) with
+///                   warmup = round(warmup_epochs * updates_per_epoch) when it is shorter than the
+///                   run (kept as configured, as timm keeps warmup_epochs), else shortened to the
+///                   config's share of its epochs, round(run_steps * min(warmup_epochs / epochs,
+///                   1/2)), and a note saying so is appended to notes (when given).
 std::unique_ptr<nn::optim::Schedule> make_schedule(const ScheduleOptions& o, int64_t epochs,
-                                                   int64_t updates_per_epoch);
+                                                   int64_t updates_per_epoch, int64_t run_steps = 0,
+                                                   std::vector<std::string>* notes = nullptr);
 
 /// The "data" section.
 struct DataOptions {
@@ -74,6 +86,9 @@ struct TrainOptions {
   int64_t epochs = 16;
   uint64_t seed = 0;
   int64_t eval_every = 0, log_every = 50, early_stopping_patience = 0, accum_steps = 1;
+  /// What a better validation is, for early stopping and best.safetensors: "val_accuracy"
+  /// (higher) or "val_loss" (lower), as Keras' / Lightning's monitor.
+  std::string early_stopping_metric = "val_accuracy";
   double ema_decay = 0;
   bool test_each_epoch = false, tta_hflip = false;
   int64_t max_steps = 0;
@@ -89,14 +104,15 @@ struct TrainOptions {
 // The sections' fields are their JSON keys: nlohmann's to_json / from_json for each (a key absent
 // from the JSON keeps the field's default).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OptimOptions, name, lr, weight_decay, betas, eps,
-                                                momentum, nesterov, label_smoothing, grad_clip)
+                                                momentum, nesterov, label_smoothing, grad_clip,
+                                                no_decay)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ScheduleOptions, name, warmup_epochs, min_lr_factor,
                                                 step_epochs, gamma)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainOptions, epochs, seed, eval_every, log_every,
-                                                early_stopping_patience, accum_steps, ema_decay,
-                                                test_each_epoch, tta_hflip, max_steps, finetune,
-                                                freeze_backbone, device, precision, out, zero,
-                                                bucket_mb)
+                                                early_stopping_patience, early_stopping_metric,
+                                                accum_steps, ema_decay, test_each_epoch, tta_hflip,
+                                                max_steps, finetune, freeze_backbone, device,
+                                                precision, out, zero, bucket_mb)
 
 /// A whole config, typed.
 struct TrainConfig {

@@ -167,10 +167,9 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
   eval_transforms_ = nn::data::from_config(d.transforms, channels, false);
   batches_per_epoch_ = train_loader_->batches_per_epoch();
   steps_per_epoch_ = (batches_per_epoch_ + t.accum_steps - 1) / t.accum_steps;
-  schedule_ = make_schedule(cfg_.schedule, t.epochs, steps_per_epoch_);
-
   const int64_t run_steps = t.max_steps > 0 ? std::min(t.max_steps, t.epochs * steps_per_epoch_)
                                             : t.epochs * steps_per_epoch_;
+  schedule_ = make_schedule(cfg_.schedule, t.epochs, steps_per_epoch_, run_steps, &notes_);
   if (validation_set_ && validation_set_->size() > 0 && t.eval_every > run_steps)
     notes_.push_back(fmt::format(
         "train.eval_every {} is longer than the run ({} steps): the run validates once, at its "
@@ -197,6 +196,7 @@ json Trainer::resume_state() const {
           {"step", step_},
           {"global_step", global_step_},
           {"best_accuracy", best_accuracy_},
+          {"best_loss", best_loss_},
           {"bad_evals", bad_evals_},
           {"dropout_generator", {{"seed", dropout_gen_.seed()}, {"offset", dropout_gen_.offset()}}},
           {"schedule", schedule_->state_json()},
@@ -378,8 +378,12 @@ bool Trainer::validate(StepInfo& info) {
   bool out_of_patience = false;
   if (validation_set_ && validation_set_->size() > 0) {
     Evaluation e = evaluate(validation_set_);
-    if (e.accuracy > best_accuracy_) {
+    const bool better = cfg_.train.early_stopping_metric == "val_loss"
+                            ? best_loss_ < 0 || e.loss < best_loss_
+                            : e.accuracy > best_accuracy_;
+    if (better) {
       best_accuracy_ = e.accuracy;
+      best_loss_ = e.loss;
       bad_evals_ = 0;
       if (is_main()) nn::save_checkpoint(run_dir_ + "/best.safetensors", eval_model(), metadata());
     } else {
@@ -436,6 +440,7 @@ TrainResult Trainer::loop() {
         r.epoch = epoch_;
         r.global_step = global_step_;
         r.best_accuracy = best_accuracy_;
+        r.best_by = cfg_.train.early_stopping_metric;
         return r;
       }
       StepInfo info;
@@ -455,8 +460,10 @@ TrainResult Trainer::loop() {
       if (on_step_) on_step_(info);
       if (done) {
         r.early_stopped = true;
-        r.message = fmt::format("early stopping: no better validation accuracy in {} evaluations",
-                                cfg_.train.early_stopping_patience);
+        r.message =
+            fmt::format("early stopping: no better validation {} in {} evaluations",
+                        cfg_.train.early_stopping_metric == "val_loss" ? "loss" : "accuracy",
+                        cfg_.train.early_stopping_patience);
         return finish(std::move(r));
       }
       if (cfg_.train.max_steps > 0 && global_step_ >= cfg_.train.max_steps) {
@@ -518,6 +525,7 @@ TrainResult Trainer::finish(TrainResult r) {
   r.epoch = epoch_;
   r.global_step = global_step_;
   r.best_accuracy = best_accuracy_;
+  r.best_by = cfg_.train.early_stopping_metric;
   r.test = std::move(test);
   return r;
 }
@@ -579,6 +587,8 @@ TrainResult Trainer::resume(const std::string& run_dir) {
     step_ = integer(state, "step");
     global_step_ = integer(state, "global_step");
     best_accuracy_ = number(state, "best_accuracy");
+    // (a run saved before early_stopping_metric kept no loss)
+    best_loss_ = state.contains("best_loss") ? number(state, "best_loss") : -1;
     bad_evals_ = integer(state, "bad_evals");
     train_seconds_ = number(state, "train_seconds");
     const json& g = state.at("dropout_generator");

@@ -37,7 +37,8 @@
 //                         mode on a seeded sample of k <= kTrainSample images
 //   confusion_matrix.json the test set's Evaluation::to_json with the class names
 // Resume state (vitrine.state): {"epoch", "step" (steps done in that epoch), "global_step",
-// "best_accuracy", "bad_evals" (validations since the best), "dropout_generator": {"seed",
+// "best_accuracy" and "best_loss" (of the best validation by train.early_stopping_metric),
+// "bad_evals" (validations since the best), "dropout_generator": {"seed",
 // "offset"}, "schedule", "log" (train metrics since the last log line), "train_seconds",
 // "metrics_bytes" (metrics.jsonl's size then: a resume truncates what a killed run wrote after it),
 // "config"}.
@@ -100,11 +101,12 @@ nlohmann::json finetune_config(nlohmann::json config, const models::ViTConfig& p
 
 struct TrainResult {
   bool stopped = false;        // the stop flag ended the run; resume() continues it
-  bool early_stopped = false;  // validation accuracy stopped improving
+  bool early_stopped = false;  // the validation metric stopped improving
   int64_t epoch = 0, global_step = 0;
-  double best_accuracy = -1;       // -1 before any validation
-  std::string message;             // what happened, and how to resume when stopped
-  std::optional<Evaluation> test;  // the test set's metrics (not when stopped)
+  double best_accuracy = -1;             // best.safetensors' validation accuracy; -1 before any
+  std::string best_by = "val_accuracy";  // what made it the best (train.early_stopping_metric)
+  std::string message;                   // what happened, and how to resume when stopped
+  std::optional<Evaluation> test;        // the test set's metrics (not when stopped)
   /// The validation of the run's last step, when no step's own validation fell on it (an
   /// eval_every longer than the run, train.max_steps).
   std::optional<Evaluation> end_validation;
@@ -213,7 +215,8 @@ class Trainer {
 
   // Loop state (saved in vitrine.state).
   int64_t epoch_ = 0, step_ = 0, global_step_ = 0;
-  double best_accuracy_ = -1;
+  double best_accuracy_ = -1;  // of best.safetensors (the best by early_stopping_metric)
+  double best_loss_ = -1;      // its validation loss; -1 before any validation
   int64_t bad_evals_ = 0;
   double train_seconds_ = 0;
   // Running train metrics since the last log line.
