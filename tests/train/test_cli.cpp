@@ -641,3 +641,19 @@ TEST_CASE("train-cli: --summary with --data shows an image folder's classes in t
   CHECK(sum.output.find("[1, 3]") != std::string::npos);
   CHECK(sum.output.find("[1, 10]") == std::string::npos);  // the preset's classes
 }
+
+TEST_CASE("train-cli: --set drops a transform with null and takes torchvision's resize forms") {
+  TempDir dir;
+  const std::string cifar = std::string(VITRINE_CONFIGS) + "/cifar10.json";
+  const Ran p =
+      run({"--print-config", "--config", cifar, "--set", "data.transforms.random_crop=null",
+           "--set", "data.transforms.resize={\"size\": 64, \"interpolation\": \"bicubic\"}",
+           "--set", "data.transforms.resize.antialias=false"},
+          dir, "print");
+  INFO(p.output);
+  REQUIRE(p.code == 0);
+  const json t = json::parse(p.output)["data"]["transforms"];
+  CHECK(t["random_crop"].is_null());
+  CHECK(t["resize"] ==
+        json::parse(R"({"size": 64, "interpolation": "bicubic", "antialias": false})"));
+}

@@ -481,6 +481,8 @@ std::map<std::string, json> optional_keys(const std::string& parent, const json&
     for (const std::string& k : kTransformKeys) out[k] = nullptr;
   } else if (parent == "data.transforms.random_crop" && node.is_object()) {
     for (const std::string& k : kRandomCropKeys) out[k] = nullptr;
+  } else if (parent == "data.transforms.resize" && node.is_object()) {
+    for (const char* k : {"size", "factor", "interpolation", "antialias"}) out[k] = nullptr;
   } else if (parent == "data") {
     out["pasted"] = json::object();
   } else if (parent == "data.pasted") {
@@ -504,9 +506,13 @@ std::string whole_value(const std::string& path) {
 bool same_kind(const json& old, const json& given, const std::string& path) {
   if (old.is_null() || given.type() == old.type()) return true;
   if (old.is_number() && given.is_number()) return true;
+  // null removes a transform (nn::data::from_config), as "random_crop": null in a file.
+  if (given.is_null() && path.starts_with("data.transforms.")) return true;
   if (contains(kSizeKeys, path)) {
-    const bool size_like = given.is_number() || given.is_array() ||
-                           (path == "data.transforms.random_crop" && given.is_object());
+    const bool size_like =
+        given.is_number() || given.is_array() ||
+        ((path == "data.transforms.random_crop" || path == "data.transforms.resize") &&
+         given.is_object());
     return size_like && (old.is_number() || old.is_array() || old.is_object());
   }
   return false;
