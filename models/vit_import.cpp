@@ -287,7 +287,11 @@ ViTNaming detect(const nn::NamedTensors& state, const std::string& where) {
   size_t best_count = 0;
   for (Family f : kFamilies) {
     size_t count = 0;
-    for (const auto& [key, t] : state) count += map_key(key, f).has_value();
+    for (const auto& [key, t] : state) {
+      // A classifier's name (fc, classifier, ...) is no evidence of a naming: a ResNet has fc.
+      const std::optional<Target> target = map_key(key, f);
+      count += target.has_value() && !target->name.starts_with("head.");
+    }
     if (count > best_count) best = f, best_count = count;
   }
   VT_CHECK(best_count > 0,

@@ -44,7 +44,9 @@ double max_difference(const data::Image& a, const data::Image& b, bool clip) {
 TEST_CASE("resize parity: the resize transform matches torchvision's Resize, tensor and PIL") {
   const json& cases = fixture_json("resize_parity.json").at("cases");
   REQUIRE(cases.size() == 11);
-  for (const auto& [name, c] : cases.items()) {
+  for (const auto& item : cases.items()) {
+    const std::string name = item.key();
+    const json& c = item.value();
     INFO("case " << name << ", resize " << c.at("resize").dump());
     const data::Image input = fixture_image(c.at("input"), 1.0f / 255);
     const data::Compose pipeline =

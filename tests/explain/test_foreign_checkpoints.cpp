@@ -115,7 +115,9 @@ TEST_CASE("foreign checkpoints: an unknown tensor is named, and a .pth names the
         {VITRINE_EXPLAIN_EXE, {"--checkpoint", pth, "--out", dir / "o"}},
         {VITRINE_TRAIN_EXE, {"--eval", pth}},
         {VITRINE_TRAIN_EXE, {"--finetune", pth, "--model-config", "fmnist", "--epochs", "1"}}};
-    for (const auto& [exe, args] : runs) {
+    for (const auto& run : runs) {
+      const std::string& exe = run.first;
+      const std::vector<std::string>& args = run.second;
       const ProcessResult p = run_process(exe, args, dir, "pth");
       INFO(exe << " " << args[0] << " " << pth << ": " << p.output);
       CHECK(p.code == 1);

@@ -502,7 +502,7 @@ TEST_CASE("train-cli: --eval --split evaluates the training, validation or test 
   CHECK(none.output.find("holds out no validation split") != std::string::npos);
 }
 
-TEST_CASE("train-cli: a repeated flag takes its last value, as argparse; --set accumulates") {
+TEST_CASE("train-cli: a repeated flag takes its last value, as argparse, and --set accumulates") {
   TempDir dir;
   const Ran p = run({"--print-config", "--epochs", "5", "--epochs", "2", "--lr", "0.1", "--lr",
                      "0.002", "--set", "model.depth=1", "--set", "model.dim=32"},
