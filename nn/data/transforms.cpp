@@ -658,15 +658,33 @@ std::vector<std::string> fit_to_size(nlohmann::json& t, int64_t channels,
         r_json = now;
       }
     } else if (!native_fits) {
-      note("resize", nullptr, hw(H, W));
-      t["resize"] = hw(H, W);
+      // Images of any size: the shorter side, so that the crop keeps their aspect.
+      const json now = native.first == 0 ? json(std::max(H, W)) : hw(H, W);
+      note("resize", nullptr, now);
+      t["resize"] = now;
     }
     note(crop_key == "random_crop" && t["random_crop"].is_object() ? "random_crop.size" : crop_key,
          *crop_size, hw(H, W));
     *crop_size = hw(H, W);
   } else if (t.contains("resize") || !native_fits) {
-    note("resize", t.contains("resize") ? t["resize"] : json(nullptr), hw(H, W));
-    t["resize"] = hw(H, W);
+    const json old = t.contains("resize") ? t["resize"] : json(nullptr);
+    if (native.first == 0 && !old.is_array()) {
+      // Images of any size, no exact size asked for: torchvision's evaluation, the shorter side
+      // to the model's size and a centre crop (the aspect kept, nothing squashed).
+      const json side = std::max(H, W);
+      if (old.is_object() && old.contains("size")) {
+        note("resize.size", old["size"], side);
+        t["resize"]["size"] = side;
+      } else {
+        note("resize", old, side);
+        t["resize"] = side;
+      }
+      note("center_crop", nullptr, hw(H, W));
+      t["center_crop"] = hw(H, W);
+    } else {
+      note("resize", old, hw(H, W));
+      t["resize"] = hw(H, W);
+    }
   }
   if (!yields_size(t, channels, native, H, W)) {  // leave it to the caller to say what is wrong
     t = before;

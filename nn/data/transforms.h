@@ -217,9 +217,13 @@ Compose from_config(const nlohmann::json& config, int64_t channels, bool train);
 /// whose data set has the fixed size `native` ({0, 0}: images of any size):
 ///   a crop of size S (centre or random) with a resize R before it:  R -> round(R * H / S_h),
 ///                                                                   S -> [H, W] (padding kept);
-///   a crop without a resize:   S -> [H, W], and resize [H, W] added before it when the data
-///                              set's images are not [H, W] already (images of any size);
-///   a resize alone:            R -> [H, W];  neither: resize [H, W] added when needed.
+///   a crop without a resize:   S -> [H, W], and a resize added before it when the data set's
+///                              images are not [H, W] already: [H, W] for images of one size,
+///                              the shorter side max(H, W) for images of any size;
+///   a resize alone, or neither (when needed): for images of any size, unless the resize is an
+///                              exact [h, w], resize max(H, W) (the shorter side) and
+///                              center_crop [H, W] (torchvision's evaluation: the aspect kept);
+///                              else R -> [H, W].
 /// (timm's evaluation resizes to size / 0.875 and centre-crops; a config with resize 72 and crop
 /// 64 keeps that ratio at 224: resize 252, crop 224.) Nothing changes when the pipeline already
 /// yields [H, W], nor when no change would make it (from_config then says what is wrong). Returns

@@ -19,9 +19,12 @@ namespace vitrine::train {
 /// (keys resize, center_crop, random_crop; mean, std and hflip untouched):
 ///   a crop of size S (centre or random) with a resize R before it:  R -> round(R * H / S_h),
 ///                                                                   S -> [H, W] (padding kept);
-///   a crop without a resize:   S -> [H, W], and resize [H, W] added before it when the data
-///                              set's images are not [H, W] already (images of any size);
-///   a resize alone:            R -> [H, W];  neither: resize [H, W] added when needed.
+///   a crop without a resize:   S -> [H, W], and a resize added before it when the data set's
+///                              images are not [H, W] already ([H, W], or for images of any size
+///                              the shorter side max(H, W));
+///   a resize alone, or neither (when needed): for images of any size, unless the resize is an
+///                              exact [h, w], resize max(H, W) and center_crop [H, W]
+///                              (torchvision's evaluation: the aspect kept); else R -> [H, W].
 /// (timm's evaluation resizes to size / 0.875 and centre-crops; a config with resize 72 and crop
 /// 64 keeps that ratio at 224: resize 252, crop 224.) Nothing changes when the pipeline already
 /// yields [H, W]. Returns what changed ("data.transforms.resize [72, 72] -> [252, 252]"), empty
