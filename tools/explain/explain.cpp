@@ -414,12 +414,18 @@ Tensor patch_mean(const Tensor& map, int64_t patch) {
 
 // ---- resolution and scaling ------------------------------------------------------------------
 
-Tensor upsample(const Tensor& grid, int64_t height, int64_t width) {
+Tensor upsample(const Tensor& grid, int64_t height, int64_t width, Upsample mode) {
   ops::InterpolateOptions o;
   o.size = std::pair{height, width};
-  o.mode = "bilinear";
+  o.mode = mode == Upsample::Nearest ? "nearest" : "bilinear";
   o.align_corners = false;
   return ops::interpolate(grid.to(kFloat32).unsqueeze(1), o).squeeze(1);
+}
+
+Upsample parse_upsample(const std::string& name) {
+  if (name == "bilinear") return Upsample::Bilinear;
+  if (name == "nearest") return Upsample::Nearest;
+  fail("explain: unknown upsampling '{}' (known: bilinear, nearest)", name);
 }
 
 Tensor minmax(const Tensor& maps) {
@@ -434,7 +440,7 @@ Tensor minmax(const Tensor& maps) {
   return make(v, maps.shape());
 }
 
-Tensor attention_distance(const Pass& pass, int64_t patch) {
+Tensor attention_distance(const Pass& pass, int64_t patch, DistanceNorm norm) {
   const int64_t L = static_cast<int64_t>(pass.attentions.size());
   VT_CHECK(L > 0, "explain: the pass holds no attention probabilities");
   const int64_t B = pass.attentions[0].size(0), H = pass.attentions[0].size(1),
@@ -456,7 +462,12 @@ Tensor attention_distance(const Pass& pass, int64_t patch) {
         for (int64_t i = 0; i < n; ++i) {
           const float* row = a + ((b * H + h) * N + P + i) * N + P;
           const double* d = dist.data() + i * n;
-          for (int64_t j = 0; j < n; ++j) s += static_cast<double>(row[j]) * d[j];
+          double si = 0, mass = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            si += static_cast<double>(row[j]) * d[j];
+            mass += static_cast<double>(row[j]);
+          }
+          s += norm == DistanceNorm::Patches ? (mass > 0 ? si / mass : 0.0) : si;
         }
         out[l * H + h] += s / static_cast<double>(n * B);
       }
@@ -473,7 +484,8 @@ Explanation explain_method(models::VisionTransformer& model, const Tensor& image
   VT_CHECK(!needs_gradients(m) || pass.input_grad.defined(),
            "explain: {} needs the gradients of the pass (run_pass with gradients = true)",
            method_name(m));
-  Explanation e{m, {}, {}, {}, {}, {}, {}};
+  Explanation e{};
+  e.method = m;
   switch (m) {
     case Method::Attention:
       e.grid = attention_map(pass, options.layer, options.head, &e.heads);
@@ -504,7 +516,7 @@ Explanation explain_method(models::VisionTransformer& model, const Tensor& image
       break;
     }
   }
-  if (!e.raw.defined()) e.raw = upsample(e.grid, H, W);
+  if (!e.raw.defined()) e.raw = upsample(e.grid, H, W, options.upsample);
   e.map = minmax(e.raw);
   return e;
 }

@@ -52,6 +52,13 @@ bool is_input_gradient(Method m);
 bool needs_gradients(Method m);
 
 enum class HeadFusion { Mean, Max, Min };
+/// How a patch-grid map is brought to the image's size: bilinear (align_corners=False), or
+/// nearest, each patch one constant block (DINO's visualize_attention: nearest with
+/// scale_factor = patch).
+enum class Upsample { Bilinear, Nearest };
+/// The mean attention distance's weights: the attention as it is over the key patches (raw), or
+/// renormalised to sum 1 over them once the prefix tokens' columns are dropped (patches).
+enum class DistanceNorm { Raw, Patches };
 enum class IgRule { GaussLegendre, Trapezoid };
 enum class IgBaseline { Black, Blur };
 
@@ -86,6 +93,10 @@ struct Options {
   /// How the position embedding is resized for inputs of another size than the model's (timm's
   /// bicubic to the grid, or DINO's scale factor): every forward of the methods uses it.
   models::PosInterp pos_interp = models::PosInterp::Size;
+  /// How every grid map is brought to image resolution (the Explanation's raw and map).
+  Upsample upsample = Upsample::Bilinear;
+  /// The mean attention distance's weights (attention_distance).
+  DistanceNorm distance_norm = DistanceNorm::Raw;
 };
 
 /// Methods that need a class score (a head): all but attention and rollout.
@@ -204,15 +215,24 @@ Tensor patch_mean(const Tensor& map, int64_t patch);
 
 // ---- resolution and scaling ------------------------------------------------------------------
 
-/// A grid [B, gh, gw] at image resolution [B, H, W]: bilinear, align_corners=False.
-Tensor upsample(const Tensor& grid, int64_t height, int64_t width);
+/// A grid [B, gh, gw] at image resolution [B, H, W]: bilinear, align_corners=False, or nearest
+/// (out[y, x] = grid[floor(y gh / H), floor(x gw / W)], PyTorch's "nearest": for H = gh * patch
+/// each cell a constant patch x patch block).
+Tensor upsample(const Tensor& grid, int64_t height, int64_t width,
+                Upsample mode = Upsample::Bilinear);
+/// "bilinear" or "nearest"; another name is an Error naming both.
+Upsample parse_upsample(const std::string& name);
 /// Per image (first dim): (m - min) / (max - min), zeros when max == min.
 Tensor minmax(const Tensor& maps);
 
-/// Mean attention distance (the ViT paper's figure 7), [L, H]: per layer and head, the mean over
-/// images and query patches i of sum_{key patches j} A_l[h, i, j] * |p_i - p_j| * patch, with p
-/// the patch's (row, column) on the grid: how far, in pixels, each head looks.
-Tensor attention_distance(const Pass& pass, int64_t patch);
+/// Mean attention distance (the ViT paper's figure 7 and appendix D.7), [L, H]: per layer and
+/// head, the mean over images and query patches i of
+///   raw:      sum_{key patches j} A_l[h, i, j] * |p_i - p_j| * patch
+///   patches:  the same divided by sum_{key patches j} A_l[h, i, j] (the row renormalised over
+///             the patches once the class token and registers are dropped)
+/// with p the patch's (row, column) on the grid: how far, in pixels, each head looks. Raw is the
+/// paper's definition (the attention weights as they are; docs/explain.md).
+Tensor attention_distance(const Pass& pass, int64_t patch, DistanceNorm norm = DistanceNorm::Raw);
 
 // ---- all at once -----------------------------------------------------------------------------
 

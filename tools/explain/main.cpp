@@ -57,6 +57,7 @@ struct Cli {
   std::string pos_interp = "size";
   std::string head_fusion = "mean", ig_method = "gausslegendre", baseline = "black";
   std::string colormap = "inferno";
+  std::string upsample = "bilinear", style = "overlay", distance_norm = "raw";
   std::string gradcam_layer;  // a model other than a ViT: the submodule Grad-CAM reads
   int64_t cell = 4;           // a model other than a ViT: the grid's cell in pixels
   double alpha = 0.5;
@@ -114,7 +115,9 @@ std::vector<ex::Method> methods_for_any_model(const Cli& cli, const Loaded& l,
 }
 
 Loaded load(const Cli& cli) {
-  const double mb = static_cast<double>(fs::file_size(cli.checkpoint)) / 1e6;
+  const double mb = ex::is_random_checkpoint(cli.checkpoint)
+                        ? 0
+                        : static_cast<double>(fs::file_size(cli.checkpoint)) / 1e6;
   if (mb >= 100) {
     fmt::print("reading {} ({:.0f} MB) ...\n", cli.checkpoint, mb);
     std::fflush(stdout);
@@ -124,7 +127,8 @@ Loaded load(const Cli& cli) {
                              .gradcam_layer = cli.gradcam_layer,
                              .cell = cli.cell,
                              .mean = cli.mean,
-                             .std = cli.std});
+                             .std = cli.std,
+                             .seed = cli.opt.seed});
   if (l.normalisation != "the checkpoint")
     fmt::print("normalisation: mean {} std {} from {}\n", l.mean, l.std, l.normalisation);
   return l;
@@ -151,7 +155,7 @@ json checkpoint_data(const std::string& checkpoint, const nn::Metadata& meta, st
                      uint64_t& split_seed) {
   split_seed = 1;
   const fs::path beside = fs::path(checkpoint).parent_path() / "config.json";
-  if (fs::exists(beside)) {
+  if (!ex::is_random_checkpoint(checkpoint) && fs::exists(beside)) {
     const json config = tools::read_json_file(beside.string(), "config file");
     source = beside.string();
     if (config.contains("train") && config["train"].contains("seed") &&
@@ -299,6 +303,9 @@ ex::Options options_of(const Cli& cli, const Loaded& l) {
   opt.baseline = cli.baseline == "blur" ? ex::IgBaseline::Blur : ex::IgBaseline::Black;
   if (cli.input.empty()) opt.black = ex::black_pixel(l);  // with --input the baseline is exactly 0
   opt.pos_interp = cli.pos_interp == "dino" ? models::PosInterp::Dino : models::PosInterp::Size;
+  opt.upsample = ex::parse_upsample(cli.upsample);
+  opt.distance_norm =
+      cli.distance_norm == "patches" ? ex::DistanceNorm::Patches : ex::DistanceNorm::Raw;
   return opt;
 }
 
@@ -361,9 +368,13 @@ void publish(const std::string& tmp, const std::string& out) {
   fs::remove_all(old);
 }
 
+/// A map [H, W] in [0, 1] drawn on its image as --style says, enlarged.
 ex::Rgb8 overlay_png(const Tensor& display, const Tensor& map, const Cli& cli, int64_t enlarge) {
-  return ex::enlarge(ex::overlay(display, map, ex::parse_colormap(cli.colormap), cli.alpha),
-                     enlarge);
+  return ex::enlarge(
+      ex::parse_style(cli.style) == ex::Style::Mask
+          ? ex::masked(display, map)
+          : ex::overlay(display, map, ex::parse_colormap(cli.colormap), cli.alpha),
+      enlarge);
 }
 
 std::string percent(double p) { return fmt::format("{:.1f}%", 100 * p); }
@@ -456,7 +467,8 @@ int run(const Cli& cli) {
       if (e.heads.defined()) ex::write_npy(tmp + "/" + name + ".heads.npy", e.heads);
       if (e.mask.defined()) ex::write_npy(tmp + "/" + name + ".mask.npy", e.mask);
     }
-    const Tensor distance = l.vit ? ex::attention_distance(pass, l.patch) : Tensor();
+    const Tensor distance =
+        l.vit ? ex::attention_distance(pass, l.patch, opt.distance_norm) : Tensor();
     if (l.vit) ex::write_npy(tmp + "/attention-distance.npy", distance);
     ex::write_npy(tmp + (l.headless ? "/features.npy" : "/logits.npy"), logits);
     // The first image's attention probabilities of every layer [L, heads, N, N], unless that is
@@ -498,6 +510,8 @@ int run(const Cli& cli) {
         {"input size, position embedding", fmt::format("--resize {}, --crop {}, --pos-interp {}",
                                                        cli.resize, cli.crop, cli.pos_interp)},
         {"colormap, alpha", fmt::format("{}, {}", cli.colormap, cli.alpha)},
+        {"upsampling, style", fmt::format("{}, {}", cli.upsample, cli.style)},
+        {"attention distance weights", cli.distance_norm},
     };
     const auto dist = l.vit ? distance.to_vector<double>() : std::vector<double>();
     for (int64_t layer = 0; l.vit && layer < distance.size(0); ++layer)
@@ -572,7 +586,7 @@ int run(const Cli& cli) {
         if (e.heads.defined()) {  // DINO's figure: every head of the layer
           std::vector<ex::Rgb8> tiles;
           const Tensor heads = e.heads.select(0, i);
-          const Tensor up = ex::minmax(ex::upsample(heads, H, W));
+          const Tensor up = ex::minmax(ex::upsample(heads, H, W, opt.upsample));
           for (int64_t h = 0; h < heads.size(0); ++h)
             tiles.push_back(overlay_png(s.display, up.select(0, h), cli, enlarge));
           const int64_t columns = std::min<int64_t>(heads.size(0), 6);
@@ -585,7 +599,7 @@ int run(const Cli& cli) {
             const Tensor masks = ex::threshold_mask(heads, opt.threshold);  // [heads, gh, gw]
             if (i == 0) head_masks = ops::zeros({N, heads.size(0), heads.size(1), heads.size(2)});
             head_masks.select(0, i).copy_(masks);
-            const Tensor mask_up = ex::upsample(masks, H, W);
+            const Tensor mask_up = ex::upsample(masks, H, W, opt.upsample);
             std::vector<ex::Rgb8> mask_tiles;
             for (int64_t h = 0; h < heads.size(0); ++h)
               mask_tiles.push_back(overlay_png(s.display, mask_up.select(0, h), cli, enlarge));
@@ -731,15 +745,20 @@ int main(int argc, char** argv) {
       "Grad-CAM and input gradients for a Vision Transformer; Grad-CAM and input gradients for "
       "any other image classifier (a ResNet)",
       "vitrine-explain"};
+  // A repeated option: the last one wins, as with argparse (`--count 3 --count 2` explains 2).
+  // The options that take several values (the images, --mean, --std) collect them all.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--checkpoint", cli.checkpoint,
                  "the model: a safetensors checkpoint (Vitrine's, timm's, torchvision's, Hugging "
-                 "Face's, DINO's)")
+                 "Face's, DINO's), or random:PRESET, an untrained ViT of a preset initialised "
+                 "from --seed (random:vit_small_patch16_224, random:fmnist)")
       ->required();
   app.add_option("--model-config", cli.model_config,
                  "the model's config when the checkpoint has none: a preset "
                  "(vit_small_patch16_224, fmnist, ...) or a JSON file (ours, a vitrine-train "
                  "config, or a Hugging Face config.json)");
-  app.add_option("images", cli.images, "image files (PNG, JPEG, BMP)");
+  app.add_option("images", cli.images, "image files (PNG, JPEG, BMP)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--dataset", cli.dataset, "explain a data set's test images (fashion-mnist, ...)");
   app.add_option("--data", cli.data, "the data set's folder (default: its usual place)");
   app.add_option("--first", cli.first, "the first test image (--dataset)")->capture_default_str();
@@ -761,20 +780,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--device", cli.device, "cpu or cuda")->capture_default_str();
   app.add_option("--resize", cli.resize,
-                 "model: resize images to the model's size; none: keep their size, cropped to a "
-                 "multiple of the patch (--crop); factor:F: scale them by F first (factor:0.5, "
-                 "as DINO's notebooks)")
+                 "model: as torchvision's evaluation transforms, the shorter side to the model's "
+                 "size (antialiased bilinear), then a centre crop to the model's size; stretch: "
+                 "resize to the model's size, whatever the aspect; none: keep their size, cropped "
+                 "to a multiple of the patch (--crop); factor:F: scale them by F first "
+                 "(factor:0.5, as DINO's notebooks)")
       ->check([](const std::string& v) {
-        if (v == "model" || v == "none") return std::string();
         try {
-          (void)ex::resize_factor(v);
+          return ex::valid_resize(v)
+                     ? std::string()
+                     : fmt::format("expected {}, got {}", ex::kResizeValues, v);
         } catch (const std::exception& e) {
           return std::string(e.what());
         }
-        return v.rfind("factor:", 0) == 0 ? std::string()
-                                          : "expected model, none or factor:F, got " + v;
       })
-      ->type_name("model|none|factor:F")
+      ->type_name("model|stretch|none|factor:F")
       ->capture_default_str();
   app.add_option("--crop", cli.crop,
                  "--resize none/factor: crop to a multiple of the patch at the centre or, as "
@@ -788,9 +808,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--mean", cli.mean,
                  "input normalisation mean per channel (default: the "
-                 "checkpoint's)");
+                 "checkpoint's)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--std", cli.std, "input normalisation std per channel")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--layer", cli.opt.layer,
                  "a ViT's attention, gradcam: the block (negative from the end)")
       ->capture_default_str();
@@ -833,13 +855,31 @@ int main(int argc, char** argv) {
                  "smoothgrad: noise level, a fraction of the input's value range")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--seed", cli.opt.seed, "smoothgrad's noise and --sample's draw: the seed")
+  app.add_option("--seed", cli.opt.seed,
+                 "the seed of smoothgrad's noise, --sample's draw, activation-max's start and "
+                 "--checkpoint random:PRESET's initialisation")
       ->capture_default_str();
   app.add_option("--colormap", cli.colormap, "inferno, jet or viridis")
       ->check(CLI::IsMember({"inferno", "jet", "viridis"}))
       ->capture_default_str();
   app.add_option("--alpha", cli.alpha, "heatmap opacity over the image")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--upsample", cli.upsample,
+                 "how a patch-grid map is brought to the image's size: bilinear, or nearest "
+                 "(each patch one block, as DINO's visualize_attention)")
+      ->check(CLI::IsMember({"bilinear", "nearest"}))
+      ->capture_default_str();
+  app.add_option("--style", cli.style,
+                 "how a map is drawn: overlay (a heat map over the image, --colormap, --alpha) or "
+                 "mask (the image multiplied by the map scaled to [0, 1])")
+      ->check(CLI::IsMember({"overlay", "mask"}))
+      ->capture_default_str();
+  app.add_option("--distance-norm", cli.distance_norm,
+                 "the mean attention distance's weights: raw (the attention as it is, the ViT "
+                 "paper's) or patches (each query's row renormalised over the patches, the class "
+                 "token dropped)")
+      ->check(CLI::IsMember({"raw", "patches"}))
       ->capture_default_str();
   app.add_flag("--evaluate", cli.evaluate,
                "measure the methods instead of drawing them: deletion/insertion, the pointing "

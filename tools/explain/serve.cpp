@@ -26,7 +26,8 @@ namespace {
 const std::vector<std::string> kOptionKeys = {
     "methods", "target",  "layer",    "head",       "threshold", "head_fusion", "discard_ratio",
     "steps",   "ig_rule", "baseline", "samples",    "sigma",     "seed",        "colormap",
-    "alpha",   "resize",  "crop",     "pos_interp", "heads",     "grids"};
+    "alpha",   "resize",  "crop",     "pos_interp", "heads",     "grids",       "upsample",
+    "distance_norm"};
 
 /// options.key as an integer in [lo, hi].
 int64_t integer_in(const json& o, const char* key, int64_t lo, int64_t hi, const char* what) {
@@ -216,11 +217,11 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
     const json& v = o["resize"];
     const std::string s = v.is_string() ? v.get<std::string>() : std::string();
     try {
-      if (s != "model" && s != "none" && resize_factor(s) == 0) throw Error("");
+      if (!valid_resize(s)) throw Error("");
     } catch (const Error&) {
       bad_request(
-          fmt::format("option resize: expected \"model\", \"none\" or \"factor:F\" with F "
-                      "in (0, 16], got {}",
+          fmt::format("option resize: expected \"model\", \"stretch\", \"none\" or "
+                      "\"factor:F\" with F in (0, 16], got {}",
                       nn::json_brief(v)));
     }
     r.geometry.resize = s;
@@ -230,6 +231,12 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
     m.pos_interp = choice_option(o, "pos_interp", {"size", "dino"}) == "dino"
                        ? models::PosInterp::Dino
                        : models::PosInterp::Size;
+  if (o.contains("upsample"))
+    m.upsample = parse_upsample(choice_option(o, "upsample", {"bilinear", "nearest"}));
+  if (o.contains("distance_norm"))
+    m.distance_norm = choice_option(o, "distance_norm", {"raw", "patches"}) == "patches"
+                          ? DistanceNorm::Patches
+                          : DistanceNorm::Raw;
   if (o.contains("heads")) r.heads = bool_option(o, "heads");
   if (o.contains("grids")) r.grids = bool_option(o, "grids");
   return r;
@@ -239,7 +246,6 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
 struct ExplainService::CachedImage {
   Sample sample;
   Pass pass;
-  Tensor distance;                          // [L, H]
   std::map<std::string, Explanation> slow;  // smoothgrad / integrated gradients, by options
   double pass_seconds = 0;
 };
@@ -383,7 +389,6 @@ std::shared_ptr<ExplainService::CachedImage> ExplainService::cached_pass(const s
     if (!std::isfinite(v))
       fail("the model's output holds {} for {}: the checkpoint's weights hold non-finite values", v,
            sample.name);
-  c->distance = attention_distance(c->pass, model_.patch);
   cache_.emplace_front(key, c);
   while (static_cast<int64_t>(cache_.size()) > limits_.cache_images) cache_.pop_back();
   return c;
@@ -518,7 +523,8 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
     }
     json r = {
         {"method", method_name(m)}, {"png", draw(e.map.select(0, 0))}, {"cached", method_cached}};
-    if (e.mask.defined()) r["mask_png"] = draw(upsample(e.mask, H, W).select(0, 0));
+    if (e.mask.defined())
+      r["mask_png"] = draw(upsample(e.mask, H, W, o.method.upsample).select(0, 0));
     if (!e.completeness_gap.empty()) r["completeness_gap"] = e.completeness_gap[0];
     if (o.grids)
       r["grid"] = {{"rows", e.grid.size(1)},
@@ -533,18 +539,20 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
     Tensor per_head;
     (void)attention_map(pass, o.method.layer, -1, &per_head);
     const Tensor heads = per_head.select(0, 0);  // [heads, gh, gw]
-    const Tensor up = minmax(upsample(heads, H, W));
+    const Tensor up = minmax(upsample(heads, H, W, o.method.upsample));
     json pngs = json::array(), masks = json::array();
     for (int64_t h = 0; h < heads.size(0); ++h) pngs.push_back(draw(up.select(0, h)));
     if (o.method.threshold > 0) {
-      const Tensor mask_up = upsample(threshold_mask(heads, o.method.threshold), H, W);
+      const Tensor mask_up =
+          upsample(threshold_mask(heads, o.method.threshold), H, W, o.method.upsample);
       for (int64_t h = 0; h < heads.size(0); ++h) masks.push_back(draw(mask_up.select(0, h)));
     }
     out["heads"] = {
         {"layer", (o.method.layer + c.depth) % c.depth}, {"pngs", pngs}, {"mask_pngs", masks}};
   }
-  const int64_t L = cached->distance.size(0), nh = cached->distance.size(1);
-  const auto dist = cached->distance.to_vector<double>();
+  const Tensor distance_lh = attention_distance(pass, model_.patch, o.method.distance_norm);
+  const int64_t L = distance_lh.size(0), nh = distance_lh.size(1);
+  const auto dist = distance_lh.to_vector<double>();
   json distance = json::array();
   for (int64_t l = 0; l < L; ++l)
     distance.push_back(std::vector<double>(dist.begin() + l * nh, dist.begin() + (l + 1) * nh));

@@ -1,0 +1,333 @@
+// vitrine-explain's options of issue 46, run as a user runs them (a separate process on a tiny
+// random ViT saved as a checkpoint): --resize as torchvision's evaluation transforms, repeated
+// flags (the last one wins), --upsample, --style, --distance-norm, --checkpoint random:PRESET,
+// --evaluate --boxes, --method activation-max and qkv. Values are checked against the library
+// or against numbers worked out here.
+#include <cmath>
+#include <filesystem>
+
+#include "decode.h"
+#include "models/classifier.h"
+#include "nn/data/transforms.h"
+#include "nn/state.h"
+#include "ops/ops.h"
+#include "test_util.h"
+#include "tools/explain/explain.h"
+#include "tools/explain/model.h"
+#include "tools/explain/npy.h"
+
+using namespace vitrine;
+using namespace vt_test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+namespace ex = vitrine::explain;
+using ex::Rgb8;
+
+namespace {
+
+const std::string kExe = VITRINE_EXPLAIN_EXE;
+
+/// 28 x 28 grey, 7-pixel patches (a 4 x 4 grid), 2 blocks of 2 heads, 3 classes.
+models::ViTConfig extras_config() {
+  models::ViTConfig c;
+  c.image_h = c.image_w = 28;
+  c.patch = 7;
+  c.channels = 1;
+  c.num_classes = 3;
+  c.dim = 16;
+  c.depth = 2;
+  c.heads = 2;
+  c.mlp_dim = 32;
+  return c;
+}
+
+/// A w x h grey ramp with a bright square at (y0, x0).
+std::vector<uint8_t> ramp(int w, int h, int y0, int x0) {
+  std::vector<uint8_t> px(static_cast<size_t>(w * h));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      px[y * w + x] = (y >= y0 && y < y0 + 8 && x >= x0 && x < x0 + 8)
+                          ? 230
+                          : static_cast<uint8_t>((3 * x + 5 * y) % 120);
+  return px;
+}
+
+/// The checkpoint and images of these tests. (No tensors: it outlives the backends' statics.)
+struct Extras {
+  TempDir dir;
+  std::string checkpoint = dir / "model.safetensors";
+  Extras() {
+    Generator gen(33);
+    models::VisionTransformer model(extras_config(), gen);
+    nn::Metadata md;
+    nn::set_metadata_json(md, nn::kMeanKey, std::vector<double>{0.25});
+    nn::set_metadata_json(md, nn::kStdKey, std::vector<double>{0.5});
+    nn::set_metadata_json(md, nn::kClassesKey, std::vector<std::string>{"shirt", "bag", "boot"});
+    models::save_vit_timm(checkpoint, model, md);
+    write_png(dir / "a.png", 28, 28, 1, ramp(28, 28, 3, 4));
+    write_png(dir / "b.png", 28, 28, 1, ramp(28, 28, 15, 17));
+    write_png(dir / "wide.png", 60, 38, 1, ramp(60, 38, 10, 30));  // w 60, h 38
+  }
+};
+
+Extras& extras() {
+  static Extras e;
+  return e;
+}
+
+ProcessResult explain_run(const std::vector<std::string>& args, const std::string& name) {
+  std::vector<std::string> a = {"--checkpoint", extras().checkpoint};
+  a.insert(a.end(), args.begin(), args.end());
+  return run_process(kExe, a, extras().dir, name);
+}
+
+/// The checkpoint's model as the library loads it.
+ex::LoadedModel loaded() {
+  ex::ModelSource s;
+  s.checkpoint = extras().checkpoint;
+  return ex::load_model(s);
+}
+
+/// A PNG file's image as the program reads it ([1, h, w] in [0, 1]).
+nn::data::Image grey_image(const std::string& path) {
+  const std::string bytes = read_text(path);
+  const auto d = nn::data::decode_image(
+      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), path);
+  return nn::data::to_image(d, 1);
+}
+
+/// The model's logits for one fitted image [1, h, w] in [0, 1] (normalised as the checkpoint).
+std::vector<double> logits_of(ex::LoadedModel& l, const nn::data::Image& im) {
+  NoGradGuard g;
+  l.model->eval();
+  const Tensor x = ex::image_tensor(nn::data::normalize(im, l.mean, l.std)).unsqueeze(0);
+  return (*l.model)(x).to(kFloat64).contiguous().to_vector<double>();
+}
+
+}  // namespace
+
+TEST_CASE("vitrine-explain --resize: model is the shorter side and a centre crop, as torchvision") {
+  ex::LoadedModel l = loaded();
+  const nn::data::Image wide = grey_image(extras().dir / "wide.png");
+  // torchvision: Resize(28) makes 60 x 38 into 44 x 28 (int(28 * 60 / 38) = 44), antialiased
+  // bilinear; CenterCrop(28) then takes columns 8..35.
+  CHECK(nn::data::shorter_side_size(38, 60, 28) == std::pair<int64_t, int64_t>{28, 44});
+  const nn::data::Image fitted = nn::data::center_crop(nn::data::resize(wide, 28, 44), 28, 28);
+  const nn::data::Image stretched = nn::data::resize(wide, 28, 28);
+  // factor:0.5: 30 x 19 (antialiased), then the centre 28 x 14 (a multiple of the patch).
+  const nn::data::Image halved = nn::data::center_crop(nn::data::resize(wide, 19, 30), 14, 28);
+  const std::vector<std::tuple<std::string, nn::data::Image, Dims>> cases = {
+      {"model", fitted, {1, 28, 28}},
+      {"stretch", stretched, {1, 28, 28}},
+      {"factor:0.5", halved, {1, 14, 28}}};
+  for (const auto& [resize, expected, shape] : cases) {
+    CAPTURE(resize);
+    const std::string out = extras().dir / ("resize_" + resize.substr(0, 6));
+    const auto r = explain_run(
+        {"wide.png", "--method", "attention", "--resize", resize, "--out", out}, "resize");
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK(ex::read_npy(out + "/attention.npy").shape() == shape);
+    check_close(ex::read_npy(out + "/logits.npy").reshape({3}), logits_of(l, expected), 1e-5);
+  }
+  // The model's default is "model": the same logits without the option.
+  const auto r = explain_run({"wide.png", "--method", "attention", "--out",
+                              extras().dir / "resize_default"},
+                             "resize default");
+  REQUIRE(r.code == 0);
+  check_close(ex::read_npy(extras().dir / "resize_default/logits.npy").reshape({3}),
+              logits_of(l, fitted), 1e-5);
+  // The library's own: the fit of a box through the resize and the crop.
+  const ex::Sample s = ex::prepare_image("wide.png", wide, -1, {}, l);
+  CHECK(s.fit.scale_y == doctest::Approx(28.0 / 38));
+  CHECK(s.fit.scale_x == doctest::Approx(44.0 / 60));
+  CHECK(s.fit.top == 0);
+  CHECK(s.fit.left == 8);
+  // A bad value names what is allowed.
+  const auto bad = explain_run({"wide.png", "--resize", "squash", "--out", extras().dir / "bad"},
+                               "resize bad");
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("expected model, stretch, none or factor:F, got squash") !=
+        std::string::npos);
+}
+
+TEST_CASE("vitrine-explain: a repeated option takes its last value, as argparse does") {
+  // --method given twice: the second; the image list and --mean keep all they are given.
+  const std::string out = extras().dir / "repeat";
+  const auto r = explain_run({"a.png", "b.png", "--method", "attention", "--method", "rollout",
+                              "--alpha", "0.2", "--alpha", "0.7",
+                              "--out", out},
+                             "repeat");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(fs::exists(out + "/rollout.npy"));
+  CHECK(!fs::exists(out + "/attention.npy"));
+  CHECK(ex::read_npy(out + "/rollout.npy").shape() == Dims{2, 28, 28});
+  const std::string html = read_text(out + "/index.html");
+  CHECK(html.find("inferno, 0.7") != std::string::npos);  // the settings table
+  // --count 3 --count 2 explains 2 test images.
+  if (!fs::exists("/usr/share/datasets/fashion-mnist")) {
+    skip("Fashion-MNIST is not installed: --count 3 --count 2 is not run");
+    return;
+  }
+  const std::string out2 = extras().dir / "count";
+  const auto c = explain_run({"--dataset", "fashion-mnist", "--count", "3", "--count", "2",
+                              "--method", "attention", "--out", out2},
+                             "count");
+  INFO(c.output);
+  REQUIRE(c.code == 0);
+  CHECK(json::parse(read_text(out2 + "/predictions.json")).size() == 2);
+  CHECK(ex::read_npy(out2 + "/attention.npy").shape() == Dims{2, 28, 28});
+}
+
+TEST_CASE("explain: nearest upsampling makes each patch one block; bilinear is the default") {
+  const Tensor g = ops::from_vector(std::vector<double>{0, 4}, {1, 1, 2});
+  check_close(ex::upsample(g, 2, 4, ex::Upsample::Nearest),
+              std::vector<double>{0, 0, 4, 4, 0, 0, 4, 4}, 0);
+  check_close(ex::upsample(g, 2, 4), std::vector<double>{0, 1, 3, 4, 0, 1, 3, 4}, 1e-6);
+  CHECK_THROWS_WITH_AS(ex::parse_upsample("cubic"),
+                       doctest::Contains("unknown upsampling 'cubic' (known: bilinear, nearest)"),
+                       Error);
+}
+
+TEST_CASE("vitrine-explain --upsample nearest: the map is the grid's min-max in 7 x 7 blocks") {
+  for (const std::string mode : {"nearest", "bilinear"}) {
+    CAPTURE(mode);
+    const std::string out = extras().dir / ("upsample_" + mode);
+    const auto r = explain_run(
+        {"a.png", "--method", "attention,rollout", "--upsample", mode, "--out", out}, "upsample");
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    for (const char* method : {"attention", "rollout"}) {
+      const Tensor grid = ex::read_npy(out + "/" + method + ".grid.npy");  // [1, 4, 4]
+      const Tensor map = ex::read_npy(out + "/" + method + ".npy");        // [1, 28, 28]
+      const auto g = ex::minmax(grid).to_vector<double>();
+      const auto m = map.to_vector<double>();
+      int64_t blocks = 0;  // pixels equal to their patch's min-max value
+      for (int64_t y = 0; y < 28; ++y)
+        for (int64_t x = 0; x < 28; ++x)
+          blocks += std::abs(m[y * 28 + x] - g[(y / 7) * 4 + x / 7]) < 1e-6;
+      if (mode == "nearest") {
+        CHECK(blocks == 28 * 28);
+      } else {
+        CHECK(blocks < 28 * 28 / 2);  // bilinear blends across the patches
+        check_close(map, ex::minmax(ex::upsample(grid, 28, 28)), 1e-6);
+      }
+    }
+  }
+}
+
+TEST_CASE("vitrine-explain --style: mask is the image times the map; overlay the heat map") {
+  const nn::data::Image a = grey_image(extras().dir / "a.png");
+  for (const std::string style : {"mask", "overlay"}) {
+    CAPTURE(style);
+    const std::string out = extras().dir / ("style_" + style);
+    const auto r = explain_run({"a.png", "--method", "attention", "--style", style, "--alpha",
+                                "0.25", "--out", out},
+                               "style");
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    const auto map = ex::read_npy(out + "/attention.npy").to_vector<float>();  // [1, 28, 28]
+    const Rgb8 png = decode_png(read_text(out + "/000/attention.png"));
+    REQUIRE(png.height == 112);  // 28 x 28 enlarged 4 times
+    REQUIRE(png.width == 112);
+    int64_t off = 0, dark = 0;
+    for (int64_t y = 0; y < 112; ++y)
+      for (int64_t x = 0; x < 112; ++x) {
+        const size_t i = static_cast<size_t>((y / 4) * 28 + x / 4);
+        const double image = 255.0 * a.pixels[i], v = map[i];
+        const auto c = ex::color(ex::Colormap::Inferno, v);
+        for (int k = 0; k < 3; ++k) {
+          const double want = style == "mask" ? image * v : 0.75 * image + 0.25 * c[k];
+          off += std::abs(png.pixels[(y * 112 + x) * 3 + k] - want) > 0.5 + 1e-6;
+        }
+        dark += png.pixels[(y * 112 + x) * 3] == 0;
+      }
+    CHECK(off == 0);
+    // The mask is black where the map is 0 (its minimum patch at least).
+    if (style == "mask") CHECK(dark >= 16);
+  }
+}
+
+TEST_CASE("explain: attention distance, raw weights or renormalised over the patches") {
+  // One image, one head, CLS + a 1 x 2 grid of 16-pixel patches. Query patch 0 attends 0.4 to
+  // CLS, 0.5 to itself, 0.1 to patch 1; query patch 1: 0.2, 0.2, 0.6.
+  ex::Pass p;
+  p.attentions = {ops::from_vector(std::vector<double>{1, 0, 0, 0.4, 0.5, 0.1, 0.2, 0.2, 0.6},
+                                   {1, 1, 3, 3}, kFloat32)};
+  p.prefix = 1;
+  p.grid_h = 1;
+  p.grid_w = 2;
+  // raw: (0.1 * 16 + 0.2 * 16) / 2 = 2.4;  patches: (1.6 / 0.6 + 3.2 / 0.8) / 2 = 10 / 3.
+  check_close(ex::attention_distance(p, 16), std::vector<double>{2.4}, 1e-6);
+  check_close(ex::attention_distance(p, 16, ex::DistanceNorm::Raw), std::vector<double>{2.4}, 1e-6);
+  check_close(ex::attention_distance(p, 16, ex::DistanceNorm::Patches),
+              std::vector<double>{10.0 / 3}, 1e-6);
+}
+
+TEST_CASE("vitrine-explain --distance-norm: each head's distance from the attention written") {
+  for (const std::string norm : {"raw", "patches", ""}) {
+    CAPTURE(norm);
+    const std::string out = extras().dir / ("distance_" + norm);
+    std::vector<std::string> args = {"a.png", "--method", "attention", "--out", out};
+    if (!norm.empty()) args.insert(args.end(), {"--distance-norm", norm});
+    const auto r = explain_run(args, "distance");
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    // By hand from the image's attention probabilities [L, H, 17, 17] (CLS + 4 x 4 patches).
+    const auto A = ex::read_npy(out + "/attention_probs.npy").to_vector<double>();
+    const auto d = ex::read_npy(out + "/attention-distance.npy").to_vector<double>();  // [2, 2]
+    REQUIRE(d.size() == 4);
+    for (int lh = 0; lh < 4; ++lh) {
+      double total = 0;
+      for (int i = 0; i < 16; ++i) {
+        double s = 0, mass = 0;
+        for (int j = 0; j < 16; ++j) {
+          const double a = A[(lh * 17 + 1 + i) * 17 + 1 + j];
+          s += a * 7 * std::hypot(i / 4 - j / 4, i % 4 - j % 4);
+          mass += a;
+        }
+        total += norm == "patches" ? s / mass : s;  // the default is raw
+      }
+      CHECK(d[lh] == doctest::Approx(total / 16).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("vitrine-explain --checkpoint random:PRESET: an untrained model, the same for a seed") {
+  const auto run = [&](const std::string& seed, const std::string& name) {
+    const std::string out = extras().dir / name;
+    const auto r = run_process(kExe,
+                               {"--checkpoint", "random:fmnist", "--seed", seed, "a.png", "b.png",
+                                "--method", "attention,chefer", "--out", out},
+                               extras().dir, name);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    // The fmnist preset: 28 x 28 with 4-pixel patches, 6 blocks of 4 heads, 10 classes.
+    CHECK(r.output.find("7x7 patches of 4, 6 blocks, 4 heads") != std::string::npos);
+    const Tensor logits = ex::read_npy(out + "/logits.npy");
+    CHECK(logits.shape() == Dims{2, 10});
+    return std::pair{logits.to_vector<double>(), read_text(out + "/predictions.json")};
+  };
+  const auto [a, pa] = run("7", "random_a");
+  const auto [b, pb] = run("7", "random_b");
+  const auto [c, pc] = run("8", "random_c");
+  CHECK(a == b);  // bit for bit
+  CHECK(pa == pb);
+  CHECK(a != c);
+  // The library's model for the seed gives the same logits (the program's own normalisation,
+  // timm's 0.5, for a model whose checkpoint names none).
+  ex::ModelSource s;
+  s.checkpoint = "random:fmnist";
+  s.seed = 7;
+  ex::LoadedModel l = ex::load_model(s);
+  CHECK(l.mean == std::vector<float>{0.5f});
+  check_close(ops::from_vector(std::vector<double>(a.begin(), a.begin() + 10)),
+              logits_of(l, grey_image(extras().dir / "a.png")), 1e-5);
+  // An unknown preset lists the known ones.
+  const auto bad = run_process(kExe, {"--checkpoint", "random:vit_huge", "a.png"}, extras().dir,
+                               "random bad");
+  CHECK(bad.code == 1);
+  CHECK(bad.output.find("--checkpoint random:vit_huge: ViTConfig: unknown preset 'vit_huge' "
+                        "(known: ") != std::string::npos);
+}
