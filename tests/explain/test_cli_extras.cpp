@@ -3,6 +3,8 @@
 // flags (the last one wins), --upsample, --style, --distance-norm, --checkpoint random:PRESET,
 // --evaluate --boxes, --method activation-max and qkv. Values are checked against the library
 // or against numbers worked out here.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <filesystem>
 
@@ -12,6 +14,7 @@
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "test_util.h"
+#include "tools/explain/boxes.h"
 #include "tools/explain/explain.h"
 #include "tools/explain/model.h"
 #include "tools/explain/npy.h"
@@ -330,4 +333,148 @@ TEST_CASE("vitrine-explain --checkpoint random:PRESET: an untrained model, the s
   CHECK(bad.code == 1);
   CHECK(bad.output.find("--checkpoint random:vit_huge: ViTConfig: unknown preset 'vit_huge' "
                         "(known: ") != std::string::npos);
+}
+
+TEST_CASE("explain: boxes files: CSV, JSON, tiny-imagenet's annotations, errors at file:line") {
+  TempDir d;
+  write_file(d / "b.csv",
+             "image,x0,y0,x1,y1,label\na.png,1,2,5,9,cat\na.png,0.5,0,3.2,1\nsub/c.png,0,0,4,4\n");
+  const ex::BoxTable csv = ex::read_boxes(d / "b.csv");
+  REQUIRE(csv.size() == 2);
+  // Box{top, left, height, width}: x0 <= x < x1, fractions rounded outwards.
+  CHECK(csv.at("a.png") == std::vector<nn::data::Box>{{2, 1, 7, 4}, {0, 0, 1, 4}});
+  CHECK(ex::find_boxes(csv, "some/folder/a.png") == &csv.at("a.png"));
+  CHECK(ex::find_boxes(csv, "sub/c.png") == &csv.at("sub/c.png"));
+  CHECK(ex::find_boxes(csv, "c.png") == nullptr);
+  write_file(d / "b.json", R"({"x.jpg": [[0, 0, 10, 5], [2, 3, 4, 6]]})");
+  CHECK(ex::read_boxes(d / "b.json").at("x.jpg") ==
+        std::vector<nn::data::Box>{{0, 0, 5, 10}, {3, 2, 3, 2}});
+  write_file(d / "val_annotations.txt", "val_0.JPEG\tn01443537\t0\t32\t44\t62\n");
+  CHECK(ex::read_boxes(d / "val_annotations.txt").at("val_0.JPEG") ==
+        std::vector<nn::data::Box>{{32, 0, 31, 45}});  // corners inclusive
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"a.png,1,2,5\n", "bad.csv:1: expected image,x0,y0,x1,y1 or image,x0,y0,x1,y1,label, got 4 fields"},
+      {"a.png,1,2,5,9\n\na.png,1,two,5,9\n", "bad.csv:3: y0 \"two\" is not a number"},
+      {"a.png,5,2,1,9\n", "bad.csv:1: the box (5, 2, 1, 9) is empty"},
+      {"a.png,-1,2,1,9\n", "bad.csv:1: the box (-1, 2, 1, 9) starts left of or above the image"},
+      {"", "bad.csv: holds no boxes"}};
+  for (const auto& [text, message] : bad) {
+    write_file(d / "bad.csv", text);
+    CHECK_THROWS_WITH_AS(ex::read_boxes(d / "bad.csv"), doctest::Contains(message.c_str()), Error);
+  }
+  write_file(d / "bad.json", R"({"x.jpg": [[0, 0, 10]]})");
+  CHECK_THROWS_WITH_AS(ex::read_boxes(d / "bad.json"),
+                       doctest::Contains("bad.json: \"x.jpg\" box 0: expected [x0, y0, x1, y1]"),
+                       Error);
+  const std::string none = "--boxes " + (d / "none.csv") + ": cannot open the file";
+  CHECK_THROWS_WITH_AS(ex::read_boxes(d / "none.csv"), doctest::Contains(none.c_str()), Error);
+}
+
+namespace {
+
+/// --evaluate's results (evaluation.json) with a boxes file (no discarding in rollout: every map
+/// then has positive energy to split).
+json evaluate_with_boxes(const std::vector<std::string>& extra, const std::string& name) {
+  const std::string out = extras().dir / name;
+  std::vector<std::string> args = {"--evaluate", "--method", "attention,rollout,saliency",
+                                   "--sanity-count", "0", "--discard-ratio", "0", "--out", out};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = explain_run(args, name);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  return json::parse(read_text(out + "/evaluation.json"))["results"];
+}
+
+}  // namespace
+
+TEST_CASE("vitrine-explain --evaluate --boxes: the boxes mapped through the resize and crop") {
+  const std::string dir = extras().dir.dir.string();
+  // wide.png (60 x 38) is fitted as 44 x 28 cropped at column 8: its columns [0, 30) become the
+  // crop's [0, 14), [30, 60) its [14, 28). a.png (28 x 28) is used as it is.
+  write_file(dir + "/left.csv", "image,x0,y0,x1,y1\nwide.png,0,0,30,38\na.png,0,0,14,28\n");
+  write_file(dir + "/right.csv", "wide.png,30,0,60,38\na.png,14,0,28,28\n");
+  write_file(dir + "/both.json",
+             R"({"wide.png": [[0, 0, 30, 38], [30, 0, 60, 38]], "a.png": [[0, 0, 14, 28], [14, 0, 28, 28]]})");
+  const json left = evaluate_with_boxes({"wide.png", "a.png", "--boxes", "left.csv"}, "ev_left");
+  const json right = evaluate_with_boxes({"wide.png", "a.png", "--boxes", "right.csv"}, "ev_right");
+  const json both = evaluate_with_boxes({"wide.png", "a.png", "--boxes", "both.json"}, "ev_both");
+  for (const std::string row : {"attention", "rollout", "saliency", "random", "centre"}) {
+    CAPTURE(row);
+    // The halves split every map's energy, and its maximum is in one of them.
+    CHECK(left[row]["energy"]["mean"].get<double>() + right[row]["energy"]["mean"].get<double>() ==
+          doctest::Approx(1.0).epsilon(1e-9));
+    CHECK(left[row]["pointing"]["mean"].get<double>() +
+              right[row]["pointing"]["mean"].get<double>() ==
+          doctest::Approx(1.0));
+    CHECK(left[row]["energy"]["n"] == 2);
+    // Two boxes of one image that cover it: all the energy, every maximum.
+    CHECK(both[row]["energy"]["mean"].get<double>() == doctest::Approx(1.0));
+    CHECK(both[row]["pointing"]["mean"].get<double>() == doctest::Approx(1.0));
+  }
+  // A box cropped away: wide.png's columns [0, 10) fall left of the centre crop.
+  write_file(dir + "/gone.csv", "wide.png,0,0,10,38\n");
+  const json gone = evaluate_with_boxes({"wide.png", "--boxes", "gone.csv"}, "ev_gone");
+  CHECK(gone["attention"]["energy"]["mean"].get<double>() == 0.0);
+  CHECK(gone["attention"]["pointing"]["mean"].get<double>() == 0.0);
+  // Errors: an image without a box, a bad line, --boxes without --evaluate.
+  const auto missing = explain_run({"--evaluate", "wide.png", "b.png", "--boxes", "left.csv",
+                                    "--out", dir + "/ev_missing"},
+                                   "boxes missing");
+  CHECK(missing.code == 1);
+  CHECK(missing.output.find("--boxes left.csv: no box for b.png") != std::string::npos);
+  write_file(dir + "/broken.csv", "wide.png,0,0,30,38\nwide.png,0,0,x,38\n");
+  const auto broken = explain_run(
+      {"--evaluate", "wide.png", "--boxes", "broken.csv", "--out", dir + "/ev_broken"}, "broken");
+  CHECK(broken.code == 1);
+  CHECK(broken.output.find("broken.csv:2: x1 \"x\" is not a number") != std::string::npos);
+  CHECK(!fs::exists(dir + "/ev_broken"));
+  const auto no_eval =
+      explain_run({"wide.png", "--boxes", "left.csv", "--out", dir + "/ev_x"}, "boxes no eval");
+  CHECK(no_eval.code == 2);
+  CHECK(no_eval.output.find("--boxes is for --evaluate") != std::string::npos);
+}
+
+TEST_CASE("vitrine-explain --evaluate: a tiny-imagenet-200 folder's val_annotations.txt is read") {
+  TempDir d;
+  const std::string root = d / "tiny-imagenet-200";
+  const std::vector<std::string> wnids = {"n01443537", "n01629819", "n01641577"};
+  std::string words, annotations;
+  for (size_t k = 0; k < wnids.size(); ++k) {
+    fs::create_directories(root + "/train/" + wnids[k] + "/images");
+    fs::create_directories(root + "/val/images");
+    std::vector<uint8_t> px(64 * 64 * 3);
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i * (k + 3)) % 251);
+    write_png(root + "/train/" + wnids[k] + "/images/" + wnids[k] + "_0.png", 64, 64, 3, px);
+    const std::string file = fmt::format("val_{}.png", k);
+    write_png(root + "/val/images/" + file, 64, 64, 3, px);
+    // The left half, corners inclusive: columns 0..31.
+    annotations += fmt::format("{}\t{}\t0\t0\t31\t63\n", file, wnids[k]);
+  }
+  write_file(root + "/wnids.txt", "n01443537\nn01629819\nn01641577\n");
+  write_file(root + "/val/val_annotations.txt", annotations);
+  write_file(d / "right.csv", "val_0.png,32,0,64,64\nval_1.png,32,0,64,64\nval_2.png,32,0,64,64\n");
+  const auto run = [&](const std::vector<std::string>& extra, const std::string& name) {
+    // An untrained cifar10-preset ViT (32 x 32 RGB): the 64 x 64 images are halved.
+    std::vector<std::string> args = {"--checkpoint", "random:cifar10", "--dataset", "imagefolder",
+                                     "--data", root, "--count", "3", "--evaluate", "--method",
+                                     "attention,saliency", "--sanity-count", "0", "--out",
+                                     d / name};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_process(kExe, args, d, name);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    return std::pair{r.output, json::parse(read_text(d / (name + "/evaluation.json")))["results"]};
+  };
+  const auto auto_run = run({}, "auto");
+  const std::string& out_auto = auto_run.first;
+  const json& auto_boxes = auto_run.second;
+  CHECK(out_auto.find("object boxes: " + root + "/val/val_annotations.txt") != std::string::npos);
+  const json right = run({"--boxes", d / "right.csv"}, "right").second;
+  for (const char* row : {"attention", "saliency", "random"}) {
+    CAPTURE(row);
+    CHECK(auto_boxes[row]["energy"]["n"] == 3);
+    CHECK(auto_boxes[row]["energy"]["mean"].get<double>() +
+              right[row]["energy"]["mean"].get<double>() ==
+          doctest::Approx(1.0).epsilon(1e-9));
+  }
 }

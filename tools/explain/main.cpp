@@ -33,6 +33,7 @@
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "tools/common/files.h"
+#include "tools/explain/boxes.h"
 #include "tools/explain/evaluate.h"
 #include "tools/explain/explain.h"
 #include "tools/explain/model.h"
@@ -67,6 +68,7 @@ struct Cli {
   bool evaluate = false;
   int64_t sanity_count = 100, patches_per_step = 4;
   std::string removal = "zero";
+  std::string boxes;  // --boxes FILE
   // --serve
   bool serve = false;
   ex::HttpOptions http;
@@ -146,6 +148,7 @@ struct TestSet {
   std::shared_ptr<const nn::data::Dataset> data;
   nn::data::Compose display;  // the evaluation transforms without the normalisation
   std::string config_source;
+  std::string folder;  // where its files are
 };
 
 /// The data section the checkpoint was trained with, and where it came from: the run folder's
@@ -192,7 +195,19 @@ TestSet open_test_set(const Cli& cli, const Loaded& l) {
   nn::data::fit_to_size(transforms, c.channels, nn::data::image_size(o), c.image_h, c.image_w);
   t.display = nn::data::from_config(transforms, c.channels, false);
   t.data = nn::data::open_dataset(o, false).test;
+  t.folder = nn::data::dataset_folder(o);
   return t;
+}
+
+/// The sample's boxes from the table (--boxes), in its input's pixels: each box of its image
+/// mapped through the resize and crop. An image the table does not name is an Error.
+void attach_boxes(Sample& s, const ex::BoxTable& table, const std::string& file) {
+  const std::string key = s.file.empty() ? s.name : s.file;
+  const auto* boxes = ex::find_boxes(table, key);
+  VT_CHECK(boxes != nullptr, "--boxes {}: no box for {} (the file names images as {}, ...)", file,
+           key, table.begin()->first);
+  for (const nn::data::Box& b : *boxes)
+    s.boxes.push_back(s.fit.map(b, s.input.size(1), s.input.size(2)));
 }
 
 std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
@@ -200,6 +215,9 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
   const models::ClassifierSpec& c = l.spec;
   const int64_t patch = l.patch;
   std::vector<Sample> out;
+  std::optional<ex::BoxTable> table;  // --boxes
+  std::string table_file = cli.boxes;
+  if (!table_file.empty()) table = ex::read_boxes(table_file);
   if (!cli.input.empty()) {  // the model's input, exactly
     Tensor x = ex::read_npy(cli.input);
     if (x.dim() == 3) x = x.unsqueeze(0);
@@ -222,6 +240,15 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
   if (!cli.dataset.empty()) {
     const TestSet set = open_test_set(cli, l);
     const auto& test = set.data;
+    // tiny-imagenet-200's validation boxes, read by themselves for --evaluate.
+    const fs::path annotations = fs::path(set.folder) / "val" / "val_annotations.txt";
+    if (cli.evaluate && !table && fs::exists(fs::path(set.folder) / "wnids.txt") &&
+        fs::exists(annotations)) {
+      table_file = annotations.string();
+      table = ex::read_boxes(table_file);
+      fmt::print("object boxes: {} (tiny-imagenet-200's)\n", table_file);
+    }
+    auto folder = std::dynamic_pointer_cast<const nn::data::ImageFolder>(test);
     label_names = test->classes();
     std::vector<int64_t> indices;
     if (cli.sample > 0) {  // a seeded random sample, in the test set's order
@@ -244,6 +271,12 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
     for (int64_t i : indices) {
       nn::data::Example e = test->get(i);
       const std::string name = fmt::format("{} #{}", cli.dataset, i);
+      if (table) {  // fitted by --resize's rule, whose geometry maps the boxes
+        out.push_back(prepare(name, e.image, e.label, cli, l));
+        if (folder) out.back().file = folder->files()[static_cast<size_t>(i)];
+        attach_boxes(out.back(), *table, table_file);
+        continue;
+      }
       if (cli.resize == "model") {
         const nn::data::Image shown = set.display(e.image);
         VT_CHECK(shown.height == c.image_h && shown.width == c.image_w,
@@ -275,8 +308,11 @@ std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
   nn::data::ImageFolder files("command line", cli.images,
                               std::vector<int64_t>(cli.images.size(), 0), {"?"},
                               {.channels = static_cast<int>(c.channels), .limits = {}});
-  for (size_t i = 0; i < cli.images.size(); ++i)
+  for (size_t i = 0; i < cli.images.size(); ++i) {
     out.push_back(prepare(cli.images[i], files.get(static_cast<int64_t>(i)).image, -1, cli, l));
+    out.back().file = cli.images[i];
+    if (table) attach_boxes(out.back(), *table, table_file);
+  }
   return out;
 }
 
@@ -668,10 +704,13 @@ int run_evaluation(const Cli& cli) {
   std::vector<std::string> label_names;
   const std::vector<Sample> samples = read_samples(cli, l, label_names);
   const Tensor batch = batch_of(samples);
-  std::optional<std::vector<nn::data::Box>> boxes;
-  if (samples.front().box) {
+  std::optional<ex::ImageBoxes> boxes;
+  if (!cli.boxes.empty() || !samples.front().boxes.empty()) {
     boxes.emplace();
-    for (const Sample& s : samples) boxes->push_back(*s.box);
+    for (const Sample& s : samples) boxes->push_back(s.boxes);
+  } else if (samples.front().box) {
+    boxes.emplace();
+    for (const Sample& s : samples) boxes->push_back({*s.box});
   }
   ex::EvalOptions eo;
   eo.methods = methods;
@@ -896,6 +935,11 @@ int main(int argc, char** argv) {
                  "--evaluate: what replaces a deleted patch: zero (black), mean or blur")
       ->check(CLI::IsMember({"zero", "mean", "blur"}))
       ->capture_default_str();
+  app.add_option("--boxes", cli.boxes,
+                 "--evaluate: the objects' boxes for the pointing game and the energy in the box, "
+                 "in each image's own pixels: a CSV (image,x0,y0,x1,y1[,label], x1 and y1 past "
+                 "the box), a JSON ({\"image.jpg\": [[x0, y0, x1, y1], ...]}) or tiny-imagenet's "
+                 "val_annotations.txt (read by itself for such a folder)");
   app.add_flag("--serve", cli.serve,
                "serve a page (and a JSON API) where you drop your own images and see every "
                "method, layer and head: http://127.0.0.1:8080/ by default (Ctrl-C stops)");
@@ -945,6 +989,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr,
                "vitrine-explain: --serve takes its images from the page; give no images, "
                "--dataset, --input or --evaluate with it\n");
+    return 2;
+  }
+  if (!cli.boxes.empty() && !cli.evaluate) {
+    fmt::print(stderr, "vitrine-explain: --boxes is for --evaluate (the pointing game)\n");
     return 2;
   }
   if (sources > 1) {

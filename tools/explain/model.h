@@ -105,6 +105,9 @@ struct Sample {
   int64_t label = -1;
   std::optional<nn::data::Box> box;  // the object's box (the pasted benchmark's images)
   Fit fit{};                         // how the original image became the input
+  std::string file{};                // the image file it was read from (when one)
+  /// --boxes: the objects' boxes in the input's pixels (mapped through fit).
+  std::vector<nn::data::Box> boxes{};
 };
 
 /// A decoded image as the model takes it: checked against the patch size, fitted (geometry),
