@@ -134,9 +134,9 @@ TEST_CASE("vitrine-explain --resize: model is the shorter side and a centre crop
     check_close(ex::read_npy(out + "/logits.npy").reshape({3}), logits_of(l, expected), 1e-5);
   }
   // The model's default is "model": the same logits without the option.
-  const auto r = explain_run({"wide.png", "--method", "attention", "--out",
-                              extras().dir / "resize_default"},
-                             "resize default");
+  const auto r =
+      explain_run({"wide.png", "--method", "attention", "--out", extras().dir / "resize_default"},
+                  "resize default");
   REQUIRE(r.code == 0);
   check_close(ex::read_npy(extras().dir / "resize_default/logits.npy").reshape({3}),
               logits_of(l, fitted), 1e-5);
@@ -147,8 +147,8 @@ TEST_CASE("vitrine-explain --resize: model is the shorter side and a centre crop
   CHECK(s.fit.top == 0);
   CHECK(s.fit.left == 8);
   // A bad value names what is allowed.
-  const auto bad = explain_run({"wide.png", "--resize", "squash", "--out", extras().dir / "bad"},
-                               "resize bad");
+  const auto bad =
+      explain_run({"wide.png", "--resize", "squash", "--out", extras().dir / "bad"}, "resize bad");
   CHECK(bad.code == 2);
   CHECK(bad.output.find("expected model, stretch, none or factor:F, got squash") !=
         std::string::npos);
@@ -158,8 +158,7 @@ TEST_CASE("vitrine-explain: a repeated option takes its last value, as argparse 
   // --method given twice: the second; the image list and --mean keep all they are given.
   const std::string out = extras().dir / "repeat";
   const auto r = explain_run({"a.png", "b.png", "--method", "attention", "--method", "rollout",
-                              "--alpha", "0.2", "--alpha", "0.7",
-                              "--out", out},
+                              "--alpha", "0.2", "--alpha", "0.7", "--out", out},
                              "repeat");
   INFO(r.output);
   REQUIRE(r.code == 0);
@@ -225,9 +224,9 @@ TEST_CASE("vitrine-explain --style: mask is the image times the map; overlay the
   for (const std::string style : {"mask", "overlay"}) {
     CAPTURE(style);
     const std::string out = extras().dir / ("style_" + style);
-    const auto r = explain_run({"a.png", "--method", "attention", "--style", style, "--alpha",
-                                "0.25", "--out", out},
-                               "style");
+    const auto r = explain_run(
+        {"a.png", "--method", "attention", "--style", style, "--alpha", "0.25", "--out", out},
+        "style");
     INFO(r.output);
     REQUIRE(r.code == 0);
     const auto map = ex::read_npy(out + "/attention.npy").to_vector<float>();  // [1, 28, 28]
@@ -328,8 +327,8 @@ TEST_CASE("vitrine-explain --checkpoint random:PRESET: an untrained model, the s
   check_close(ops::from_vector(std::vector<double>(a.begin(), a.begin() + 10)),
               logits_of(l, grey_image(extras().dir / "a.png")), 1e-5);
   // An unknown preset lists the known ones.
-  const auto bad = run_process(kExe, {"--checkpoint", "random:vit_huge", "a.png"}, extras().dir,
-                               "random bad");
+  const auto bad =
+      run_process(kExe, {"--checkpoint", "random:vit_huge", "a.png"}, extras().dir, "random bad");
   CHECK(bad.code == 1);
   CHECK(bad.output.find("--checkpoint random:vit_huge: ViTConfig: unknown preset 'vit_huge' "
                         "(known: ") != std::string::npos);
@@ -353,7 +352,8 @@ TEST_CASE("explain: boxes files: CSV, JSON, tiny-imagenet's annotations, errors 
   CHECK(ex::read_boxes(d / "val_annotations.txt").at("val_0.JPEG") ==
         std::vector<nn::data::Box>{{32, 0, 31, 45}});  // corners inclusive
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"a.png,1,2,5\n", "bad.csv:1: expected image,x0,y0,x1,y1 or image,x0,y0,x1,y1,label, got 4 fields"},
+      {"a.png,1,2,5\n",
+       "bad.csv:1: expected image,x0,y0,x1,y1 or image,x0,y0,x1,y1,label, got 4 fields"},
       {"a.png,1,2,5,9\n\na.png,1,two,5,9\n", "bad.csv:3: y0 \"two\" is not a number"},
       {"a.png,5,2,1,9\n", "bad.csv:1: the box (5, 2, 1, 9) is empty"},
       {"a.png,-1,2,1,9\n", "bad.csv:1: the box (-1, 2, 1, 9) starts left of or above the image"},
@@ -376,8 +376,15 @@ namespace {
 /// then has positive energy to split).
 json evaluate_with_boxes(const std::vector<std::string>& extra, const std::string& name) {
   const std::string out = extras().dir / name;
-  std::vector<std::string> args = {"--evaluate", "--method", "attention,rollout,saliency",
-                                   "--sanity-count", "0", "--discard-ratio", "0", "--out", out};
+  std::vector<std::string> args = {"--evaluate",
+                                   "--method",
+                                   "attention,rollout,saliency",
+                                   "--sanity-count",
+                                   "0",
+                                   "--discard-ratio",
+                                   "0",
+                                   "--out",
+                                   out};
   args.insert(args.end(), extra.begin(), extra.end());
   const auto r = explain_run(args, name);
   INFO(r.output);
@@ -393,8 +400,9 @@ TEST_CASE("vitrine-explain --evaluate --boxes: the boxes mapped through the resi
   // crop's [0, 14), [30, 60) its [14, 28). a.png (28 x 28) is used as it is.
   write_file(dir + "/left.csv", "image,x0,y0,x1,y1\nwide.png,0,0,30,38\na.png,0,0,14,28\n");
   write_file(dir + "/right.csv", "wide.png,30,0,60,38\na.png,14,0,28,28\n");
-  write_file(dir + "/both.json",
-             R"({"wide.png": [[0, 0, 30, 38], [30, 0, 60, 38]], "a.png": [[0, 0, 14, 28], [14, 0, 28, 28]]})");
+  write_file(
+      dir + "/both.json",
+      R"({"wide.png": [[0, 0, 30, 38], [30, 0, 60, 38]], "a.png": [[0, 0, 14, 28], [14, 0, 28, 28]]})");
   const json left = evaluate_with_boxes({"wide.png", "a.png", "--boxes", "left.csv"}, "ev_left");
   const json right = evaluate_with_boxes({"wide.png", "a.png", "--boxes", "right.csv"}, "ev_right");
   const json both = evaluate_with_boxes({"wide.png", "a.png", "--boxes", "both.json"}, "ev_both");
@@ -417,9 +425,9 @@ TEST_CASE("vitrine-explain --evaluate --boxes: the boxes mapped through the resi
   CHECK(gone["attention"]["energy"]["mean"].get<double>() == 0.0);
   CHECK(gone["attention"]["pointing"]["mean"].get<double>() == 0.0);
   // Errors: an image without a box, a bad line, --boxes without --evaluate.
-  const auto missing = explain_run({"--evaluate", "wide.png", "b.png", "--boxes", "left.csv",
-                                    "--out", dir + "/ev_missing"},
-                                   "boxes missing");
+  const auto missing = explain_run(
+      {"--evaluate", "wide.png", "b.png", "--boxes", "left.csv", "--out", dir + "/ev_missing"},
+      "boxes missing");
   CHECK(missing.code == 1);
   CHECK(missing.output.find("--boxes left.csv: no box for b.png") != std::string::npos);
   write_file(dir + "/broken.csv", "wide.png,0,0,30,38\nwide.png,0,0,x,38\n");
@@ -455,9 +463,20 @@ TEST_CASE("vitrine-explain --evaluate: a tiny-imagenet-200 folder's val_annotati
   write_file(d / "right.csv", "val_0.png,32,0,64,64\nval_1.png,32,0,64,64\nval_2.png,32,0,64,64\n");
   const auto run = [&](const std::vector<std::string>& extra, const std::string& name) {
     // An untrained cifar10-preset ViT (32 x 32 RGB): the 64 x 64 images are halved.
-    std::vector<std::string> args = {"--checkpoint", "random:cifar10", "--dataset", "imagefolder",
-                                     "--data", root, "--count", "3", "--evaluate", "--method",
-                                     "attention,saliency", "--sanity-count", "0", "--out",
+    std::vector<std::string> args = {"--checkpoint",
+                                     "random:cifar10",
+                                     "--dataset",
+                                     "imagefolder",
+                                     "--data",
+                                     root,
+                                     "--count",
+                                     "3",
+                                     "--evaluate",
+                                     "--method",
+                                     "attention,saliency",
+                                     "--sanity-count",
+                                     "0",
+                                     "--out",
                                      d / name};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = run_process(kExe, args, d, name);

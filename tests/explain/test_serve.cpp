@@ -654,7 +654,8 @@ TEST_CASE("vitrine-explain --serve: the page in Chromium: upload, overlays, head
     CHECK_MESSAGE((url.rfind(server.url(), 0) == 0 || url.rfind("data:", 0) == 0), url);
 }
 
-TEST_CASE("vitrine-explain --serve: the page keeps a wide photo's shape, with its resize controls") {
+TEST_CASE(
+    "vitrine-explain --serve: the page keeps a wide photo's shape, with its resize controls") {
   const std::string chromium = find_chromium();
   if (chromium.empty()) {
     skip("chromium is not on PATH (scripts/install-deps.sh installs it): the page is not tested");
@@ -677,13 +678,15 @@ TEST_CASE("vitrine-explain --serve: the page keeps a wide photo's shape, with it
                   page.eval("document.getElementById('error').textContent"));
   int explained = 1;
   const auto set = [&](const std::string& id, const std::string& value) {
-    page.eval(fmt::format("(() => {{ const e = document.getElementById('{}'); e.value = '{}'; "
-                          "e.dispatchEvent(new Event('change')); }})()",
-                          id, value));
+    page.eval(
+        fmt::format("(() => {{ const e = document.getElementById('{}'); e.value = '{}'; "
+                    "e.dispatchEvent(new Event('change')); }})()",
+                    id, value));
   };
   const auto wait = [&] {
-    REQUIRE_MESSAGE(page.wait_for(fmt::format("document.body.dataset.explained === '{}'", ++explained)),
-                    page.eval("document.getElementById('error').textContent"));
+    REQUIRE_MESSAGE(
+        page.wait_for(fmt::format("document.body.dataset.explained === '{}'", ++explained)),
+        page.eval("document.getElementById('error').textContent"));
   };
   // Every shown picture: its own pixels' aspect and its aspect on the page, width / height.
   const auto aspects = [&](const std::string& selector) {

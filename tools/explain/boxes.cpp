@@ -125,9 +125,8 @@ BoxTable read_boxes(const std::string& path) {
   std::string ext = p.extension().string();
   for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (ext == ".json") return read_json(path, text);
-  const bool tiny =
-      p.filename() == "val_annotations.txt" || text.substr(0, text.find('\n')).find('\t') !=
-                                                   std::string::npos;
+  const bool tiny = p.filename() == "val_annotations.txt" ||
+                    text.substr(0, text.find('\n')).find('\t') != std::string::npos;
   return read_lines(path, text, tiny);
 }
 

@@ -419,8 +419,8 @@ std::string step_of(const std::string& name) {
 }  // namespace
 
 EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
-                    const std::vector<int64_t>& targets,
-                    const std::optional<ImageBoxes>& boxes, const EvalOptions& o,
+                    const std::vector<int64_t>& targets, const std::optional<ImageBoxes>& boxes,
+                    const EvalOptions& o,
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   Explainer ex;
   ex.patch = model.config().patch;

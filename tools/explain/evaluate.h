@@ -147,8 +147,7 @@ struct EvalResult {
 /// predicted) and, when known, each image's object boxes (pointing game and energy).
 /// progress(stage, done, total) is called as it goes (may be empty).
 EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
-                    const std::vector<int64_t>& targets,
-                    const std::optional<ImageBoxes>& boxes,
+                    const std::vector<int64_t>& targets, const std::optional<ImageBoxes>& boxes,
                     const EvalOptions& options,
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});
 
@@ -159,8 +158,7 @@ EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
 /// them).
 EvalResult evaluate(nn::Module& model, const std::string& gradcam_layer, const ModelBuilder& build,
                     const Tensor& images, const std::vector<int64_t>& targets,
-                    const std::optional<ImageBoxes>& boxes,
-                    const EvalOptions& options,
+                    const std::optional<ImageBoxes>& boxes, const EvalOptions& options,
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});
 
 /// The tables as Markdown: one per metric group (faithfulness, localisation, sanity), methods x

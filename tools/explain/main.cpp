@@ -406,11 +406,10 @@ void publish(const std::string& tmp, const std::string& out) {
 
 /// A map [H, W] in [0, 1] drawn on its image as --style says, enlarged.
 ex::Rgb8 overlay_png(const Tensor& display, const Tensor& map, const Cli& cli, int64_t enlarge) {
-  return ex::enlarge(
-      ex::parse_style(cli.style) == ex::Style::Mask
-          ? ex::masked(display, map)
-          : ex::overlay(display, map, ex::parse_colormap(cli.colormap), cli.alpha),
-      enlarge);
+  return ex::enlarge(ex::parse_style(cli.style) == ex::Style::Mask
+                         ? ex::masked(display, map)
+                         : ex::overlay(display, map, ex::parse_colormap(cli.colormap), cli.alpha),
+                     enlarge);
 }
 
 std::string percent(double p) { return fmt::format("{:.1f}%", 100 * p); }
@@ -826,9 +825,8 @@ int main(int argc, char** argv) {
                  "(factor:0.5, as DINO's notebooks)")
       ->check([](const std::string& v) {
         try {
-          return ex::valid_resize(v)
-                     ? std::string()
-                     : fmt::format("expected {}, got {}", ex::kResizeValues, v);
+          return ex::valid_resize(v) ? std::string()
+                                     : fmt::format("expected {}, got {}", ex::kResizeValues, v);
         } catch (const std::exception& e) {
           return std::string(e.what());
         }

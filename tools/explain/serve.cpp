@@ -24,10 +24,10 @@ namespace {
 [[noreturn]] void bad_request(const std::string& message) { throw ClientError(400, message); }
 
 const std::vector<std::string> kOptionKeys = {
-    "methods", "target",  "layer",    "head",       "threshold", "head_fusion", "discard_ratio",
-    "steps",   "ig_rule", "baseline", "samples",    "sigma",     "seed",        "colormap",
-    "alpha",   "resize",  "crop",     "pos_interp", "heads",     "grids",       "upsample",
-    "distance_norm"};
+    "methods",       "target",   "layer",    "head",         "threshold", "head_fusion",
+    "discard_ratio", "steps",    "ig_rule",  "baseline",     "samples",   "sigma",
+    "seed",          "colormap", "alpha",    "resize",       "crop",      "pos_interp",
+    "heads",         "grids",    "upsample", "distance_norm"};
 
 /// options.key as an integer in [lo, hi].
 int64_t integer_in(const json& o, const char* key, int64_t lo, int64_t hi, const char* what) {
