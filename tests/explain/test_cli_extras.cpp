@@ -497,3 +497,178 @@ TEST_CASE("vitrine-explain --evaluate: a tiny-imagenet-200 folder's val_annotati
           doctest::Approx(1.0).epsilon(1e-9));
   }
 }
+
+TEST_CASE("vitrine-explain --method activation-max: the logit rises, the picture is seeded") {
+  ex::LoadedModel l = loaded();
+  const auto run = [&](const std::vector<std::string>& extra, const std::string& name) {
+    std::vector<std::string> args = {"a.png", "--method", "activation-max",   "--am-steps",
+                                     "24",    "--out",    extras().dir / name};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = explain_run(args, name);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    const json p = json::parse(read_text(extras().dir / (name + "/predictions.json")))[0];
+    return std::pair{ex::read_npy(extras().dir / (name + "/activation-max.npy")), p};
+  };
+  // Plain ascent with the blur, and Lucid's jitter on top (the default, 1 pixel at 28).
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--jitter", "0"}, std::vector<std::string>{}}) {
+    const auto [picture, p] = run(extra, "am_" + std::to_string(extra.size()));
+    CHECK(picture.shape() == Dims{1, 1, 28, 28});
+    const double start = p["activation_max"]["start"], end = p["activation_max"]["end"];
+    CHECK(end > start);  // (0.05 to 0.12 without jitter, to 0.10 with it, on this model)
+    // The end is the model's logit of the target on the picture written.
+    NoGradGuard g;
+    const Tensor logits = (*l.model)(picture);
+    CHECK(logits.to(kFloat64).to_vector<double>()[p["target"].get<size_t>()] ==
+          doctest::Approx(end).epsilon(1e-5));
+    // Clipped to the pixel range after normalisation: (0 - 0.25) / 0.5 to (1 - 0.25) / 0.5.
+    const auto v = picture.to_vector<double>();
+    CHECK(*std::min_element(v.begin(), v.end()) >= -0.5 - 1e-6);
+    CHECK(*std::max_element(v.begin(), v.end()) <= 1.5 + 1e-6);
+    CHECK(fs::file_size(extras().dir /
+                        ("am_" + std::to_string(extra.size()) + "/000/activation-max.png")) > 100);
+    const std::string html =
+        read_text(extras().dir / ("am_" + std::to_string(extra.size()) + "/index.html"));
+    CHECK(html.find("activation-max: the target&#39;s logit") != std::string::npos);
+  }
+  // The seed decides the start: the same seed, the same picture, bit for bit.
+  const Tensor a = run({"--seed", "5"}, "am_seed_a").first,
+               b = run({"--seed", "5"}, "am_seed_b").first,
+               c = run({"--seed", "6"}, "am_seed_c").first;
+  CHECK(a.to_vector<float>() == b.to_vector<float>());
+  CHECK(a.to_vector<float>() != c.to_vector<float>());
+}
+
+TEST_CASE("explain: activation-max of an MLP channel raises it; the L2 decay keeps it smaller") {
+  Generator gen(4);
+  models::VisionTransformer model(extras_config(), gen);
+  ex::Options o;
+  o.neuron = 5;
+  o.layer = 0;
+  o.am_steps = 16;
+  o.am_jitter = 0;
+  const ex::ActivationMax a = ex::activation_max(model, {2, 1, 28, 28}, {0, 0}, o);
+  REQUIRE(a.start.size() == 2);
+  for (int b = 0; b < 2; ++b) CHECK(a.end[b] > a.start[b]);
+  // The objective is the channel's mean over tokens after the GELU: by hand from a hook.
+  Tensor hidden;
+  auto block = model.blocks->at<models::ViTBlock>(0);
+  const int64_t handle =
+      block->norm2->register_forward_hook([&hidden](nn::Module&, const Tensor&, const Tensor& out) {
+        hidden = out;
+        return Tensor();
+      });
+  {
+    NoGradGuard g;
+    (void)model(a.images);
+  }
+  block->norm2->remove_forward_hook(handle);
+  const auto h = hidden.to(kFloat64).contiguous().to_vector<double>();  // [2, 17, 16]
+  const auto w = block->mlp->fc1->weight.to(kFloat64).contiguous().to_vector<double>();
+  const auto bias = block->mlp->fc1->bias.to(kFloat64).contiguous().to_vector<double>();
+  for (int b = 0; b < 2; ++b) {
+    double s = 0;
+    for (int t = 0; t < 17; ++t) {
+      double z = bias[5];
+      for (int d = 0; d < 16; ++d) z += w[5 * 16 + d] * h[(b * 17 + t) * 16 + d];
+      s += 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
+    }
+    CHECK(a.end[b] == doctest::Approx(s / 17).epsilon(1e-4));
+  }
+  o.am_l2 = 1;
+  const ex::ActivationMax decayed = ex::activation_max(model, {2, 1, 28, 28}, {0, 0}, o);
+  CHECK(ops::sum(decayed.images * decayed.images).item<double>() <
+        ops::sum(a.images * a.images).item<double>());
+}
+
+TEST_CASE("explain: qkv's scores and value norms from the model's qkv weights; softmax is A") {
+  Generator gen(9);
+  models::VisionTransformer model(extras_config(), gen);
+  Generator ig(10);
+  const Tensor x = ops::randn({2, 1, 28, 28}, ig);
+  const int64_t layer = 1, row = 1, col = 2, p = 1 + row * 4 + col;
+  const ex::QkvMaps q = ex::qkv_maps(model, x, layer, row, col);
+  CHECK(q.scores.shape() == Dims{2, 2, 17});
+  CHECK(q.similarity.shape() == Dims{2, 2, 4, 4});
+  CHECK(q.value_norms.shape() == Dims{2, 2, 4, 4});
+  // By hand: the block's attention input from a hook, then q, k, v from qkv's weight and bias.
+  Tensor t;
+  auto block = model.blocks->at<models::ViTBlock>(layer);
+  const int64_t handle =
+      block->norm1->register_forward_hook([&t](nn::Module&, const Tensor&, const Tensor& out) {
+        t = out;
+        return Tensor();
+      });
+  {
+    NoGradGuard g;
+    (void)model(x);
+  }
+  block->norm1->remove_forward_hook(handle);
+  const auto T = t.to(kFloat64).contiguous().to_vector<double>();  // [2, 17, 16]
+  const auto w =
+      block->attn->qkv->weight.to(kFloat64).contiguous().to_vector<double>();  // [48, 16]
+  const auto bias = block->attn->qkv->bias.to(kFloat64).contiguous().to_vector<double>();
+  const auto proj = [&](int b, int tok, int row_of_w) {
+    double s = bias[row_of_w];
+    for (int d = 0; d < 16; ++d) s += w[row_of_w * 16 + d] * T[(b * 17 + tok) * 16 + d];
+    return s;
+  };
+  const auto scores = q.scores.to_vector<double>(), norms = q.value_norms.to_vector<double>(),
+             sim = q.similarity.to_vector<double>();
+  for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 17; ++j) {
+        double dot = 0, v2 = 0;
+        for (int d = 0; d < 8; ++d) {  // head h's 8 dims: q rows h*8.., k rows 16 + .., v 32 + ..
+          dot += proj(b, p, h * 8 + d) * proj(b, j, 16 + h * 8 + d);
+          v2 += std::pow(proj(b, j, 32 + h * 8 + d), 2);
+        }
+        CHECK(scores[(b * 2 + h) * 17 + j] == doctest::Approx(dot / std::sqrt(8.0)).epsilon(1e-5));
+        if (j == 0) continue;
+        CHECK(sim[(b * 2 + h) * 16 + j - 1] == doctest::Approx(dot / std::sqrt(8.0)).epsilon(1e-5));
+        CHECK(norms[(b * 2 + h) * 16 + j - 1] == doctest::Approx(std::sqrt(v2)).epsilon(1e-5));
+      }
+  // The softmax over every key is the attention row the model computed for that query.
+  const ex::Pass pass = ex::run_pass(model, x, {-1, -1}, -1, false);
+  const Tensor row_a = pass.attentions[layer].select(2, p);  // [2, 2, 17]
+  check_close(ops::softmax(q.scores, -1), row_a.to(kFloat64), 1e-5);
+  // The centre by default, and a patch off the grid is an error naming it.
+  const ex::QkvMaps centre = ex::qkv_maps(model, x, layer);
+  CHECK(centre.row == 2);
+  CHECK(centre.col == 2);
+  CHECK_THROWS_WITH_AS(ex::qkv_maps(model, x, layer, 4, 0),
+                       doctest::Contains("qkv patch (4, 0) is outside the 4x4 grid"), Error);
+}
+
+TEST_CASE("vitrine-explain --method qkv: the library's numbers, pictures per head in the report") {
+  const std::string out = extras().dir / "qkv";
+  const auto r = explain_run(
+      {"a.png", "--method", "qkv,attention", "--patch", "1,2", "--layer", "0", "--out", out},
+      "qkv");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  ex::LoadedModel l = loaded();
+  const Tensor x =
+      ex::image_tensor(nn::data::normalize(grey_image(extras().dir / "a.png"), l.mean, l.std))
+          .unsqueeze(0);
+  const ex::QkvMaps q = ex::qkv_maps(*l.vit, x, 0, 1, 2);
+  check_close(ex::read_npy(out + "/qkv.scores.npy"), q.scores, 1e-6);
+  check_close(ex::read_npy(out + "/qkv.heads.npy"), q.similarity, 1e-6);
+  check_close(ex::read_npy(out + "/qkv.values.npy"), q.value_norms, 1e-6);
+  check_close(ex::read_npy(out + "/qkv.grid.npy"), ops::mean(q.similarity, {1}), 1e-6);
+  const json p = json::parse(read_text(out + "/predictions.json"))[0];
+  CHECK(p["qkv_patch"] == json::array({1, 2}));
+  for (const char* f : {"/000/qkv.png", "/000/qkv.heads.png", "/000/qkv.values.png"})
+    CHECK(fs::file_size(out + f) > 100);
+  const std::string html = read_text(out + "/index.html");
+  CHECK(html.find("qkv: patch (1, 2)&#39;s query-key scores per head, block 0") !=
+        std::string::npos);
+  CHECK(html.find("qkv: the values&#39; norms per head") != std::string::npos);
+  // The attention's own head grid is still the attention's.
+  CHECK(fs::file_size(out + "/000/heads.png") > 100);
+  const auto bad =
+      explain_run({"a.png", "--method", "qkv", "--patch", "1;2", "--out", out + "x"}, "qkv bad");
+  CHECK(bad.code == 1);
+  CHECK(bad.output.find("--patch 1;2: expected ROW,COL") != std::string::npos);
+}

@@ -751,3 +751,36 @@ TEST_CASE(
   CHECK(page.eval("document.getElementById('error').textContent") == "");
   CHECK_MESSAGE(page.console.empty(), fmt::format("{}", fmt::join(page.console, "\n")));
 }
+
+TEST_CASE("serve: qkv and activation-max through the API, as the library computes them") {
+  ex::ExplainService s = make_service(files().checkpoint);
+  const json a = s.explain(bytes_of(files().images[3]),
+                           R"({"methods": "qkv,activation-max", "patch": [1, 3], "am_steps": 6,
+                               "layer": 0, "heads": false})",
+                           "im3.png");
+  REQUIRE(a["methods"].size() == 2);
+  const json& q = a["methods"][0];
+  CHECK(q["method"] == "qkv");
+  CHECK(q["patch"] == json::array({1, 3}));
+  REQUIRE(q["head_pngs"].size() == 2);
+  REQUIRE(q["value_pngs"].size() == 2);
+  CHECK(png_of(q["head_pngs"][1].get<std::string>()).width == 224);
+  const json& m = a["methods"][1];
+  CHECK(m["method"] == "activation-max");
+  CHECK(m["activation_max"]["end"].get<double>() > m["activation_max"]["start"].get<double>());
+  CHECK(png_of(m["png"].get<std::string>()).height == 224);
+  // The same numbers as the library's with the same options (the server's black and white).
+  const ex::LoadedModel& l = s.model();
+  ex::Options o;
+  o.am_steps = 6;
+  o.layer = 0;
+  o.black = ex::black_pixel(l);
+  for (size_t c = 0; c < l.mean.size(); ++c) o.white.push_back((1 - l.mean[c]) / l.std[c]);
+  const ex::ActivationMax lib =
+      ex::activation_max(*l.model, {1, 1, 28, 28}, {a["prediction"]["target"].get<int64_t>()}, o);
+  CHECK(lib.end[0] == doctest::Approx(m["activation_max"]["end"].get<double>()).epsilon(1e-6));
+  const auto [status, message] =
+      client_error([&] { s.explain(bytes_of(files().images[3]), R"({"patch": [1]})", "x.png"); });
+  CHECK(status == 400);
+  CHECK(message.find("option patch: expected [row, column]") != std::string::npos);
+}

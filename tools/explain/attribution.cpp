@@ -291,6 +291,10 @@ std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, c
         e.completeness_gap = a.completeness_gap;
         break;
       }
+      case Method::ActivationMax:
+      case Method::Qkv:
+        fail("explain: {} reads a Vision Transformer (explain_method); this {} is not one",
+             method_name(m), model.type_name());
       default: {  // an attention method: one pass for all of them
         if (!pass) {
           const bool gradients = std::any_of(methods.begin(), methods.end(), [](Method k) {

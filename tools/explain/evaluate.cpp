@@ -316,6 +316,11 @@ EvalResult evaluate_with(
   const int64_t patch = ex.patch;
   VT_CHECK(static_cast<int64_t>(targets.size()) == N, "explain: {} targets for {} images",
            targets.size(), N);
+  const std::vector<Method> maps = all_methods();
+  for (Method m : o.methods)
+    VT_CHECK(std::find(maps.begin(), maps.end(), m) != maps.end(),
+             "explain: {} gives no relevance map to evaluate (the evaluation takes: all)",
+             method_name(m));
   VT_CHECK(!boxes || static_cast<int64_t>(boxes->size()) == N, "explain: {} boxes for {} images",
            boxes ? boxes->size() : 0, N);
   VT_CHECK(H % patch == 0 && W % patch == 0,

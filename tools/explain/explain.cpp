@@ -230,6 +230,10 @@ std::string method_name(Method m) {
       return "smoothgrad";
     case Method::IntegratedGradients:
       return "integrated-gradients";
+    case Method::ActivationMax:
+      return "activation-max";
+    case Method::Qkv:
+      return "qkv";
   }
   return "?";
 }
@@ -238,6 +242,8 @@ std::vector<Method> all_methods() {
   return {Method::Attention, Method::Rollout,  Method::GradRollout, Method::Chefer,
           Method::GradCam,   Method::Saliency, Method::SmoothGrad,  Method::IntegratedGradients};
 }
+
+std::vector<Method> extra_methods() { return {Method::ActivationMax, Method::Qkv}; }
 
 std::vector<Method> parse_methods(const std::string& list) {
   std::vector<Method> out;
@@ -253,7 +259,9 @@ std::vector<Method> parse_methods(const std::string& list) {
     }
     std::string known;
     bool found = false;
-    for (Method m : all_methods()) {
+    std::vector<Method> every = all_methods();
+    for (Method m : extra_methods()) every.push_back(m);
+    for (Method m : every) {
       known += (known.empty() ? "" : ", ") + method_name(m);
       if (method_name(m) == name) {
         found = true;
@@ -274,7 +282,9 @@ bool needs_gradients(Method m) {
          m == Method::Saliency;
 }
 
-bool needs_class_score(Method m) { return m != Method::Attention && m != Method::Rollout; }
+bool needs_class_score(Method m) {
+  return m != Method::Attention && m != Method::Rollout && m != Method::Qkv;
+}
 
 // ---- the pass --------------------------------------------------------------------------------
 
@@ -513,6 +523,29 @@ Explanation explain_method(models::VisionTransformer& model, const Tensor& image
       e.raw = attribution_map(a, m);
       e.grid = patch_mean(e.raw, patch);
       e.completeness_gap = a.completeness_gap;
+      break;
+    }
+    case Method::ActivationMax: {
+      VT_CHECK(options.neuron >= 0 || !pass.targets.empty(),
+               "explain: activation-max of a class needs a model with a classification head "
+               "(maximise an MLP channel instead: --neuron)");
+      const ActivationMax a = activation_max(
+          model, images.shape(),
+          pass.targets.empty() ? std::vector<int64_t>(images.size(0), 0) : pass.targets, options);
+      e.picture = a.images;
+      e.start_score = a.start;
+      e.end_score = a.end;
+      return e;  // a picture, no map
+    }
+    case Method::Qkv: {
+      const QkvMaps q = qkv_maps(model, images, options.layer, options.patch_row, options.patch_col,
+                                 options.pos_interp);
+      e.heads = q.similarity;
+      e.values = q.value_norms;
+      e.scores = q.scores;
+      e.query_row = q.row;
+      e.query_col = q.col;
+      e.grid = ops::mean(q.similarity, {1});
       break;
     }
   }

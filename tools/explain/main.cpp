@@ -69,6 +69,7 @@ struct Cli {
   int64_t sanity_count = 100, patches_per_step = 4;
   std::string removal = "zero";
   std::string boxes;  // --boxes FILE
+  std::string patch;  // --patch ROW,COL (qkv)
   // --serve
   bool serve = false;
   ex::HttpOptions http;
@@ -337,9 +338,26 @@ ex::Options options_of(const Cli& cli, const Loaded& l) {
                                                : ex::HeadFusion::Mean;
   opt.ig_rule = cli.ig_method == "trapezoid" ? ex::IgRule::Trapezoid : ex::IgRule::GaussLegendre;
   opt.baseline = cli.baseline == "blur" ? ex::IgBaseline::Blur : ex::IgBaseline::Black;
-  if (cli.input.empty()) opt.black = ex::black_pixel(l);  // with --input the baseline is exactly 0
+  if (cli.input.empty()) {  // with --input the baseline is exactly 0, the range [0, 1]
+    opt.black = ex::black_pixel(l);
+    for (size_t c = 0; c < l.mean.size(); ++c) opt.white.push_back((1 - l.mean[c]) / l.std[c]);
+  }
   opt.pos_interp = cli.pos_interp == "dino" ? models::PosInterp::Dino : models::PosInterp::Size;
   opt.upsample = ex::parse_upsample(cli.upsample);
+  if (!cli.patch.empty()) {
+    const size_t comma = cli.patch.find(',');
+    size_t a = 0, b = 0;
+    try {
+      VT_CHECK(comma != std::string::npos, "");
+      opt.patch_row = std::stoll(cli.patch.substr(0, comma), &a);
+      opt.patch_col = std::stoll(cli.patch.substr(comma + 1), &b);
+    } catch (const std::exception&) {
+      a = 0;
+    }
+    VT_CHECK(a == comma && a > 0 && b == cli.patch.size() - comma - 1 && b > 0 &&
+                 opt.patch_row >= 0 && opt.patch_col >= 0,
+             "--patch {}: expected ROW,COL, two whole numbers from 0 (as 3,5)", cli.patch);
+  }
   opt.distance_norm =
       cli.distance_norm == "patches" ? ex::DistanceNorm::Patches : ex::DistanceNorm::Raw;
   return opt;
@@ -413,6 +431,20 @@ ex::Rgb8 overlay_png(const Tensor& display, const Tensor& map, const Cli& cli, i
 }
 
 std::string percent(double p) { return fmt::format("{:.1f}%", 100 * p); }
+
+/// An optimised model input [C, H, W] as a person sees it: un-normalised with the model's mean
+/// and std and clamped to [0, 1]; with --input (its normalisation unknown) min-max scaled.
+Tensor shown_picture(const Tensor& x, const Cli& cli, const Loaded& l) {
+  if (!cli.input.empty()) return ex::minmax(x.reshape({1, x.numel()})).reshape(x.shape());
+  const int64_t C = x.size(0);
+  std::vector<double> mean, std;
+  for (int64_t c = 0; c < C; ++c) {
+    mean.push_back(l.mean[static_cast<size_t>(c)]);
+    std.push_back(l.std[static_cast<size_t>(c)]);
+  }
+  const Tensor m = ops::from_vector(mean, {C, 1, 1}), s = ops::from_vector(std, {C, 1, 1});
+  return ops::clamp(x.to(kFloat32) * s + m, 0.0, 1.0);
+}
 
 int run(const Cli& cli) {
   using clock = std::chrono::steady_clock;
@@ -497,8 +529,14 @@ int run(const Cli& cli) {
     // The arrays.
     for (const auto& e : results) {
       const std::string name = ex::method_name(e.method);
+      if (e.picture.defined()) {  // activation-max: the optimised model inputs
+        ex::write_npy(tmp + "/" + name + ".npy", e.picture);
+        continue;
+      }
       ex::write_npy(tmp + "/" + name + ".npy", e.map);
       ex::write_npy(tmp + "/" + name + ".grid.npy", e.grid);
+      if (e.values.defined()) ex::write_npy(tmp + "/" + name + ".values.npy", e.values);
+      if (e.scores.defined()) ex::write_npy(tmp + "/" + name + ".scores.npy", e.scores);
       if (e.heads.defined()) ex::write_npy(tmp + "/" + name + ".heads.npy", e.heads);
       if (e.mask.defined()) ex::write_npy(tmp + "/" + name + ".mask.npy", e.mask);
     }
@@ -607,7 +645,11 @@ int run(const Cli& cli) {
       for (size_t r = 0; r < results.size(); ++r) {
         const auto& e = results[r];
         const std::string name = ex::method_name(e.method);
-        const ex::Rgb8 png = overlay_png(s.display, e.map.select(0, i), cli, enlarge);
+        // activation-max's picture is the optimised image itself; every other method a map.
+        const ex::Rgb8 png =
+            e.picture.defined()
+                ? ex::enlarge(ex::to_rgb8(shown_picture(e.picture.select(0, i), cli, l)), enlarge)
+                : overlay_png(s.display, e.map.select(0, i), cli, enlarge);
         ex::write_png(dir + "/" + name + ".png", png);
         ri.maps.emplace_back(name, ex::encode_png(png));
         row.push_back(png);
@@ -618,7 +660,37 @@ int run(const Cli& cli) {
           ri.notes.push_back(
               fmt::format("integrated-gradients completeness gap {:.4g}", e.completeness_gap[i]));
         }
-        if (e.heads.defined()) {  // DINO's figure: every head of the layer
+        if (e.picture.defined()) {
+          entry["activation_max"] = {{"start", e.start_score[i]}, {"end", e.end_score[i]}};
+          ri.notes.push_back(fmt::format(
+              "activation-max: {} {:.4g} at the start, {:.4g} after {} "
+              "steps",
+              opt.neuron >= 0 ? fmt::format("block {} MLP channel {}", opt.layer, opt.neuron)
+                              : "the target's logit",
+              e.start_score[i], e.end_score[i], opt.am_steps));
+        }
+        if (e.method == ex::Method::Qkv) {  // one tile per head: scores, then value norms
+          entry["qkv_patch"] = {e.query_row, e.query_col};
+          for (const auto& [what, per_head] : {std::pair{std::string("heads"), e.heads},
+                                               std::pair{std::string("values"), e.values}}) {
+            const Tensor t = per_head.select(0, i);
+            const Tensor up = ex::minmax(ex::upsample(t, H, W, opt.upsample));
+            std::vector<ex::Rgb8> tiles;
+            for (int64_t h = 0; h < t.size(0); ++h)
+              tiles.push_back(overlay_png(s.display, up.select(0, h), cli, enlarge));
+            const ex::Rgb8 grid =
+                ex::labelled_grid(tiles, head_labels, std::min<int64_t>(t.size(0), 6));
+            ex::write_png(dir + "/qkv." + what + ".png", grid);
+            ri.figures.emplace_back(
+                what == "heads"
+                    ? fmt::format("qkv: patch ({}, {})'s query-key scores per head, block {}",
+                                  e.query_row, e.query_col, opt.layer)
+                    : fmt::format("qkv: the values' norms per head, block {}", opt.layer),
+                ex::encode_png(grid));
+          }
+        }
+        if (e.method == ex::Method::Attention && e.heads.defined()) {
+          // DINO's figure: every head of the layer
           std::vector<ex::Rgb8> tiles;
           const Tensor heads = e.heads.select(0, i);
           const Tensor up = ex::minmax(ex::upsample(heads, H, W, opt.upsample));
@@ -651,7 +723,7 @@ int run(const Cli& cli) {
     }
     if (head_masks.defined()) ex::write_npy(tmp + "/attention.heads_mask.npy", head_masks);
     for (size_t r = 0; r < results.size(); ++r) {
-      bool same = true;  // a montage needs tiles of one size (--resize none may differ)
+      bool same = !montage[r].empty();  // tiles of one size (--resize none may differ)
       for (const auto& t : montage[r])
         same = same && t.height == montage[r][0].height && t.width == montage[r][0].width;
       if (!same) continue;
@@ -809,7 +881,8 @@ int main(int argc, char** argv) {
                  "a .npy of the model's input [N, C, H, W] (normalised already), used exactly");
   app.add_option("--method", cli.methods,
                  "methods, comma-separated, or all: attention, rollout, grad-rollout, chefer, "
-                 "gradcam, saliency, smoothgrad, integrated-gradients")
+                 "gradcam, saliency, smoothgrad, integrated-gradients; and, by name only, "
+                 "activation-max and qkv")
       ->capture_default_str();
   app.add_option("--target", cli.target,
                  "the class explained: predicted, label (--dataset), a class index or name")
@@ -895,6 +968,34 @@ int main(int argc, char** argv) {
   app.add_option("--seed", cli.opt.seed,
                  "the seed of smoothgrad's noise, --sample's draw, activation-max's start and "
                  "--checkpoint random:PRESET's initialisation")
+      ->capture_default_str();
+  app.add_option("--patch", cli.patch,
+                 "qkv: the query patch as ROW,COL on the grid (default: the centre)");
+  app.add_option("--neuron", cli.opt.neuron,
+                 "activation-max: maximise this channel of block --layer's MLP hidden layer "
+                 "instead of the target's logit (-1: the logit)")
+      ->capture_default_str();
+  app.add_option("--am-steps", cli.opt.am_steps, "activation-max: gradient-ascent steps")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
+      ->capture_default_str();
+  app.add_option("--am-lr", cli.opt.am_lr,
+                 "activation-max: the step, a fraction of the pixel range per normalised gradient")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--jitter", cli.opt.am_jitter,
+                 "activation-max: shift the image by up to this many pixels each step (-1: "
+                 "the image's side / 28, 8 at 224)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--blur-every", cli.opt.am_blur_every,
+                 "activation-max: a Gaussian blur every this many steps (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--blur-sigma", cli.opt.am_blur_sigma, "activation-max: the blur's sigma, pixels")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--l2", cli.opt.am_l2, "activation-max: the L2 decay's weight")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--colormap", cli.colormap, "inferno, jet or viridis")
       ->check(CLI::IsMember({"inferno", "jet", "viridis"}))

@@ -24,10 +24,11 @@ namespace {
 [[noreturn]] void bad_request(const std::string& message) { throw ClientError(400, message); }
 
 const std::vector<std::string> kOptionKeys = {
-    "methods",       "target",   "layer",    "head",         "threshold", "head_fusion",
-    "discard_ratio", "steps",    "ig_rule",  "baseline",     "samples",   "sigma",
-    "seed",          "colormap", "alpha",    "resize",       "crop",      "pos_interp",
-    "heads",         "grids",    "upsample", "distance_norm"};
+    "methods",     "target",        "layer",      "head",     "threshold",
+    "head_fusion", "discard_ratio", "steps",      "ig_rule",  "baseline",
+    "samples",     "sigma",         "seed",       "colormap", "alpha",
+    "resize",      "crop",          "pos_interp", "heads",    "grids",
+    "upsample",    "distance_norm", "patch",      "neuron",   "am_steps"};
 
 /// options.key as an integer in [lo, hi].
 int64_t integer_in(const json& o, const char* key, int64_t lo, int64_t hi, const char* what) {
@@ -103,6 +104,8 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
   RequestOptions r;
   r.methods = methods_of(model);
   r.method.black = black_pixel(model);
+  for (size_t c = 0; c < model.mean.size(); ++c)
+    r.method.white.push_back((1 - model.mean[c]) / model.std[c]);
   // The defaults (50 steps, 16 samples) within --max-steps too.
   r.method.steps = std::min(r.method.steps, limits.max_steps);
   r.method.samples = std::min(r.method.samples, limits.max_steps);
@@ -237,6 +240,24 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
     m.distance_norm = choice_option(o, "distance_norm", {"raw", "patches"}) == "patches"
                           ? DistanceNorm::Patches
                           : DistanceNorm::Raw;
+  if (o.contains("patch")) {
+    const json& v = o["patch"];
+    if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer() ||
+        v[0].get<int64_t>() < 0 || v[1].get<int64_t>() < 0)
+      bad_request(
+          fmt::format("option patch: expected [row, column] on the patch grid (qkv), got {}",
+                      nn::json_brief(v)));
+    m.patch_row = v[0].get<int64_t>();
+    m.patch_col = v[1].get<int64_t>();
+  }
+  if (o.contains("neuron"))
+    m.neuron = integer_option(o, "neuron", -1, vit.config().mlp_dim - 1,
+                              "activation-max: an MLP channel of the block, or -1 for the logit");
+  const std::string am_limit =
+      fmt::format("activation-max steps (--max-steps {})", limits.max_steps);
+  if (o.contains("am_steps"))
+    m.am_steps = integer_option(o, "am_steps", 0, limits.max_steps, am_limit.c_str());
+  m.am_steps = std::min(m.am_steps, limits.max_steps);
   if (o.contains("heads")) r.heads = bool_option(o, "heads");
   if (o.contains("grids")) r.grids = bool_option(o, "grids");
   return r;
@@ -521,12 +542,36 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
     } else {
       e = explain_method(*model_.vit, batch, pass, m, o.method);
     }
-    json r = {
-        {"method", method_name(m)}, {"png", draw(e.map.select(0, 0))}, {"cached", method_cached}};
+    // activation-max's picture is the optimised image, un-normalised; every other method a map.
+    const auto picture = [&] {
+      const Tensor x = e.picture.select(0, 0);
+      std::vector<double> mean(model_.mean.begin(), model_.mean.end()),
+          std(model_.std.begin(), model_.std.end());
+      const int64_t C = x.size(0);
+      const Tensor shown = ops::clamp(x * ops::from_vector(std, {C, 1, 1}, kFloat32) +
+                                          ops::from_vector(mean, {C, 1, 1}, kFloat32),
+                                      0.0, 1.0);
+      return png_uri(explain::enlarge(to_rgb8(shown), enlarge));
+    };
+    json r = {{"method", method_name(m)},
+              {"png", e.picture.defined() ? picture() : draw(e.map.select(0, 0))},
+              {"cached", method_cached}};
+    if (e.picture.defined())
+      r["activation_max"] = {{"start", e.start_score[0]}, {"end", e.end_score[0]}};
+    if (m == Method::Qkv) {  // per head: the query-key scores, the values' norms
+      r["patch"] = {e.query_row, e.query_col};
+      for (const auto& [key, per_head] :
+           {std::pair{"head_pngs", e.heads}, std::pair{"value_pngs", e.values}}) {
+        const Tensor up = minmax(upsample(per_head.select(0, 0), H, W, o.method.upsample));
+        json pngs = json::array();
+        for (int64_t h = 0; h < up.size(0); ++h) pngs.push_back(draw(up.select(0, h)));
+        r[key] = pngs;
+      }
+    }
     if (e.mask.defined())
       r["mask_png"] = draw(upsample(e.mask, H, W, o.method.upsample).select(0, 0));
     if (!e.completeness_gap.empty()) r["completeness_gap"] = e.completeness_gap[0];
-    if (o.grids)
+    if (o.grids && e.grid.defined())
       r["grid"] = {{"rows", e.grid.size(1)},
                    {"cols", e.grid.size(2)},
                    {"values", e.grid.to(kFloat64).contiguous().to_vector<double>()}};

@@ -73,6 +73,8 @@ struct ClientError : Error {
 ///   "none", "factor:F": as --resize), crop ("center", "topleft"), pos_interp ("size",
 ///   "dino"): how the image becomes the model's input
 ///   upsample ("bilinear", "nearest"), distance_norm ("raw", "patches"): as the command line
+///   patch [row, column] (qkv's query patch), neuron, am_steps (activation-max, at most
+///   --max-steps): as --patch, --neuron, --am-steps
 ///   heads       whether to draw every head of the layer (default true)
 ///   grids       whether to return each method's raw patch-grid values (default false)
 struct RequestOptions {
