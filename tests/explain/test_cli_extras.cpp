@@ -671,4 +671,8 @@ TEST_CASE("vitrine-explain --method qkv: the library's numbers, pictures per hea
       explain_run({"a.png", "--method", "qkv", "--patch", "1;2", "--out", out + "x"}, "qkv bad");
   CHECK(bad.code == 1);
   CHECK(bad.output.find("--patch 1;2: expected ROW,COL") != std::string::npos);
+  const auto ev =
+      explain_run({"a.png", "--evaluate", "--method", "qkv", "--out", out + "y"}, "qkv evaluate");
+  CHECK(ev.code == 1);
+  CHECK(ev.output.find("qkv gives no relevance map of the image to evaluate") != std::string::npos);
 }

@@ -319,7 +319,8 @@ EvalResult evaluate_with(
   const std::vector<Method> maps = all_methods();
   for (Method m : o.methods)
     VT_CHECK(std::find(maps.begin(), maps.end(), m) != maps.end(),
-             "explain: {} gives no relevance map to evaluate (the evaluation takes: all)",
+             "explain: {} gives no relevance map of the image to evaluate (--evaluate takes "
+             "the methods of all)",
              method_name(m));
   VT_CHECK(!boxes || static_cast<int64_t>(boxes->size()) == N, "explain: {} boxes for {} images",
            boxes ? boxes->size() : 0, N);
