@@ -531,6 +531,8 @@ TEST_CASE("vitrine-explain --method activation-max: the logit rises, the picture
     const std::string html =
         read_text(extras().dir / ("am_" + std::to_string(extra.size()) + "/index.html"));
     CHECK(html.find("activation-max: the target&#39;s logit") != std::string::npos);
+    CHECK(html.find("activation-max: objective, steps, lr, jitter, blur every, blur sigma, l2, "
+                    "seed") != std::string::npos);
   }
   // The seed decides the start: the same seed, the same picture, bit for bit.
   const Tensor a = run({"--seed", "5"}, "am_seed_a").first,

@@ -586,6 +586,21 @@ int run(const Cli& cli) {
         {"upsampling, style", fmt::format("{}, {}", cli.upsample, cli.style)},
         {"attention distance weights", cli.distance_norm},
     };
+    if (std::find(methods.begin(), methods.end(), ex::Method::ActivationMax) != methods.end())
+      report.settings.emplace_back(
+          "activation-max: objective, steps, lr, jitter, blur every, blur sigma, l2, seed",
+          fmt::format(
+              "{}, {}, {}, {}, {}, {}, {}, {}",
+              opt.neuron >= 0 ? fmt::format("block {} MLP channel {}", opt.layer, opt.neuron)
+                              : std::string("the target's logit"),
+              opt.am_steps, opt.am_lr, opt.am_jitter < 0 ? "auto" : std::to_string(opt.am_jitter),
+              opt.am_blur_every, opt.am_blur_sigma, opt.am_l2, opt.seed));
+    if (std::find(methods.begin(), methods.end(), ex::Method::Qkv) != methods.end())
+      report.settings.emplace_back(
+          "qkv: block, query patch",
+          fmt::format("{}, {}", opt.layer,
+                      opt.patch_row < 0 ? std::string("the centre")
+                                        : fmt::format("({}, {})", opt.patch_row, opt.patch_col)));
     const auto dist = l.vit ? distance.to_vector<double>() : std::vector<double>();
     for (int64_t layer = 0; l.vit && layer < distance.size(0); ++layer)
       report.attention_distance.emplace_back(dist.begin() + layer * distance.size(1),
