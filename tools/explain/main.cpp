@@ -346,11 +346,12 @@ ex::Options options_of(const Cli& cli, const Loaded& l) {
   opt.upsample = ex::parse_upsample(cli.upsample);
   if (!cli.patch.empty()) {
     const size_t comma = cli.patch.find(',');
-    size_t a = 0, b = 0;
+    size_t a = 0, b = 0;  // the characters each number used
     try {
-      VT_CHECK(comma != std::string::npos, "");
-      opt.patch_row = std::stoll(cli.patch.substr(0, comma), &a);
-      opt.patch_col = std::stoll(cli.patch.substr(comma + 1), &b);
+      if (comma != std::string::npos) {
+        opt.patch_row = std::stoll(cli.patch.substr(0, comma), &a);
+        opt.patch_col = std::stoll(cli.patch.substr(comma + 1), &b);
+      }
     } catch (const std::exception&) {
       a = 0;
     }
@@ -678,8 +679,7 @@ int run(const Cli& cli) {
         if (e.picture.defined()) {
           entry["activation_max"] = {{"start", e.start_score[i]}, {"end", e.end_score[i]}};
           ri.notes.push_back(fmt::format(
-              "activation-max: {} {:.4g} at the start, {:.4g} after {} "
-              "steps",
+              "activation-max: {} {:.4g} at the start, {:.4g} after {} steps",
               opt.neuron >= 0 ? fmt::format("block {} MLP channel {}", opt.layer, opt.neuron)
                               : "the target's logit",
               e.start_score[i], e.end_score[i], opt.am_steps));
