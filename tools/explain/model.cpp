@@ -24,38 +24,61 @@ bool is_random_checkpoint(const std::string& checkpoint) {
 
 namespace {
 
-/// checkpoint "random:PRESET": the preset's ViT, initialised from the seed (no metadata).
-std::shared_ptr<nn::Module> random_model(const ModelSource& source, models::ClassifierSpec& spec) {
+/// checkpoint "random:PRESET": the preset's ViT initialised from the seed. It has no file, so no
+/// metadata: classes are numbered, and the normalisation is --mean/--std or timm's 0.5 / 0.5.
+LoadedModel random_model(const ModelSource& source) {
   const std::string preset = source.checkpoint.substr(7);
   VT_CHECK(source.model_config.empty(),
            "--checkpoint {}: the preset names the architecture; give no --model-config with it",
            source.checkpoint);
+  VT_CHECK(source.gradcam_layer.empty(),
+           "--gradcam-layer {}: a ViT's Grad-CAM reads a block's tokens; choose the block with "
+           "--layer",
+           source.gradcam_layer);
   models::ViTConfig config;
   try {
     config = models::ViTConfig::preset(preset);
   } catch (const Error& e) {
     fail("--checkpoint {}: {}", source.checkpoint, e.what());
   }
-  spec = models::ClassifierSpec::of(config);
+  LoadedModel l;
+  l.checkpoint_name = source.checkpoint;
+  l.spec = models::ClassifierSpec::of(config);
   Generator gen(source.seed);
-  return spec.build(gen);
+  l.model = l.spec.build(gen);
+  l.vit = std::dynamic_pointer_cast<models::VisionTransformer>(l.model);
+  l.patch = config.patch;
+  l.headless = config.num_classes == 0;
+  for (int64_t k = 0; k < config.num_classes; ++k) l.classes.push_back(std::to_string(k));
+  const auto channels = static_cast<size_t>(config.channels);
+  if (!source.mean.empty() || !source.std.empty()) {
+    l.mean = source.mean;
+    l.std = source.std;
+    l.normalisation = "--mean/--std";
+  } else {
+    l.mean.assign(channels, 0.5f);
+    l.std.assign(channels, 0.5f);
+    l.normalisation = "0.5 / 0.5, timm's ViT default (an untrained model has none of its own)";
+  }
+  if (l.mean.size() == 1) l.mean.resize(channels, l.mean[0]);
+  if (l.std.size() == 1) l.std.resize(channels, l.std[0]);
+  VT_CHECK(l.mean.size() == channels && l.std.size() == channels,
+           "normalisation from {}: {} mean and {} std values for a {}-channel model",
+           l.normalisation, l.mean.size(), l.std.size(), channels);
+  return l;
 }
 
 }  // namespace
 
 LoadedModel load_model(const ModelSource& source) {
+  if (is_random_checkpoint(source.checkpoint)) return random_model(source);
   LoadedModel l;
-  if (is_random_checkpoint(source.checkpoint)) {
-    l.checkpoint_name = source.checkpoint;
-    l.model = random_model(source, l.spec);
-  } else {
-    l.meta = nn::read_safetensors_metadata(source.checkpoint);
-    l.checkpoint_name = std::filesystem::path(source.checkpoint).filename().string();
-    std::optional<models::ClassifierSpec> given;  // a ViT's architecture
-    if (!source.model_config.empty())
-      given = models::ClassifierSpec::of(models::resolve_config(source.model_config));
-    l.model = models::load_classifier(source.checkpoint, given, &l.spec);
-  }
+  l.meta = nn::read_safetensors_metadata(source.checkpoint);
+  l.checkpoint_name = std::filesystem::path(source.checkpoint).filename().string();
+  std::optional<models::ClassifierSpec> given;  // a ViT's architecture
+  if (!source.model_config.empty())
+    given = models::ClassifierSpec::of(models::resolve_config(source.model_config));
+  l.model = models::load_classifier(source.checkpoint, given, &l.spec);
   l.vit = std::dynamic_pointer_cast<models::VisionTransformer>(l.model);
   if (l.vit) {
     l.patch = l.vit->config().patch;
