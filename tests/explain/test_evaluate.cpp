@@ -132,7 +132,7 @@ TEST_CASE("evaluate: the whole evaluation on a tiny ViT, with boxes and sanity c
   models::VisionTransformer model(vt_test::tiny_vit_config(12, 12, 1), gen);
   Generator ig(3);
   const Tensor x = ops::randn({5, 1, 12, 12}, ig);
-  std::vector<Box> boxes(5, Box{0, 0, 6, 6});
+  ImageBoxes boxes(5, {Box{0, 0, 6, 6}});
   EvalOptions o;
   o.explain.samples = 2;
   o.explain.steps = 4;

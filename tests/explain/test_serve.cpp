@@ -212,7 +212,8 @@ TEST_CASE("serve: bad options are a 400 naming the option, the value and what is
       {R"({"target": "cat"})",
        "option target: \"cat\" is not a class of the model (shirt, bag, boot)"},
       {R"({"target": 3})", "option target: 3 is out of range: expected -1 to 2"},
-      {R"({"resize": "factor:99"})", "option resize: expected \"model\", \"none\" or \"factor:F\""},
+      {R"({"resize": "factor:99"})",
+       "option resize: expected \"model\", \"stretch\", \"none\" or \"factor:F\""},
       {R"({"heads": 1})", "option heads: expected true or false"},
       {R"({"bogus": 1})", "unknown option \"bogus\""},
       {R"({"head": )", "the options: invalid JSON"},
@@ -651,4 +652,135 @@ TEST_CASE("vitrine-explain --serve: the page in Chromium: upload, overlays, head
   CHECK(!page.requested.empty());
   for (const std::string& url : page.requested)
     CHECK_MESSAGE((url.rfind(server.url(), 0) == 0 || url.rfind("data:", 0) == 0), url);
+}
+
+TEST_CASE(
+    "vitrine-explain --serve: the page keeps a wide photo's shape, with its resize controls") {
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) {
+    skip("chromium is not on PATH (scripts/install-deps.sh installs it): the page is not tested");
+    return;
+  }
+  // A 60 x 38 photo (wider than high) for a 28 x 28 model with 7-pixel patches.
+  TempDir dir;
+  const std::string photo = dir / "wide.png";
+  std::vector<uint8_t> px(60 * 38);
+  for (int y = 0; y < 38; ++y)
+    for (int x = 0; x < 60; ++x) px[y * 60 + x] = static_cast<uint8_t>((3 * x + 5 * y) % 256);
+  write_png(photo, 60, 38, 1, px);
+  Server server({});
+  TempDir browser_dir;
+  Devtools page(chromium, browser_dir.dir.string());
+  page.navigate(server.url());
+  REQUIRE(page.wait_for("document.body.dataset.state === 'idle'"));
+  page.set_files("#file", {photo});
+  REQUIRE_MESSAGE(page.wait_for("document.body.dataset.explained === '1'"),
+                  page.eval("document.getElementById('error').textContent"));
+  int explained = 1;
+  const auto set = [&](const std::string& id, const std::string& value) {
+    page.eval(
+        fmt::format("(() => {{ const e = document.getElementById('{}'); e.value = '{}'; "
+                    "e.dispatchEvent(new Event('change')); }})()",
+                    id, value));
+  };
+  const auto wait = [&] {
+    REQUIRE_MESSAGE(
+        page.wait_for(fmt::format("document.body.dataset.explained === '{}'", ++explained)),
+        page.eval("document.getElementById('error').textContent"));
+  };
+  // Every shown picture: its own pixels' aspect and its aspect on the page, width / height.
+  const auto aspects = [&](const std::string& selector) {
+    return page.eval(fmt::format(
+        "Array.from(document.querySelectorAll('{}')).map((i) => {{ const r = "
+        "i.getBoundingClientRect(); return [i.naturalWidth / i.naturalHeight, r.width / "
+        "r.height]; }})",
+        selector));
+  };
+  const auto check_shape = [&](double aspect) {
+    for (const char* selector : {"#input-image", "#overlay", "#gallery img", "#heads-grid img"}) {
+      const json a = aspects(selector);
+      REQUIRE_MESSAGE(!a.empty(), selector);
+      for (const json& pair : a) {
+        CHECK_MESSAGE(pair[0].get<double>() == doctest::Approx(aspect).epsilon(1e-9), selector);
+        // On the page: within a pixel's rounding of the picture's own aspect.
+        CHECK_MESSAGE(pair[1].get<double>() == doctest::Approx(aspect).epsilon(0.02), selector);
+      }
+    }
+  };
+  // The default: the shorter side to 28 (60 x 38 -> 44 x 28), a centre crop to 28 x 28.
+  CHECK(page.eval("document.body.dataset.input") == "28x28");
+  check_shape(1.0);
+  // None: the photo's own size, cropped to a multiple of the patch (56 x 35): not squashed.
+  set("resize", "none");
+  wait();
+  CHECK(page.eval("document.body.dataset.input") == "56x35");
+  check_shape(56.0 / 35.0);
+  // The crop control reaches the server: the top-left crop is the API's.
+  httplib::Client c = client(server);
+  const auto api_input = [&](const std::string& options) {
+    const auto r = post_image(c, bytes_of(photo), options, "wide.png");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    return json::parse(r->body)["input"]["png"].get<std::string>();
+  };
+  const std::string centre = page.eval("document.getElementById('input-image').src");
+  CHECK(centre == api_input(R"({"methods": "attention", "resize": "none", "crop": "center"})"));
+  set("crop", "topleft");
+  wait();
+  const std::string topleft = page.eval("document.getElementById('input-image').src");
+  CHECK(topleft != centre);
+  CHECK(topleft == api_input(R"({"methods": "attention", "resize": "none", "crop": "topleft"})"));
+  // A factor: 0.5 makes 30 x 19, cropped to 28 x 14.
+  set("resize", "factor");
+  CHECK(page.eval("document.getElementById('factor-row').classList.contains('hidden')") ==
+        json(false));
+  wait();
+  CHECK(page.eval("document.body.dataset.input") == "28x14");
+  check_shape(2.0);
+  // DINO's position-embedding interpolation: the overlay is the API's with pos_interp dino.
+  set("pos_interp", "dino");
+  wait();
+  const auto r = post_image(
+      c, bytes_of(photo),
+      R"({"methods": "attention", "heads": false, "resize": "factor:0.5", "crop": "topleft", "pos_interp": "dino"})",
+      "wide.png");
+  REQUIRE(r);
+  REQUIRE(r->status == 200);
+  CHECK(page.eval("document.querySelector('#gallery figure[data-method=attention] img').src") ==
+        json::parse(r->body)["methods"][0]["png"]);
+  CHECK(page.eval("document.getElementById('error').textContent") == "");
+  CHECK_MESSAGE(page.console.empty(), fmt::format("{}", fmt::join(page.console, "\n")));
+}
+
+TEST_CASE("serve: qkv and activation-max through the API, as the library computes them") {
+  ex::ExplainService s = make_service(files().checkpoint);
+  const json a = s.explain(bytes_of(files().images[3]),
+                           R"({"methods": "qkv,activation-max", "patch": [1, 3], "am_steps": 6,
+                               "layer": 0, "heads": false})",
+                           "im3.png");
+  REQUIRE(a["methods"].size() == 2);
+  const json& q = a["methods"][0];
+  CHECK(q["method"] == "qkv");
+  CHECK(q["patch"] == json::array({1, 3}));
+  REQUIRE(q["head_pngs"].size() == 2);
+  REQUIRE(q["value_pngs"].size() == 2);
+  CHECK(png_of(q["head_pngs"][1].get<std::string>()).width == 224);
+  const json& m = a["methods"][1];
+  CHECK(m["method"] == "activation-max");
+  CHECK(m["activation_max"]["end"].get<double>() > m["activation_max"]["start"].get<double>());
+  CHECK(png_of(m["png"].get<std::string>()).height == 224);
+  // The same numbers as the library's with the same options (the server's black and white).
+  const ex::LoadedModel& l = s.model();
+  ex::Options o;
+  o.am_steps = 6;
+  o.layer = 0;
+  o.black = ex::black_pixel(l);
+  for (size_t c = 0; c < l.mean.size(); ++c) o.white.push_back((1 - l.mean[c]) / l.std[c]);
+  const ex::ActivationMax lib =
+      ex::activation_max(*l.model, {1, 1, 28, 28}, {a["prediction"]["target"].get<int64_t>()}, o);
+  CHECK(lib.end[0] == doctest::Approx(m["activation_max"]["end"].get<double>()).epsilon(1e-6));
+  const auto [status, message] =
+      client_error([&] { s.explain(bytes_of(files().images[3]), R"({"patch": [1]})", "x.png"); });
+  CHECK(status == 400);
+  CHECK(message.find("option patch: expected [row, column]") != std::string::npos);
 }

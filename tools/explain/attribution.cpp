@@ -269,14 +269,15 @@ std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, c
   std::vector<Explanation> out;
   std::optional<Pass> pass;
   for (Method m : methods) {
-    Explanation e{m, {}, {}, {}, {}, {}, {}};
+    Explanation e{};
+    e.method = m;
     switch (m) {
       case Method::GradCam:
         VT_CHECK(gradcam_layer != nullptr,
                  "explain: gradcam needs the layer whose activations it weighs (a convolutional "
                  "stage, e.g. a ResNet's layer3)");
         e.grid = gradcam(model, *gradcam_layer, images, t);
-        e.raw = upsample(e.grid, H, W);
+        e.raw = upsample(e.grid, H, W, options.upsample);
         break;
       case Method::Saliency:
       case Method::SmoothGrad:
@@ -290,6 +291,10 @@ std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, c
         e.completeness_gap = a.completeness_gap;
         break;
       }
+      case Method::ActivationMax:
+      case Method::Qkv:
+        fail("explain: {} reads a Vision Transformer (explain_method); this {} is not one",
+             method_name(m), model.type_name());
       default: {  // an attention method: one pass for all of them
         if (!pass) {
           const bool gradients = std::any_of(methods.begin(), methods.end(), [](Method k) {
@@ -304,7 +309,7 @@ std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, c
                                             : chefer(*pass);
         if (m == Method::Attention && options.threshold > 0)
           e.mask = threshold_mask(e.grid, options.threshold);
-        e.raw = upsample(e.grid, H, W);
+        e.raw = upsample(e.grid, H, W, options.upsample);
       }
     }
     e.map = minmax(e.raw);

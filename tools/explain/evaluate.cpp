@@ -197,6 +197,26 @@ double energy_in_box(const Tensor& map, const nn::data::Box& box) {
   return total > 0 ? inside / total : 0;
 }
 
+bool pointing_hit(const Tensor& map, const std::vector<nn::data::Box>& boxes) {
+  return std::any_of(boxes.begin(), boxes.end(),
+                     [&](const nn::data::Box& b) { return pointing_hit(map, b); });
+}
+
+double energy_in_box(const Tensor& map, const std::vector<nn::data::Box>& boxes) {
+  const int64_t W = map.size(1);
+  const auto m = values(map);
+  double inside = 0, total = 0;
+  for (size_t i = 0; i < m.size(); ++i) {
+    const double v = std::max(0.0, m[i]);
+    const int64_t y = static_cast<int64_t>(i) / W, x = static_cast<int64_t>(i) % W;
+    total += v;
+    if (std::any_of(boxes.begin(), boxes.end(),
+                    [&](const nn::data::Box& b) { return b.contains(y, x); }))
+      inside += v;
+  }
+  return total > 0 ? inside / total : 0;
+}
+
 Tensor random_grid(int64_t B, int64_t gh, int64_t gw, uint64_t seed) {
   Generator gen(seed);
   return ops::rand({B, gh, gw}, gen);
@@ -288,7 +308,7 @@ struct Explainer {
 
 EvalResult evaluate_with(
     nn::Module& model, const Explainer& ex, const Tensor& images,
-    const std::vector<int64_t>& targets, const std::optional<std::vector<nn::data::Box>>& boxes,
+    const std::vector<int64_t>& targets, const std::optional<ImageBoxes>& boxes,
     const EvalOptions& o,
     const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -296,6 +316,12 @@ EvalResult evaluate_with(
   const int64_t patch = ex.patch;
   VT_CHECK(static_cast<int64_t>(targets.size()) == N, "explain: {} targets for {} images",
            targets.size(), N);
+  const std::vector<Method> maps = all_methods();
+  for (Method m : o.methods)
+    VT_CHECK(std::find(maps.begin(), maps.end(), m) != maps.end(),
+             "explain: {} gives no relevance map of the image to evaluate (--evaluate takes "
+             "the methods of all)",
+             method_name(m));
   VT_CHECK(!boxes || static_cast<int64_t>(boxes->size()) == N, "explain: {} boxes for {} images",
            boxes ? boxes->size() : 0, N);
   VT_CHECK(H % patch == 0 && W % patch == 0,
@@ -399,8 +425,8 @@ std::string step_of(const std::string& name) {
 }  // namespace
 
 EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
-                    const std::vector<int64_t>& targets,
-                    const std::optional<std::vector<nn::data::Box>>& boxes, const EvalOptions& o,
+                    const std::vector<int64_t>& targets, const std::optional<ImageBoxes>& boxes,
+                    const EvalOptions& o,
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   Explainer ex;
   ex.patch = model.config().patch;
@@ -422,7 +448,7 @@ EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
 
 EvalResult evaluate(nn::Module& model, const std::string& gradcam_layer, const ModelBuilder& build,
                     const Tensor& images, const std::vector<int64_t>& targets,
-                    const std::optional<std::vector<nn::data::Box>>& boxes, const EvalOptions& o,
+                    const std::optional<ImageBoxes>& boxes, const EvalOptions& o,
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   if (auto* vit = dynamic_cast<models::VisionTransformer*>(&model))
     return evaluate(*vit, images, targets, boxes, o, progress);

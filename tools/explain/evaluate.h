@@ -71,6 +71,13 @@ bool pointing_hit(const Tensor& map, const nn::data::Box& box);
 /// Energy in the box: sum of max(0, map) inside the box / sum of max(0, map) (0 for a map with
 /// no positive value).
 double energy_in_box(const Tensor& map, const nn::data::Box& box);
+/// The same for an image with several objects: a hit when the maximum is inside any box; the
+/// energy inside their union (a pixel in two boxes counts once).
+bool pointing_hit(const Tensor& map, const std::vector<nn::data::Box>& boxes);
+double energy_in_box(const Tensor& map, const std::vector<nn::data::Box>& boxes);
+
+/// Each image's object boxes (one or more), in the model input's pixels.
+using ImageBoxes = std::vector<std::vector<nn::data::Box>>;
 
 /// The baselines on the patch grid, [B, gh, gw]: uniform noise (seeded), and a Gaussian centred
 /// on the grid, sigma = grid size / 4 per axis.
@@ -137,11 +144,10 @@ struct EvalResult {
 };
 
 /// Runs the whole evaluation on images [N, C, H, W] (normalised) with their targets (-1:
-/// predicted) and, when known, each image's object box (pointing game and energy).
+/// predicted) and, when known, each image's object boxes (pointing game and energy).
 /// progress(stage, done, total) is called as it goes (may be empty).
 EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
-                    const std::vector<int64_t>& targets,
-                    const std::optional<std::vector<nn::data::Box>>& boxes,
+                    const std::vector<int64_t>& targets, const std::optional<ImageBoxes>& boxes,
                     const EvalOptions& options,
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});
 
@@ -152,8 +158,7 @@ EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
 /// them).
 EvalResult evaluate(nn::Module& model, const std::string& gradcam_layer, const ModelBuilder& build,
                     const Tensor& images, const std::vector<int64_t>& targets,
-                    const std::optional<std::vector<nn::data::Box>>& boxes,
-                    const EvalOptions& options,
+                    const std::optional<ImageBoxes>& boxes, const EvalOptions& options,
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});
 
 /// The tables as Markdown: one per metric group (faithfulness, localisation, sanity), methods x

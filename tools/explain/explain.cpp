@@ -230,6 +230,10 @@ std::string method_name(Method m) {
       return "smoothgrad";
     case Method::IntegratedGradients:
       return "integrated-gradients";
+    case Method::ActivationMax:
+      return "activation-max";
+    case Method::Qkv:
+      return "qkv";
   }
   return "?";
 }
@@ -238,6 +242,8 @@ std::vector<Method> all_methods() {
   return {Method::Attention, Method::Rollout,  Method::GradRollout, Method::Chefer,
           Method::GradCam,   Method::Saliency, Method::SmoothGrad,  Method::IntegratedGradients};
 }
+
+std::vector<Method> extra_methods() { return {Method::ActivationMax, Method::Qkv}; }
 
 std::vector<Method> parse_methods(const std::string& list) {
   std::vector<Method> out;
@@ -253,7 +259,9 @@ std::vector<Method> parse_methods(const std::string& list) {
     }
     std::string known;
     bool found = false;
-    for (Method m : all_methods()) {
+    std::vector<Method> every = all_methods();
+    for (Method m : extra_methods()) every.push_back(m);
+    for (Method m : every) {
       known += (known.empty() ? "" : ", ") + method_name(m);
       if (method_name(m) == name) {
         found = true;
@@ -274,7 +282,9 @@ bool needs_gradients(Method m) {
          m == Method::Saliency;
 }
 
-bool needs_class_score(Method m) { return m != Method::Attention && m != Method::Rollout; }
+bool needs_class_score(Method m) {
+  return m != Method::Attention && m != Method::Rollout && m != Method::Qkv;
+}
 
 // ---- the pass --------------------------------------------------------------------------------
 
@@ -414,12 +424,18 @@ Tensor patch_mean(const Tensor& map, int64_t patch) {
 
 // ---- resolution and scaling ------------------------------------------------------------------
 
-Tensor upsample(const Tensor& grid, int64_t height, int64_t width) {
+Tensor upsample(const Tensor& grid, int64_t height, int64_t width, Upsample mode) {
   ops::InterpolateOptions o;
   o.size = std::pair{height, width};
-  o.mode = "bilinear";
+  o.mode = mode == Upsample::Nearest ? "nearest" : "bilinear";
   o.align_corners = false;
   return ops::interpolate(grid.to(kFloat32).unsqueeze(1), o).squeeze(1);
+}
+
+Upsample parse_upsample(const std::string& name) {
+  if (name == "bilinear") return Upsample::Bilinear;
+  if (name == "nearest") return Upsample::Nearest;
+  fail("explain: unknown upsampling '{}' (known: bilinear, nearest)", name);
 }
 
 Tensor minmax(const Tensor& maps) {
@@ -434,7 +450,7 @@ Tensor minmax(const Tensor& maps) {
   return make(v, maps.shape());
 }
 
-Tensor attention_distance(const Pass& pass, int64_t patch) {
+Tensor attention_distance(const Pass& pass, int64_t patch, DistanceNorm norm) {
   const int64_t L = static_cast<int64_t>(pass.attentions.size());
   VT_CHECK(L > 0, "explain: the pass holds no attention probabilities");
   const int64_t B = pass.attentions[0].size(0), H = pass.attentions[0].size(1),
@@ -456,7 +472,12 @@ Tensor attention_distance(const Pass& pass, int64_t patch) {
         for (int64_t i = 0; i < n; ++i) {
           const float* row = a + ((b * H + h) * N + P + i) * N + P;
           const double* d = dist.data() + i * n;
-          for (int64_t j = 0; j < n; ++j) s += static_cast<double>(row[j]) * d[j];
+          double si = 0, mass = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            si += static_cast<double>(row[j]) * d[j];
+            mass += static_cast<double>(row[j]);
+          }
+          s += norm == DistanceNorm::Patches ? (mass > 0 ? si / mass : 0.0) : si;
         }
         out[l * H + h] += s / static_cast<double>(n * B);
       }
@@ -473,7 +494,8 @@ Explanation explain_method(models::VisionTransformer& model, const Tensor& image
   VT_CHECK(!needs_gradients(m) || pass.input_grad.defined(),
            "explain: {} needs the gradients of the pass (run_pass with gradients = true)",
            method_name(m));
-  Explanation e{m, {}, {}, {}, {}, {}, {}};
+  Explanation e{};
+  e.method = m;
   switch (m) {
     case Method::Attention:
       e.grid = attention_map(pass, options.layer, options.head, &e.heads);
@@ -503,8 +525,31 @@ Explanation explain_method(models::VisionTransformer& model, const Tensor& image
       e.completeness_gap = a.completeness_gap;
       break;
     }
+    case Method::ActivationMax: {
+      VT_CHECK(options.neuron >= 0 || !pass.targets.empty(),
+               "explain: activation-max of a class needs a model with a classification head "
+               "(maximise an MLP channel instead: --neuron)");
+      const ActivationMax a = activation_max(
+          model, images.shape(),
+          pass.targets.empty() ? std::vector<int64_t>(images.size(0), 0) : pass.targets, options);
+      e.picture = a.images;
+      e.start_score = a.start;
+      e.end_score = a.end;
+      return e;  // a picture, no map
+    }
+    case Method::Qkv: {
+      const QkvMaps q = qkv_maps(model, images, options.layer, options.patch_row, options.patch_col,
+                                 options.pos_interp);
+      e.heads = q.similarity;
+      e.values = q.value_norms;
+      e.scores = q.scores;
+      e.query_row = q.row;
+      e.query_col = q.col;
+      e.grid = ops::mean(q.similarity, {1});
+      break;
+    }
   }
-  if (!e.raw.defined()) e.raw = upsample(e.grid, H, W);
+  if (!e.raw.defined()) e.raw = upsample(e.grid, H, W, options.upsample);
   e.map = minmax(e.raw);
   return e;
 }

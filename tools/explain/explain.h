@@ -4,7 +4,9 @@
 // and the convolutional Grad-CAM take any nn::Module mapping images to logits (the end of this
 // header). Every method returns a map over the patch grid (its raw values, kept as they
 // come) and the same map at image resolution (the grid upsampled bilinearly, align_corners=False,
-// then min-max scaled to [0, 1]); the input-gradient methods work at pixel resolution directly.
+// or nearest as Options::upsample says, then min-max scaled to [0, 1]); the input-gradient
+// methods work at pixel resolution directly. Two methods are named only (not in "all"):
+// activation-max gives an optimised input instead of a map, qkv one patch's query-key view.
 //
 // Notation, per image: L layers, H heads, N tokens (P = prefix tokens: the class token and any
 // registers; then the gh x gw patches, row-major), A_l [H, N, N] the attention probabilities of
@@ -38,10 +40,15 @@ enum class Method {
   Saliency,             // "saliency"
   SmoothGrad,           // "smoothgrad"
   IntegratedGradients,  // "integrated-gradients"
+  // Not maps of an image's relevance, so not in "all" (name them):
+  ActivationMax,  // "activation-max": an input optimised for the target class (or an MLP channel)
+  Qkv,            // "qkv": one patch's query-key scores and the values' norms, per head
 };
 std::string method_name(Method m);
-/// Every method, in the order above.
+/// Every relevance-map method, in the order above (what "all" means).
 std::vector<Method> all_methods();
+/// The methods named only: activation-max, qkv.
+std::vector<Method> extra_methods();
 /// "rollout,chefer" or "all"; an unknown name is an Error listing the known ones.
 std::vector<Method> parse_methods(const std::string& list);
 /// Methods that read gradients of the input pixels (their maps are at pixel resolution).
@@ -52,6 +59,13 @@ bool is_input_gradient(Method m);
 bool needs_gradients(Method m);
 
 enum class HeadFusion { Mean, Max, Min };
+/// How a patch-grid map is brought to the image's size: bilinear (align_corners=False), or
+/// nearest, each patch one constant block (DINO's visualize_attention: nearest with
+/// scale_factor = patch).
+enum class Upsample { Bilinear, Nearest };
+/// The mean attention distance's weights: the attention as it is over the key patches (raw), or
+/// renormalised to sum 1 over them once the prefix tokens' columns are dropped (patches).
+enum class DistanceNorm { Raw, Patches };
 enum class IgRule { GaussLegendre, Trapezoid };
 enum class IgBaseline { Black, Blur };
 
@@ -86,6 +100,30 @@ struct Options {
   /// How the position embedding is resized for inputs of another size than the model's (timm's
   /// bicubic to the grid, or DINO's scale factor): every forward of the methods uses it.
   models::PosInterp pos_interp = models::PosInterp::Size;
+  /// How every grid map is brought to image resolution (the Explanation's raw and map).
+  Upsample upsample = Upsample::Bilinear;
+  /// The model-input value of a white pixel (1 before normalisation) per channel:
+  /// (1 - mean[c]) / std[c]; with black, the range activation-max clips to. Empty: 1 (and 0).
+  std::vector<float> white;
+  /// activation-max: gradient-ascent steps; the step, a fraction of the pixel range per unit of
+  /// the gradient normalised by its mean absolute value; the jitter (a random shift of up to this
+  /// many pixels each step, the gradient shifted back; -1: min(H, W) / 28 rounded, at least 1,
+  /// so 8 pixels at 224 as Lucid's jitter(8)); a Gaussian blur of am_blur_sigma pixels
+  /// every am_blur_every steps (0: none); the L2 decay weight. The objective: the target class's
+  /// logit, or with neuron >= 0 channel `neuron` of block `layer`'s MLP hidden layer (after the
+  /// GELU) averaged over the tokens. The start is drawn from a Generator seeded with seed.
+  int64_t am_steps = 64;
+  double am_lr = 0.05;
+  int64_t am_jitter = -1;
+  int64_t am_blur_every = 4;
+  double am_blur_sigma = 0.5;
+  double am_l2 = 0;
+  int64_t neuron = -1;
+  /// qkv: the query patch (row, column) on the grid; -1: the centre (gh / 2, gw / 2). The block
+  /// is `layer`.
+  int64_t patch_row = -1, patch_col = -1;
+  /// The mean attention distance's weights (attention_distance).
+  DistanceNorm distance_norm = DistanceNorm::Raw;
 };
 
 /// Methods that need a class score (a head): all but attention and rollout.
@@ -204,15 +242,61 @@ Tensor patch_mean(const Tensor& map, int64_t patch);
 
 // ---- resolution and scaling ------------------------------------------------------------------
 
-/// A grid [B, gh, gw] at image resolution [B, H, W]: bilinear, align_corners=False.
-Tensor upsample(const Tensor& grid, int64_t height, int64_t width);
+/// A grid [B, gh, gw] at image resolution [B, H, W]: bilinear, align_corners=False, or nearest
+/// (out[y, x] = grid[floor(y gh / H), floor(x gw / W)], PyTorch's "nearest": for H = gh * patch
+/// each cell a constant patch x patch block).
+Tensor upsample(const Tensor& grid, int64_t height, int64_t width,
+                Upsample mode = Upsample::Bilinear);
+/// "bilinear" or "nearest"; another name is an Error naming both.
+Upsample parse_upsample(const std::string& name);
 /// Per image (first dim): (m - min) / (max - min), zeros when max == min.
 Tensor minmax(const Tensor& maps);
 
-/// Mean attention distance (the ViT paper's figure 7), [L, H]: per layer and head, the mean over
-/// images and query patches i of sum_{key patches j} A_l[h, i, j] * |p_i - p_j| * patch, with p
-/// the patch's (row, column) on the grid: how far, in pixels, each head looks.
-Tensor attention_distance(const Pass& pass, int64_t patch);
+/// Mean attention distance (the ViT paper's figure 7 and appendix D.7), [L, H]: per layer and
+/// head, the mean over images and query patches i of
+///   raw:      sum_{key patches j} A_l[h, i, j] * |p_i - p_j| * patch
+///   patches:  the same divided by sum_{key patches j} A_l[h, i, j] (the row renormalised over
+///             the patches once the class token and registers are dropped)
+/// with p the patch's (row, column) on the grid: how far, in pixels, each head looks. Raw is the
+/// paper's definition (the attention weights as they are; docs/explain.md).
+Tensor attention_distance(const Pass& pass, int64_t patch, DistanceNorm norm = DistanceNorm::Raw);
+
+// ---- activation maximisation and the query-key view (activation_max.cpp, qkv.cpp) ----------
+
+/// The objective of activation-max per image [B] (differentiable): the target's logit
+/// y_{c_b}(x_b), or (options.neuron >= 0, a ViT) the mean over tokens of GELU(fc1(norm2(h)))
+/// at channel neuron in block options.layer. targets: resolved class indices.
+Tensor activation_objective(nn::Module& model, const Tensor& x, const std::vector<int64_t>& targets,
+                            const Options& options);
+
+/// Activation maximisation with Lucid's regularisation, per image b of a batch of `shape`
+/// [B, C, H, W] for its target c_b:
+///   x_0 = lo + (hi - lo) * clamp(0.5 + 0.1 z), z ~ N(0, 1) from Generator(seed)
+///   per step: (dy, dx) uniform in [-jitter, jitter]^2 (Generator(seed + 1); jitter -1: auto),
+///             g = roll(d/dx' [objective(x') - l2 |x'|^2], -(dy, dx)) at x' = roll(x, (dy, dx)),
+///             x += lr (hi - lo) g / mean|g|   (per image),
+///             every blur_every steps x = gaussian_blur(x, blur_sigma),   x = clamp(x, lo, hi)
+/// with lo, hi the model-input values of black and white per channel (options.black and white).
+struct ActivationMax {
+  Tensor images;                   // the optimised model inputs [B, C, H, W] (float32, CPU)
+  std::vector<double> start, end;  // the objective at x_0 and at the end, per image
+};
+ActivationMax activation_max(nn::Module& model, const Dims& shape,
+                             const std::vector<int64_t>& targets, const Options& options);
+
+/// The query-key view of block `layer` for the query patch (row, col) (-1: the grid's centre),
+/// per image and head h, with T = norm1(x) the block's attention input and q, k, v = qkv(T):
+///   scores[b, h, j]   = scale q_p . k_j   over every token j (prefix tokens first; no softmax:
+///                       softmax over j gives the attention row A_l[h, p, :])
+///   similarity        = scores over the patches [B, H, gh, gw]
+///   value_norms[b, h] = |v_j| per patch [B, H, gh, gw]
+struct QkvMaps {
+  Tensor scores, similarity, value_norms;
+  int64_t row = 0, col = 0;  // the query patch
+};
+QkvMaps qkv_maps(models::VisionTransformer& model, const Tensor& images, int64_t layer,
+                 int64_t row = -1, int64_t col = -1,
+                 models::PosInterp pos_interp = models::PosInterp::Size);
 
 // ---- all at once -----------------------------------------------------------------------------
 
@@ -225,6 +309,14 @@ struct Explanation {
   Tensor heads;  // attention: [B, H, gh, gw] every head of the chosen layer (raw)
   Tensor mask;   // attention with a threshold: [B, gh, gw] of 0/1
   std::vector<double> completeness_gap;  // integrated gradients
+  /// activation-max: the optimised model inputs [B, C, H, W] and the objective at the start and
+  /// at the end per image (no grid, raw or map).
+  Tensor picture;
+  std::vector<double> start_score, end_score;
+  /// qkv: heads holds the similarity [B, H, gh, gw] (the grid their mean), values the value norms
+  /// [B, H, gh, gw], scores the scores over every token [B, H, N]; the query patch.
+  Tensor values, scores;
+  int64_t query_row = -1, query_col = -1;
 };
 
 /// One method on a batch whose Pass (run_pass with options.layer) is at hand: the attention and

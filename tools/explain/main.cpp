@@ -33,6 +33,7 @@
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "tools/common/files.h"
+#include "tools/explain/cli.h"
 #include "tools/explain/evaluate.h"
 #include "tools/explain/explain.h"
 #include "tools/explain/model.h"
@@ -45,299 +46,13 @@
 namespace {
 
 using namespace vitrine;
+using namespace vitrine::explain::cli;
 namespace ex = vitrine::explain;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-struct Cli {
-  std::string checkpoint, model_config, out = "explain", dataset, data, input, device = "cpu";
-  std::vector<std::string> images;
-  int64_t first = 0, count = 12, sample = 0;
-  std::string methods = "all", target = "predicted", resize = "model", crop = "center";
-  std::string pos_interp = "size";
-  std::string head_fusion = "mean", ig_method = "gausslegendre", baseline = "black";
-  std::string colormap = "inferno";
-  std::string gradcam_layer;  // a model other than a ViT: the submodule Grad-CAM reads
-  int64_t cell = 4;           // a model other than a ViT: the grid's cell in pixels
-  double alpha = 0.5;
-  std::vector<float> mean, std;
-  ex::Options opt;
-  // --evaluate
-  bool evaluate = false;
-  int64_t sanity_count = 100, patches_per_step = 4;
-  std::string removal = "zero";
-  // --serve
-  bool serve = false;
-  ex::HttpOptions http;
-  ex::ServeLimits limits;
-  double max_body_mb = 16;
-};
-
 using ex::Sample;
 using Loaded = ex::LoadedModel;
-
-/// The methods of --method a model without a head cannot run, as one Error; none: fine.
-void check_headless(const Cli& cli, const std::vector<ex::Method>& methods) {
-  std::vector<std::string> need;
-  for (ex::Method m : methods)
-    if (ex::needs_class_score(m)) need.push_back(ex::method_name(m));
-  VT_CHECK(need.empty(),
-           "--checkpoint {}: the model has no classification head (a feature extractor, as DINO's "
-           "backbones), so there is no class score for {} to explain; attention and rollout (and "
-           "the attention distance) need no head: --method attention,rollout",
-           cli.checkpoint, fmt::join(need, ", "));
-}
-
-/// The methods for a model other than a ViT: "all" is every method that needs no attention
-/// (gradcam only with a layer); an attention method asked by name is an Error.
-std::vector<ex::Method> methods_for_any_model(const Cli& cli, const Loaded& l,
-                                              const std::vector<ex::Method>& asked) {
-  if (cli.methods == "all") {
-    std::vector<ex::Method> out;
-    for (ex::Method m : asked)
-      if (ex::is_input_gradient(m) || (m == ex::Method::GradCam && !l.gradcam_layer.empty()))
-        out.push_back(m);
-    return out;
-  }
-  for (ex::Method m : asked) {
-    VT_CHECK(ex::is_input_gradient(m) || m == ex::Method::GradCam,
-             "--method {}: {} reads a Vision Transformer's attention, and {} holds a {} ({}); "
-             "for this model: gradcam, saliency, smoothgrad, integrated-gradients",
-             cli.methods, ex::method_name(m), cli.checkpoint, l.model->type_name(),
-             l.spec.describe());
-    VT_CHECK(m != ex::Method::GradCam || !l.gradcam_layer.empty(),
-             "--method gradcam: name the layer whose activations Grad-CAM weighs with "
-             "--gradcam-layer (a submodule of the {}, as a convolutional stage)",
-             l.model->type_name());
-  }
-  return asked;
-}
-
-Loaded load(const Cli& cli) {
-  const double mb = static_cast<double>(fs::file_size(cli.checkpoint)) / 1e6;
-  if (mb >= 100) {
-    fmt::print("reading {} ({:.0f} MB) ...\n", cli.checkpoint, mb);
-    std::fflush(stdout);
-  }
-  Loaded l = ex::load_model({.checkpoint = cli.checkpoint,
-                             .model_config = cli.model_config,
-                             .gradcam_layer = cli.gradcam_layer,
-                             .cell = cli.cell,
-                             .mean = cli.mean,
-                             .std = cli.std});
-  if (l.normalisation != "the checkpoint")
-    fmt::print("normalisation: mean {} std {} from {}\n", l.mean, l.std, l.normalisation);
-  return l;
-}
-
-Sample prepare(const std::string& name, const nn::data::Image& raw, int64_t label, const Cli& cli,
-               const Loaded& l) {
-  return ex::prepare_image(name, raw, label, {.resize = cli.resize, .crop = cli.crop}, l);
-}
-
-/// The test set of --dataset, read as the checkpoint was trained: its run's config.json or its
-/// own data section (channels, size, transforms, class names), --data for the folder; another
-/// data set than the checkpoint's takes its transforms fitted to the model's size.
-struct TestSet {
-  std::shared_ptr<const nn::data::Dataset> data;
-  nn::data::Compose display;  // the evaluation transforms without the normalisation
-  std::string config_source;
-};
-
-/// The data section the checkpoint was trained with, and where it came from: the run folder's
-/// config.json beside the checkpoint, else the checkpoint's vitrine.data metadata, else
-/// Fashion-MNIST's. split_seed: the run's train.seed + 1 (an image folder's test split).
-json checkpoint_data(const std::string& checkpoint, const nn::Metadata& meta, std::string& source,
-                     uint64_t& split_seed) {
-  split_seed = 1;
-  const fs::path beside = fs::path(checkpoint).parent_path() / "config.json";
-  if (fs::exists(beside)) {
-    const json config = tools::read_json_file(beside.string(), "config file");
-    source = beside.string();
-    if (config.contains("train") && config["train"].contains("seed") &&
-        config["train"]["seed"].is_number_unsigned())
-      split_seed = config["train"]["seed"].get<uint64_t>() + 1;
-    if (config.contains("data") && config["data"].is_object()) return config["data"];
-    return json::object();
-  }
-  if (json data = nn::metadata_json(meta, nn::kDataKey); data.is_object()) {
-    source = fmt::format("{} (its {} metadata)", checkpoint, nn::kDataKey);
-    return data;
-  }
-  source = "Fashion-MNIST (the checkpoint names no data set)";
-  return json::object();
-}
-
-TestSet open_test_set(const Cli& cli, const Loaded& l) {
-  const models::ClassifierSpec& c = l.spec;
-  TestSet t;
-  uint64_t split_seed = 1;
-  json d = checkpoint_data(cli.checkpoint, l.meta, t.config_source, split_seed);
-  if (!d.contains("dataset")) d["dataset"] = "fashion-mnist";
-  if (d["dataset"] != cli.dataset) {
-    d = {{"dataset", cli.dataset}, {"path", ""}};
-    t.config_source = fmt::format("--dataset {} (transforms fitted to the model)", cli.dataset);
-  }
-  if (!cli.data.empty()) d["path"] = cli.data;
-  const nn::data::DatasetOptions o = nn::data::dataset_options_from_json(d, c.channels, split_seed);
-  // The geometry of the evaluation pipeline, fitted to the model; the normalisation is the
-  // checkpoint's (Loaded's mean and std), applied to each image later.
-  json transforms = d.value("transforms", json::object());
-  transforms.erase("mean");
-  transforms.erase("std");
-  nn::data::fit_to_size(transforms, c.channels, nn::data::image_size(o), c.image_h, c.image_w);
-  t.display = nn::data::from_config(transforms, c.channels, false);
-  t.data = nn::data::open_dataset(o, false).test;
-  return t;
-}
-
-std::vector<Sample> read_samples(const Cli& cli, const Loaded& l,
-                                 std::vector<std::string>& label_names) {
-  const models::ClassifierSpec& c = l.spec;
-  const int64_t patch = l.patch;
-  std::vector<Sample> out;
-  if (!cli.input.empty()) {  // the model's input, exactly
-    Tensor x = ex::read_npy(cli.input);
-    if (x.dim() == 3) x = x.unsqueeze(0);
-    VT_CHECK(x.dim() == 4 && x.size(1) == c.channels,
-             "--input {}: expected [N, {}, H, W] or [{}, H, W], got {}", cli.input, c.channels,
-             c.channels, x.shape());
-    VT_CHECK(x.size(2) >= patch && x.size(3) >= patch && x.size(2) % patch == 0 &&
-                 x.size(3) % patch == 0,
-             "--input {}: the image size {}x{} must be a positive multiple of the patch size {}",
-             cli.input, x.size(2), x.size(3), patch);
-    for (int64_t i = 0; i < x.size(0); ++i) {
-      Tensor in = x.select(0, i).contiguous();
-      // What a person sees: the input scaled to [0, 1] (its normalisation is unknown).
-      Tensor d = ex::minmax(in.reshape({1, in.numel()})).reshape(in.shape());
-      out.push_back(
-          {fmt::format("{}[{}]", fs::path(cli.input).filename().string(), i), in, d, -1, {}});
-    }
-    return out;
-  }
-  if (!cli.dataset.empty()) {
-    const TestSet set = open_test_set(cli, l);
-    const auto& test = set.data;
-    label_names = test->classes();
-    std::vector<int64_t> indices;
-    if (cli.sample > 0) {  // a seeded random sample, in the test set's order
-      VT_CHECK(cli.sample <= test->size(), "--sample {}: the test set {} has {} images", cli.sample,
-               test->source(), test->size());
-      indices = nn::data::permutation(test->size(), cli.opt.seed, 0);
-      indices.resize(static_cast<size_t>(cli.sample));
-      std::sort(indices.begin(), indices.end());
-    } else {
-      VT_CHECK(cli.first >= 0 && cli.count >= 1 && cli.first < test->size() &&
-                   cli.count <= test->size() - cli.first,
-               "--first {} --count {}: the test set {} has {} images", cli.first, cli.count,
-               test->source(), test->size());
-      for (int64_t i = cli.first; i < cli.first + cli.count; ++i) indices.push_back(i);
-    }
-    // Where each object is, for the pointing game: the localisation benchmark knows its boxes;
-    // on MNIST-style data (one item on a black background) the item is its non-zero pixels.
-    auto pasted = std::dynamic_pointer_cast<const nn::data::PastedObjects>(test);
-    const bool on_black = cli.dataset == "fashion-mnist" || cli.dataset == "mnist";
-    for (int64_t i : indices) {
-      nn::data::Example e = test->get(i);
-      const std::string name = fmt::format("{} #{}", cli.dataset, i);
-      if (cli.resize == "model") {
-        const nn::data::Image shown = set.display(e.image);
-        VT_CHECK(shown.height == c.image_h && shown.width == c.image_w,
-                 "--dataset {}: the evaluation transforms ({}) turn {}'s {}x{} images into {}x{}, "
-                 "but the model takes {}x{}",
-                 cli.dataset, set.display.describe(), name, e.image.height, e.image.width,
-                 shown.height, shown.width, c.image_h, c.image_w);
-        out.push_back({name,
-                       ex::image_tensor(nn::data::normalize(shown, l.mean, l.std)),
-                       ex::image_tensor(shown),
-                       e.label,
-                       {}});
-      } else {
-        out.push_back(prepare(name, e.image, e.label, cli, l));
-      }
-      if (!pasted && !on_black) continue;
-      VT_CHECK(
-          out.back().input.size(1) == e.image.height && out.back().input.size(2) == e.image.width,
-          "--dataset {}: its {}x{} images must be used at their size (for their object boxes), "
-          "not resized to the model's {}x{}",
-          cli.dataset, e.image.height, e.image.width, c.image_h, c.image_w);
-      // The pasted item's drawn pixels (not its square), or the bounding box of the non-zero
-      // pixels of the image.
-      out.back().box = pasted ? pasted->tight_box(i) : nn::data::nonzero_box(e.image);
-    }
-    return out;
-  }
-  VT_CHECK(!cli.images.empty(), "no images: name image files, or --dataset, or --input");
-  nn::data::ImageFolder files("command line", cli.images,
-                              std::vector<int64_t>(cli.images.size(), 0), {"?"},
-                              {.channels = static_cast<int>(c.channels), .limits = {}});
-  for (size_t i = 0; i < cli.images.size(); ++i)
-    out.push_back(prepare(cli.images[i], files.get(static_cast<int64_t>(i)).image, -1, cli, l));
-  return out;
-}
-
-/// The samples' model inputs as one batch [N, C, H, W] (they must share a size).
-Tensor batch_of(const std::vector<Sample>& samples) {
-  std::vector<Tensor> inputs;
-  for (const Sample& s : samples) {
-    VT_CHECK(s.input.shape() == samples[0].input.shape(),
-             "{} is {}x{} but {} is {}x{}: images must share one size (use --resize model)", s.name,
-             s.input.size(1), s.input.size(2), samples[0].name, samples[0].input.size(1),
-             samples[0].input.size(2));
-    inputs.push_back(s.input);
-  }
-  return ops::stack(inputs, 0);
-}
-
-/// The methods' options from the command line.
-ex::Options options_of(const Cli& cli, const Loaded& l) {
-  ex::Options opt = cli.opt;
-  opt.head_fusion = cli.head_fusion == "max"   ? ex::HeadFusion::Max
-                    : cli.head_fusion == "min" ? ex::HeadFusion::Min
-                                               : ex::HeadFusion::Mean;
-  opt.ig_rule = cli.ig_method == "trapezoid" ? ex::IgRule::Trapezoid : ex::IgRule::GaussLegendre;
-  opt.baseline = cli.baseline == "blur" ? ex::IgBaseline::Blur : ex::IgBaseline::Black;
-  if (cli.input.empty()) opt.black = ex::black_pixel(l);  // with --input the baseline is exactly 0
-  opt.pos_interp = cli.pos_interp == "dino" ? models::PosInterp::Dino : models::PosInterp::Size;
-  return opt;
-}
-
-/// Replaces -1 ("predicted") or resolves --target: a class index, a class name, or "label".
-std::vector<int64_t> targets_for(const Cli& cli, const std::vector<Sample>& samples,
-                                 const std::vector<std::string>& classes) {
-  std::vector<int64_t> t;
-  if (classes.empty()) return std::vector<int64_t>(samples.size(), -1);  // no head: no class
-  for (const Sample& s : samples) {
-    if (cli.target == "predicted") {
-      t.push_back(-1);
-    } else if (cli.target == "label") {
-      VT_CHECK(s.label >= 0, "--target label: {} has no label (only --dataset images do)", s.name);
-      t.push_back(s.label);
-    } else {
-      auto it = std::find(classes.begin(), classes.end(), cli.target);
-      if (it != classes.end()) {
-        t.push_back(it - classes.begin());
-        continue;
-      }
-      size_t used = 0;
-      int64_t k = -2;
-      try {
-        k = std::stoll(cli.target, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      VT_CHECK(used == cli.target.size() && used > 0,
-               "--target {}: not a class index, a class name of the model ({}), 'predicted' or "
-               "'label'",
-               cli.target, fmt::join(classes, ", "));
-      VT_CHECK(k >= 0 && k < static_cast<int64_t>(classes.size()),
-               "--target {}: class index out of range for a model with {} classes (0..{})", k,
-               classes.size(), classes.size() - 1);
-      t.push_back(k);
-    }
-  }
-  return t;
-}
 
 /// Where the results go: a fresh temporary folder beside `out`, renamed to `out` at the end. An
 /// existing `out` is replaced only when it is an earlier vitrine-explain output.
@@ -361,12 +76,29 @@ void publish(const std::string& tmp, const std::string& out) {
   fs::remove_all(old);
 }
 
+/// A map [H, W] in [0, 1] drawn on its image as --style says, enlarged.
 ex::Rgb8 overlay_png(const Tensor& display, const Tensor& map, const Cli& cli, int64_t enlarge) {
-  return ex::enlarge(ex::overlay(display, map, ex::parse_colormap(cli.colormap), cli.alpha),
+  return ex::enlarge(ex::parse_style(cli.style) == ex::Style::Mask
+                         ? ex::masked(display, map)
+                         : ex::overlay(display, map, ex::parse_colormap(cli.colormap), cli.alpha),
                      enlarge);
 }
 
 std::string percent(double p) { return fmt::format("{:.1f}%", 100 * p); }
+
+/// An optimised model input [C, H, W] as a person sees it: un-normalised with the model's mean
+/// and std and clamped to [0, 1]; with --input (its normalisation unknown) min-max scaled.
+Tensor shown_picture(const Tensor& x, const Cli& cli, const Loaded& l) {
+  if (!cli.input.empty()) return ex::minmax(x.reshape({1, x.numel()})).reshape(x.shape());
+  const int64_t C = x.size(0);
+  std::vector<double> mean, std;
+  for (int64_t c = 0; c < C; ++c) {
+    mean.push_back(l.mean[static_cast<size_t>(c)]);
+    std.push_back(l.std[static_cast<size_t>(c)]);
+  }
+  const Tensor m = ops::from_vector(mean, {C, 1, 1}), s = ops::from_vector(std, {C, 1, 1});
+  return ops::clamp(x.to(kFloat32) * s + m, 0.0, 1.0);
+}
 
 int run(const Cli& cli) {
   using clock = std::chrono::steady_clock;
@@ -451,12 +183,19 @@ int run(const Cli& cli) {
     // The arrays.
     for (const auto& e : results) {
       const std::string name = ex::method_name(e.method);
+      if (e.picture.defined()) {  // activation-max: the optimised model inputs
+        ex::write_npy(tmp + "/" + name + ".npy", e.picture);
+        continue;
+      }
       ex::write_npy(tmp + "/" + name + ".npy", e.map);
       ex::write_npy(tmp + "/" + name + ".grid.npy", e.grid);
+      if (e.values.defined()) ex::write_npy(tmp + "/" + name + ".values.npy", e.values);
+      if (e.scores.defined()) ex::write_npy(tmp + "/" + name + ".scores.npy", e.scores);
       if (e.heads.defined()) ex::write_npy(tmp + "/" + name + ".heads.npy", e.heads);
       if (e.mask.defined()) ex::write_npy(tmp + "/" + name + ".mask.npy", e.mask);
     }
-    const Tensor distance = l.vit ? ex::attention_distance(pass, l.patch) : Tensor();
+    const Tensor distance =
+        l.vit ? ex::attention_distance(pass, l.patch, opt.distance_norm) : Tensor();
     if (l.vit) ex::write_npy(tmp + "/attention-distance.npy", distance);
     ex::write_npy(tmp + (l.headless ? "/features.npy" : "/logits.npy"), logits);
     // The first image's attention probabilities of every layer [L, heads, N, N], unless that is
@@ -498,7 +237,24 @@ int run(const Cli& cli) {
         {"input size, position embedding", fmt::format("--resize {}, --crop {}, --pos-interp {}",
                                                        cli.resize, cli.crop, cli.pos_interp)},
         {"colormap, alpha", fmt::format("{}, {}", cli.colormap, cli.alpha)},
+        {"upsampling, style", fmt::format("{}, {}", cli.upsample, cli.style)},
+        {"attention distance weights", cli.distance_norm},
     };
+    if (std::find(methods.begin(), methods.end(), ex::Method::ActivationMax) != methods.end())
+      report.settings.emplace_back(
+          "activation-max: objective, steps, lr, jitter, blur every, blur sigma, l2, seed",
+          fmt::format(
+              "{}, {}, {}, {}, {}, {}, {}, {}",
+              opt.neuron >= 0 ? fmt::format("block {} MLP channel {}", opt.layer, opt.neuron)
+                              : std::string("the target's logit"),
+              opt.am_steps, opt.am_lr, opt.am_jitter < 0 ? "auto" : std::to_string(opt.am_jitter),
+              opt.am_blur_every, opt.am_blur_sigma, opt.am_l2, opt.seed));
+    if (std::find(methods.begin(), methods.end(), ex::Method::Qkv) != methods.end())
+      report.settings.emplace_back(
+          "qkv: block, query patch",
+          fmt::format("{}, {}", opt.layer,
+                      opt.patch_row < 0 ? std::string("the centre")
+                                        : fmt::format("({}, {})", opt.patch_row, opt.patch_col)));
     const auto dist = l.vit ? distance.to_vector<double>() : std::vector<double>();
     for (int64_t layer = 0; l.vit && layer < distance.size(0); ++layer)
       report.attention_distance.emplace_back(dist.begin() + layer * distance.size(1),
@@ -558,7 +314,11 @@ int run(const Cli& cli) {
       for (size_t r = 0; r < results.size(); ++r) {
         const auto& e = results[r];
         const std::string name = ex::method_name(e.method);
-        const ex::Rgb8 png = overlay_png(s.display, e.map.select(0, i), cli, enlarge);
+        // activation-max's picture is the optimised image itself; every other method a map.
+        const ex::Rgb8 png =
+            e.picture.defined()
+                ? ex::enlarge(ex::to_rgb8(shown_picture(e.picture.select(0, i), cli, l)), enlarge)
+                : overlay_png(s.display, e.map.select(0, i), cli, enlarge);
         ex::write_png(dir + "/" + name + ".png", png);
         ri.maps.emplace_back(name, ex::encode_png(png));
         row.push_back(png);
@@ -569,10 +329,39 @@ int run(const Cli& cli) {
           ri.notes.push_back(
               fmt::format("integrated-gradients completeness gap {:.4g}", e.completeness_gap[i]));
         }
-        if (e.heads.defined()) {  // DINO's figure: every head of the layer
+        if (e.picture.defined()) {
+          entry["activation_max"] = {{"start", e.start_score[i]}, {"end", e.end_score[i]}};
+          ri.notes.push_back(fmt::format(
+              "activation-max: {} {:.4g} at the start, {:.4g} after {} steps",
+              opt.neuron >= 0 ? fmt::format("block {} MLP channel {}", opt.layer, opt.neuron)
+                              : "the target's logit",
+              e.start_score[i], e.end_score[i], opt.am_steps));
+        }
+        if (e.method == ex::Method::Qkv) {  // one tile per head: scores, then value norms
+          entry["qkv_patch"] = {e.query_row, e.query_col};
+          for (const auto& [what, per_head] : {std::pair{std::string("heads"), e.heads},
+                                               std::pair{std::string("values"), e.values}}) {
+            const Tensor t = per_head.select(0, i);
+            const Tensor up = ex::minmax(ex::upsample(t, H, W, opt.upsample));
+            std::vector<ex::Rgb8> tiles;
+            for (int64_t h = 0; h < t.size(0); ++h)
+              tiles.push_back(overlay_png(s.display, up.select(0, h), cli, enlarge));
+            const ex::Rgb8 grid =
+                ex::labelled_grid(tiles, head_labels, std::min<int64_t>(t.size(0), 6));
+            ex::write_png(dir + "/qkv." + what + ".png", grid);
+            ri.figures.emplace_back(
+                what == "heads"
+                    ? fmt::format("qkv: patch ({}, {})'s query-key scores per head, block {}",
+                                  e.query_row, e.query_col, opt.layer)
+                    : fmt::format("qkv: the values' norms per head, block {}", opt.layer),
+                ex::encode_png(grid));
+          }
+        }
+        if (e.method == ex::Method::Attention && e.heads.defined()) {
+          // DINO's figure: every head of the layer
           std::vector<ex::Rgb8> tiles;
           const Tensor heads = e.heads.select(0, i);
-          const Tensor up = ex::minmax(ex::upsample(heads, H, W));
+          const Tensor up = ex::minmax(ex::upsample(heads, H, W, opt.upsample));
           for (int64_t h = 0; h < heads.size(0); ++h)
             tiles.push_back(overlay_png(s.display, up.select(0, h), cli, enlarge));
           const int64_t columns = std::min<int64_t>(heads.size(0), 6);
@@ -585,7 +374,7 @@ int run(const Cli& cli) {
             const Tensor masks = ex::threshold_mask(heads, opt.threshold);  // [heads, gh, gw]
             if (i == 0) head_masks = ops::zeros({N, heads.size(0), heads.size(1), heads.size(2)});
             head_masks.select(0, i).copy_(masks);
-            const Tensor mask_up = ex::upsample(masks, H, W);
+            const Tensor mask_up = ex::upsample(masks, H, W, opt.upsample);
             std::vector<ex::Rgb8> mask_tiles;
             for (int64_t h = 0; h < heads.size(0); ++h)
               mask_tiles.push_back(overlay_png(s.display, mask_up.select(0, h), cli, enlarge));
@@ -602,7 +391,7 @@ int run(const Cli& cli) {
     }
     if (head_masks.defined()) ex::write_npy(tmp + "/attention.heads_mask.npy", head_masks);
     for (size_t r = 0; r < results.size(); ++r) {
-      bool same = true;  // a montage needs tiles of one size (--resize none may differ)
+      bool same = !montage[r].empty();  // tiles of one size (--resize none may differ)
       for (const auto& t : montage[r])
         same = same && t.height == montage[r][0].height && t.width == montage[r][0].width;
       if (!same) continue;
@@ -654,10 +443,13 @@ int run_evaluation(const Cli& cli) {
   std::vector<std::string> label_names;
   const std::vector<Sample> samples = read_samples(cli, l, label_names);
   const Tensor batch = batch_of(samples);
-  std::optional<std::vector<nn::data::Box>> boxes;
-  if (samples.front().box) {
+  std::optional<ex::ImageBoxes> boxes;
+  if (!cli.boxes.empty() || !samples.front().boxes.empty()) {
     boxes.emplace();
-    for (const Sample& s : samples) boxes->push_back(*s.box);
+    for (const Sample& s : samples) boxes->push_back(s.boxes);
+  } else if (samples.front().box) {
+    boxes.emplace();
+    for (const Sample& s : samples) boxes->push_back({*s.box});
   }
   ex::EvalOptions eo;
   eo.methods = methods;
@@ -731,15 +523,20 @@ int main(int argc, char** argv) {
       "Grad-CAM and input gradients for a Vision Transformer; Grad-CAM and input gradients for "
       "any other image classifier (a ResNet)",
       "vitrine-explain"};
+  // A repeated option: the last one wins, as with argparse (`--count 3 --count 2` explains 2).
+  // The options that take several values (the images, --mean, --std) collect them all.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--checkpoint", cli.checkpoint,
                  "the model: a safetensors checkpoint (Vitrine's, timm's, torchvision's, Hugging "
-                 "Face's, DINO's)")
+                 "Face's, DINO's), or random:PRESET, an untrained ViT of a preset initialised "
+                 "from --seed (random:vit_small_patch16_224, random:fmnist)")
       ->required();
   app.add_option("--model-config", cli.model_config,
                  "the model's config when the checkpoint has none: a preset "
                  "(vit_small_patch16_224, fmnist, ...) or a JSON file (ours, a vitrine-train "
                  "config, or a Hugging Face config.json)");
-  app.add_option("images", cli.images, "image files (PNG, JPEG, BMP)");
+  app.add_option("images", cli.images, "image files (PNG, JPEG, BMP)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--dataset", cli.dataset, "explain a data set's test images (fashion-mnist, ...)");
   app.add_option("--data", cli.data, "the data set's folder (default: its usual place)");
   app.add_option("--first", cli.first, "the first test image (--dataset)")->capture_default_str();
@@ -752,7 +549,8 @@ int main(int argc, char** argv) {
                  "a .npy of the model's input [N, C, H, W] (normalised already), used exactly");
   app.add_option("--method", cli.methods,
                  "methods, comma-separated, or all: attention, rollout, grad-rollout, chefer, "
-                 "gradcam, saliency, smoothgrad, integrated-gradients")
+                 "gradcam, saliency, smoothgrad, integrated-gradients; and, by name only, "
+                 "activation-max and qkv")
       ->capture_default_str();
   app.add_option("--target", cli.target,
                  "the class explained: predicted, label (--dataset), a class index or name")
@@ -761,20 +559,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--device", cli.device, "cpu or cuda")->capture_default_str();
   app.add_option("--resize", cli.resize,
-                 "model: resize images to the model's size; none: keep their size, cropped to a "
-                 "multiple of the patch (--crop); factor:F: scale them by F first (factor:0.5, "
-                 "as DINO's notebooks)")
+                 "model: as torchvision's evaluation transforms, the shorter side to the model's "
+                 "size (antialiased bilinear), then a centre crop to the model's size; stretch: "
+                 "resize to the model's size, whatever the aspect; none: keep their size, cropped "
+                 "to a multiple of the patch (--crop); factor:F: scale them by F first "
+                 "(factor:0.5, as DINO's notebooks)")
       ->check([](const std::string& v) {
-        if (v == "model" || v == "none") return std::string();
         try {
-          (void)ex::resize_factor(v);
+          return ex::valid_resize(v) ? std::string()
+                                     : fmt::format("expected {}, got {}", ex::kResizeValues, v);
         } catch (const std::exception& e) {
           return std::string(e.what());
         }
-        return v.rfind("factor:", 0) == 0 ? std::string()
-                                          : "expected model, none or factor:F, got " + v;
       })
-      ->type_name("model|none|factor:F")
+      ->type_name("model|stretch|none|factor:F")
       ->capture_default_str();
   app.add_option("--crop", cli.crop,
                  "--resize none/factor: crop to a multiple of the patch at the centre or, as "
@@ -788,9 +586,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--mean", cli.mean,
                  "input normalisation mean per channel (default: the "
-                 "checkpoint's)");
+                 "checkpoint's)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--std", cli.std, "input normalisation std per channel")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--layer", cli.opt.layer,
                  "a ViT's attention, gradcam: the block (negative from the end)")
       ->capture_default_str();
@@ -833,13 +633,59 @@ int main(int argc, char** argv) {
                  "smoothgrad: noise level, a fraction of the input's value range")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--seed", cli.opt.seed, "smoothgrad's noise and --sample's draw: the seed")
+  app.add_option("--seed", cli.opt.seed,
+                 "the seed of smoothgrad's noise, --sample's draw, activation-max's start and "
+                 "--checkpoint random:PRESET's initialisation")
+      ->capture_default_str();
+  app.add_option("--patch", cli.patch,
+                 "qkv: the query patch as ROW,COL on the grid (default: the centre)");
+  app.add_option("--neuron", cli.opt.neuron,
+                 "activation-max: maximise this channel of block --layer's MLP hidden layer "
+                 "instead of the target's logit (-1: the logit)")
+      ->capture_default_str();
+  app.add_option("--am-steps", cli.opt.am_steps, "activation-max: gradient-ascent steps")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
+      ->capture_default_str();
+  app.add_option("--am-lr", cli.opt.am_lr,
+                 "activation-max: the step, a fraction of the pixel range per normalised gradient")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--jitter", cli.opt.am_jitter,
+                 "activation-max: shift the image by up to this many pixels each step (-1: "
+                 "the image's side / 28, 8 at 224)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--blur-every", cli.opt.am_blur_every,
+                 "activation-max: a Gaussian blur every this many steps (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--blur-sigma", cli.opt.am_blur_sigma, "activation-max: the blur's sigma, pixels")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--l2", cli.opt.am_l2, "activation-max: the L2 decay's weight")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--colormap", cli.colormap, "inferno, jet or viridis")
       ->check(CLI::IsMember({"inferno", "jet", "viridis"}))
       ->capture_default_str();
   app.add_option("--alpha", cli.alpha, "heatmap opacity over the image")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--upsample", cli.upsample,
+                 "how a patch-grid map is brought to the image's size: bilinear, or nearest "
+                 "(each patch one block, as DINO's visualize_attention)")
+      ->check(CLI::IsMember({"bilinear", "nearest"}))
+      ->capture_default_str();
+  app.add_option("--style", cli.style,
+                 "how a map is drawn: overlay (a heat map over the image, --colormap, --alpha) or "
+                 "mask (the image multiplied by the map scaled to [0, 1])")
+      ->check(CLI::IsMember({"overlay", "mask"}))
+      ->capture_default_str();
+  app.add_option("--distance-norm", cli.distance_norm,
+                 "the mean attention distance's weights: raw (the attention as it is, the ViT "
+                 "paper's) or patches (each query's row renormalised over the patches, the class "
+                 "token dropped)")
+      ->check(CLI::IsMember({"raw", "patches"}))
       ->capture_default_str();
   app.add_flag("--evaluate", cli.evaluate,
                "measure the methods instead of drawing them: deletion/insertion, the pointing "
@@ -856,6 +702,11 @@ int main(int argc, char** argv) {
                  "--evaluate: what replaces a deleted patch: zero (black), mean or blur")
       ->check(CLI::IsMember({"zero", "mean", "blur"}))
       ->capture_default_str();
+  app.add_option("--boxes", cli.boxes,
+                 "--evaluate: the objects' boxes for the pointing game and the energy in the box, "
+                 "in each image's own pixels: a CSV (image,x0,y0,x1,y1[,label], x1 and y1 past "
+                 "the box), a JSON ({\"image.jpg\": [[x0, y0, x1, y1], ...]}) or tiny-imagenet's "
+                 "val_annotations.txt (read by itself for such a folder)");
   app.add_flag("--serve", cli.serve,
                "serve a page (and a JSON API) where you drop your own images and see every "
                "method, layer and head: http://127.0.0.1:8080/ by default (Ctrl-C stops)");
@@ -905,6 +756,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr,
                "vitrine-explain: --serve takes its images from the page; give no images, "
                "--dataset, --input or --evaluate with it\n");
+    return 2;
+  }
+  if (!cli.boxes.empty() && !cli.evaluate) {
+    fmt::print(stderr, "vitrine-explain: --boxes is for --evaluate (the pointing game)\n");
     return 2;
   }
   if (sources > 1) {

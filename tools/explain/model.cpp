@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -17,7 +18,60 @@ namespace vitrine::explain {
 
 using json = nlohmann::json;
 
+bool is_random_checkpoint(const std::string& checkpoint) {
+  return checkpoint.rfind("random:", 0) == 0;
+}
+
+namespace {
+
+/// checkpoint "random:PRESET": the preset's ViT initialised from the seed. It has no file, so no
+/// metadata: classes are numbered, and the normalisation is --mean/--std or timm's 0.5 / 0.5.
+LoadedModel random_model(const ModelSource& source) {
+  const std::string preset = source.checkpoint.substr(7);
+  VT_CHECK(source.model_config.empty(),
+           "--checkpoint {}: the preset names the architecture; give no --model-config with it",
+           source.checkpoint);
+  VT_CHECK(source.gradcam_layer.empty(),
+           "--gradcam-layer {}: a ViT's Grad-CAM reads a block's tokens; choose the block with "
+           "--layer",
+           source.gradcam_layer);
+  models::ViTConfig config;
+  try {
+    config = models::ViTConfig::preset(preset);
+  } catch (const Error& e) {
+    fail("--checkpoint {}: {}", source.checkpoint, e.what());
+  }
+  LoadedModel l;
+  l.checkpoint_name = source.checkpoint;
+  l.spec = models::ClassifierSpec::of(config);
+  Generator gen(source.seed);
+  l.model = l.spec.build(gen);
+  l.vit = std::dynamic_pointer_cast<models::VisionTransformer>(l.model);
+  l.patch = config.patch;
+  l.headless = config.num_classes == 0;
+  for (int64_t k = 0; k < config.num_classes; ++k) l.classes.push_back(std::to_string(k));
+  const auto channels = static_cast<size_t>(config.channels);
+  if (!source.mean.empty() || !source.std.empty()) {
+    l.mean = source.mean;
+    l.std = source.std;
+    l.normalisation = "--mean/--std";
+  } else {
+    l.mean.assign(channels, 0.5f);
+    l.std.assign(channels, 0.5f);
+    l.normalisation = "0.5 / 0.5, timm's ViT default (an untrained model has none of its own)";
+  }
+  if (l.mean.size() == 1) l.mean.resize(channels, l.mean[0]);
+  if (l.std.size() == 1) l.std.resize(channels, l.std[0]);
+  VT_CHECK(l.mean.size() == channels && l.std.size() == channels,
+           "normalisation from {}: {} mean and {} std values for a {}-channel model",
+           l.normalisation, l.mean.size(), l.std.size(), channels);
+  return l;
+}
+
+}  // namespace
+
 LoadedModel load_model(const ModelSource& source) {
+  if (is_random_checkpoint(source.checkpoint)) return random_model(source);
   LoadedModel l;
   l.meta = nn::read_safetensors_metadata(source.checkpoint);
   l.checkpoint_name = std::filesystem::path(source.checkpoint).filename().string();
@@ -84,6 +138,8 @@ Tensor image_tensor(const nn::data::Image& im) {
   return ops::from_vector(im.pixels, {im.channels, im.height, im.width});
 }
 
+const char* const kResizeValues = "model, stretch, none or factor:F";
+
 double resize_factor(const std::string& resize) {
   if (resize.rfind("factor:", 0) != 0) return 0;
   const std::string f = resize.substr(7);
@@ -95,10 +151,36 @@ double resize_factor(const std::string& resize) {
     used = 0;
   }
   VT_CHECK(used == f.size() && used > 0 && std::isfinite(x) && x > 0 && x <= 16,
-           "--resize {}: expected model, none or factor:F with F a number in (0, 16] (as "
-           "factor:0.5), got factor \"{}\"",
-           resize, f);
+           "--resize {}: expected {} with F a number in (0, 16] (as factor:0.5), got factor "
+           "\"{}\"",
+           resize, kResizeValues, f);
   return x;
+}
+
+bool valid_resize(const std::string& resize) {
+  return resize == "model" || resize == "stretch" || resize == "none" || resize_factor(resize) > 0;
+}
+
+std::pair<int64_t, int64_t> cover_size(int64_t height, int64_t width, int64_t h, int64_t w) {
+  const auto [rh, rw] = nn::data::shorter_side_size(height, width, std::min(h, w));
+  if (rh >= h && rw >= w) return {rh, rw};
+  // A model not square and of another aspect than the image: the longer side must reach it.
+  const double s = std::max(static_cast<double>(h) / static_cast<double>(height),
+                            static_cast<double>(w) / static_cast<double>(width));
+  return {std::max(h, static_cast<int64_t>(std::ceil(s * static_cast<double>(height) - 1e-9))),
+          std::max(w, static_cast<int64_t>(std::ceil(s * static_cast<double>(width) - 1e-9)))};
+}
+
+nn::data::Box Fit::map(const nn::data::Box& box, int64_t height, int64_t width) const {
+  const auto y0 = static_cast<int64_t>(std::floor(static_cast<double>(box.top) * scale_y)) - top;
+  const auto x0 = static_cast<int64_t>(std::floor(static_cast<double>(box.left) * scale_x)) - left;
+  const auto y1 =
+      static_cast<int64_t>(std::ceil(static_cast<double>(box.top + box.height) * scale_y)) - top;
+  const auto x1 =
+      static_cast<int64_t>(std::ceil(static_cast<double>(box.left + box.width) * scale_x)) - left;
+  const int64_t t = std::clamp<int64_t>(y0, 0, height), l = std::clamp<int64_t>(x0, 0, width);
+  const int64_t b = std::clamp<int64_t>(y1, 0, height), r = std::clamp<int64_t>(x1, 0, width);
+  return {t, l, std::max<int64_t>(0, b - t), std::max<int64_t>(0, r - l)};
 }
 
 Sample prepare_image(const std::string& name, const nn::data::Image& raw, int64_t label,
@@ -109,13 +191,30 @@ Sample prepare_image(const std::string& name, const nn::data::Image& raw, int64_
            "{}: the image is {}x{}, smaller than one {}x{} patch", name, raw.height, raw.width,
            patch, patch);
   nn::data::Image im = raw;
+  Fit fit;
+  // Scales as the resize computes them: output side / input side.
+  const auto resize_to = [&](int64_t h, int64_t w) {
+    if (h == im.height && w == im.width) return;
+    fit.scale_y = static_cast<double>(h) / static_cast<double>(im.height);
+    fit.scale_x = static_cast<double>(w) / static_cast<double>(im.width);
+    im = nn::data::resize(im, h, w, nn::data::Interpolation::Bilinear, true);
+  };
+  // torchvision's CenterCrop offsets (Python's round, half to even, as center_crop).
+  const auto centre_crop = [&](int64_t h, int64_t w) {
+    fit.top = static_cast<int64_t>(std::nearbyint(static_cast<double>(im.height - h) / 2));
+    fit.left = static_cast<int64_t>(std::nearbyint(static_cast<double>(im.width - w) / 2));
+    im = nn::data::center_crop(im, h, w);
+  };
   if (geometry.resize == "model") {
-    if (im.height != c.image_h || im.width != c.image_w)
-      im = nn::data::resize(im, c.image_h, c.image_w);
+    const auto [h, w] = cover_size(im.height, im.width, c.image_h, c.image_w);
+    resize_to(h, w);
+    if (im.height != c.image_h || im.width != c.image_w) centre_crop(c.image_h, c.image_w);
+  } else if (geometry.resize == "stretch") {
+    resize_to(c.image_h, c.image_w);
   } else {
     if (const double f = resize_factor(geometry.resize); f > 0)
-      im = nn::data::resize(im, std::max<int64_t>(1, std::llround(f * im.height)),
-                            std::max<int64_t>(1, std::llround(f * im.width)));
+      resize_to(std::max<int64_t>(1, std::llround(f * static_cast<double>(im.height))),
+                std::max<int64_t>(1, std::llround(f * static_cast<double>(im.width))));
     VT_CHECK(im.height >= patch && im.width >= patch,
              "{}: the image is {}x{}{}, smaller than one {}x{} patch", name, im.height, im.width,
              geometry.resize == "none" ? "" : fmt::format(" after --resize {}", geometry.resize),
@@ -128,11 +227,13 @@ Sample prepare_image(const std::string& name, const nn::data::Image& raw, int64_
         for (int64_t y = 0; y < h; ++y)
           for (int64_t x = 0; x < w; ++x) out.at(ch, y, x) = im.at(ch, y, x);
       im = std::move(out);
-    } else {
-      im = nn::data::center_crop(im, h, w);
+    } else if (h != im.height || w != im.width) {
+      centre_crop(h, w);
     }
   }
-  return {name, image_tensor(nn::data::normalize(im, l.mean, l.std)), image_tensor(im), label, {}};
+  Sample s{name, image_tensor(nn::data::normalize(im, l.mean, l.std)), image_tensor(im), label, {},
+           fit};
+  return s;
 }
 
 }  // namespace vitrine::explain

@@ -27,7 +27,13 @@ struct ModelSource {
   int64_t cell = 4;
   /// The input normalisation; empty: the checkpoint's.
   std::vector<float> mean, std;
+  /// checkpoint "random:PRESET": the seed of the untrained model's initialisation.
+  uint64_t seed = 0;
 };
+
+/// Whether a checkpoint names an untrained model, "random:PRESET" (a models::ViTConfig preset,
+/// as DINO's random=True): built and initialised from ModelSource::seed, no file read.
+bool is_random_checkpoint(const std::string& checkpoint);
 
 /// The model, its class names and the input normalisation it was trained with.
 struct LoadedModel {
@@ -56,15 +62,41 @@ LoadedModel load_model(const ModelSource& source);
 /// The model-input value of a black pixel per channel: -mean[c] / std[c].
 std::vector<float> black_pixel(const LoadedModel& model);
 
-/// How an image is fitted to the model: resize "model" (to the model's size), "none" (its own
-/// size) or "factor:F" (scaled by F in (0, 16]); the last two then crop to a multiple of the
-/// patch, at the "center" or the "topleft" (DINO's visualize_attention).
+/// How an image is fitted to the model (torchvision's evaluation transforms by default):
+///   "model"    the shorter side to the model's size (Resize(int), antialiased bilinear; for a
+///              model that is not square, the smallest such size that covers its h x w), then a
+///              centre crop to the model's (h, w) (CenterCrop): the photo's aspect is kept;
+///   "stretch"  resized to the model's (h, w), whatever the photo's aspect (the old "model");
+///   "none"     its own size;   "factor:F" every side scaled by F in (0, 16] (antialiased);
+/// the last two then crop to a multiple of the patch, at the "center" or the "topleft" (DINO's
+/// visualize_attention).
 struct InputGeometry {
   std::string resize = "model", crop = "center";
 };
 
-/// resize "factor:F"'s F, or 0 for "model" and "none"; a malformed factor is an Error.
+/// The resize values, for messages: "model, stretch, none or factor:F".
+extern const char* const kResizeValues;
+
+/// resize "factor:F"'s F, or 0 for "model", "stretch" and "none"; a malformed factor is an Error.
 double resize_factor(const std::string& resize);
+/// Whether resize is one of the values above (a malformed factor is an Error).
+bool valid_resize(const std::string& resize);
+
+/// The size "model" resizes an H x W image to before its centre crop to (h, w): torchvision's
+/// shorter_side_size(H, W, min(h, w)) when that covers h x w, else the smallest size with the
+/// aspect kept that does.
+std::pair<int64_t, int64_t> cover_size(int64_t height, int64_t width, int64_t h, int64_t w);
+
+/// Where the image's own pixels went: a point (y, x) of the original image is at
+/// (y * scale_y - top, x * scale_x - left) in the fitted one (scales from the resize, offsets
+/// from the crop).
+struct Fit {
+  double scale_y = 1, scale_x = 1;
+  int64_t top = 0, left = 0;
+  /// A box in the original image's pixels as the fitted image's (height, width) pixels: its
+  /// corners mapped, rounded outwards, clipped to the image (empty when it falls outside).
+  nn::data::Box map(const nn::data::Box& box, int64_t height, int64_t width) const;
+};
 
 /// One image to explain: what the model sees and what a person sees.
 struct Sample {
@@ -73,6 +105,10 @@ struct Sample {
   Tensor display;  // [C, H, W] in [0, 1]
   int64_t label = -1;
   std::optional<nn::data::Box> box;  // the object's box (the pasted benchmark's images)
+  Fit fit{};                         // how the original image became the input
+  std::string file{};                // the image file it was read from (when one)
+  /// --boxes: the objects' boxes in the input's pixels (mapped through fit).
+  std::vector<nn::data::Box> boxes{};
 };
 
 /// A decoded image as the model takes it: checked against the patch size, fitted (geometry),

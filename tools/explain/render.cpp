@@ -138,6 +138,30 @@ Rgb8 overlay(const Tensor& image, const Tensor& map, Colormap c, double alpha) {
   return out;
 }
 
+Rgb8 masked(const Tensor& image, const Tensor& map) {
+  const Tensor img = image_values(image, "masked");
+  const Tensor m = float_values(map, 2, "masked", "map [H, W]");
+  const int64_t channels_in = img.shape()[0], h = img.shape()[1], w = img.shape()[2];
+  VT_CHECK(m.shape()[0] == h && m.shape()[1] == w,
+           "masked: the map {} must have the image's height and width ({} x {})", m.shape(), h, w);
+  const float* pi = img.data<float>();
+  const float* pm = m.data<float>();
+  Rgb8 out = blank(h, w);
+  for (int64_t i = 0; i < h * w; ++i) {
+    const std::array<double, 3> under = channels(pi, channels_in, h * w, i);
+    const double v = std::isnan(pm[i]) ? 0.0 : std::clamp(static_cast<double>(pm[i]), 0.0, 1.0);
+    for (int64_t k = 0; k < 3; ++k)
+      out.pixels[i * 3 + k] = static_cast<uint8_t>(std::lround(under[k] * v));
+  }
+  return out;
+}
+
+Style parse_style(const std::string& name) {
+  if (name == "overlay") return Style::Overlay;
+  if (name == "mask") return Style::Mask;
+  fail("explain: unknown style '{}' (known: overlay, mask)", name);
+}
+
 Rgb8 enlarge(const Rgb8& image, int64_t factor) {
   VT_CHECK(factor >= 1, "enlarge: the factor must be at least 1, got {}", factor);
   check_rgb8(image, "enlarge");

@@ -43,6 +43,17 @@ Rgb8 heatmap(const Tensor& map, Colormap c);
 ///   out = (1 - alpha) * 255 * clamp(image) + alpha * color(map),     alpha in [0, 1].
 Rgb8 overlay(const Tensor& image, const Tensor& map, Colormap c, double alpha);
 
+/// The image [C, H, W] multiplied by a map [H, W] of its height and width (the picture of the
+/// image masked by the map, as vit-pytorch's CIFAR recipe draws it), per pixel and channel:
+///   out = round(255 * clamp(image) * clamp(map)),     clamp to [0, 1].
+Rgb8 masked(const Tensor& image, const Tensor& map);
+
+/// How an explanation map is drawn over its image: a colormap blended over it (overlay), or the
+/// image multiplied by the map (mask).
+enum class Style { Overlay, Mask };
+/// "overlay" or "mask"; another name is an Error naming both.
+Style parse_style(const std::string& name);
+
 /// The image enlarged factor times in each direction (nearest neighbour: every pixel becomes a
 /// factor x factor block), so that 28 x 28 images are visible. factor >= 1.
 Rgb8 enlarge(const Rgb8& image, int64_t factor);

@@ -91,6 +91,9 @@ std::string image_row(const ReportImage& im, double threshold) {
                                               "attention)",
                                               100 * threshold)
                                 : std::string("threshold masks"));
+  for (const auto& [caption, png] : im.figures)
+    out +=
+        figure(img(png, png_size(png, im.name, caption), scale, im.name + ": " + caption), caption);
   out += "</div>\n";
   if (!im.notes.empty()) {
     out += "<ul class=\"notes\">\n";

@@ -26,6 +26,8 @@ struct ReportImage {
   std::string head_masks_png;  // every head's threshold mask tiled (--threshold); may be empty
   /// Lines shown under the image, e.g. "integrated-gradients completeness gap 0.0012".
   std::vector<std::string> notes;
+  /// More pictures after the head grids, (caption, PNG bytes): qkv's per-head tiles.
+  std::vector<std::pair<std::string, std::string>> figures{};
 };
 
 /// What the report shows.

@@ -24,9 +24,11 @@ namespace {
 [[noreturn]] void bad_request(const std::string& message) { throw ClientError(400, message); }
 
 const std::vector<std::string> kOptionKeys = {
-    "methods", "target",  "layer",    "head",       "threshold", "head_fusion", "discard_ratio",
-    "steps",   "ig_rule", "baseline", "samples",    "sigma",     "seed",        "colormap",
-    "alpha",   "resize",  "crop",     "pos_interp", "heads",     "grids"};
+    "methods",     "target",        "layer",      "head",     "threshold",
+    "head_fusion", "discard_ratio", "steps",      "ig_rule",  "baseline",
+    "samples",     "sigma",         "seed",       "colormap", "alpha",
+    "resize",      "crop",          "pos_interp", "heads",    "grids",
+    "upsample",    "distance_norm", "patch",      "neuron",   "am_steps"};
 
 /// options.key as an integer in [lo, hi].
 int64_t integer_in(const json& o, const char* key, int64_t lo, int64_t hi, const char* what) {
@@ -102,6 +104,8 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
   RequestOptions r;
   r.methods = methods_of(model);
   r.method.black = black_pixel(model);
+  for (size_t c = 0; c < model.mean.size(); ++c)
+    r.method.white.push_back((1 - model.mean[c]) / model.std[c]);
   // The defaults (50 steps, 16 samples) within --max-steps too.
   r.method.steps = std::min(r.method.steps, limits.max_steps);
   r.method.samples = std::min(r.method.samples, limits.max_steps);
@@ -216,11 +220,11 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
     const json& v = o["resize"];
     const std::string s = v.is_string() ? v.get<std::string>() : std::string();
     try {
-      if (s != "model" && s != "none" && resize_factor(s) == 0) throw Error("");
+      if (!valid_resize(s)) throw Error("");
     } catch (const Error&) {
       bad_request(
-          fmt::format("option resize: expected \"model\", \"none\" or \"factor:F\" with F "
-                      "in (0, 16], got {}",
+          fmt::format("option resize: expected \"model\", \"stretch\", \"none\" or "
+                      "\"factor:F\" with F in (0, 16], got {}",
                       nn::json_brief(v)));
     }
     r.geometry.resize = s;
@@ -230,6 +234,30 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
     m.pos_interp = choice_option(o, "pos_interp", {"size", "dino"}) == "dino"
                        ? models::PosInterp::Dino
                        : models::PosInterp::Size;
+  if (o.contains("upsample"))
+    m.upsample = parse_upsample(choice_option(o, "upsample", {"bilinear", "nearest"}));
+  if (o.contains("distance_norm"))
+    m.distance_norm = choice_option(o, "distance_norm", {"raw", "patches"}) == "patches"
+                          ? DistanceNorm::Patches
+                          : DistanceNorm::Raw;
+  if (o.contains("patch")) {
+    const json& v = o["patch"];
+    if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer() ||
+        v[0].get<int64_t>() < 0 || v[1].get<int64_t>() < 0)
+      bad_request(
+          fmt::format("option patch: expected [row, column] on the patch grid (qkv), got {}",
+                      nn::json_brief(v)));
+    m.patch_row = v[0].get<int64_t>();
+    m.patch_col = v[1].get<int64_t>();
+  }
+  if (o.contains("neuron"))
+    m.neuron = integer_option(o, "neuron", -1, vit.config().mlp_dim - 1,
+                              "activation-max: an MLP channel of the block, or -1 for the logit");
+  const std::string am_limit =
+      fmt::format("activation-max steps (--max-steps {})", limits.max_steps);
+  if (o.contains("am_steps"))
+    m.am_steps = integer_option(o, "am_steps", 0, limits.max_steps, am_limit.c_str());
+  m.am_steps = std::min(m.am_steps, limits.max_steps);
   if (o.contains("heads")) r.heads = bool_option(o, "heads");
   if (o.contains("grids")) r.grids = bool_option(o, "grids");
   return r;
@@ -239,7 +267,6 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
 struct ExplainService::CachedImage {
   Sample sample;
   Pass pass;
-  Tensor distance;                          // [L, H]
   std::map<std::string, Explanation> slow;  // smoothgrad / integrated gradients, by options
   double pass_seconds = 0;
 };
@@ -383,7 +410,6 @@ std::shared_ptr<ExplainService::CachedImage> ExplainService::cached_pass(const s
     if (!std::isfinite(v))
       fail("the model's output holds {} for {}: the checkpoint's weights hold non-finite values", v,
            sample.name);
-  c->distance = attention_distance(c->pass, model_.patch);
   cache_.emplace_front(key, c);
   while (static_cast<int64_t>(cache_.size()) > limits_.cache_images) cache_.pop_back();
   return c;
@@ -516,11 +542,36 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
     } else {
       e = explain_method(*model_.vit, batch, pass, m, o.method);
     }
-    json r = {
-        {"method", method_name(m)}, {"png", draw(e.map.select(0, 0))}, {"cached", method_cached}};
-    if (e.mask.defined()) r["mask_png"] = draw(upsample(e.mask, H, W).select(0, 0));
+    // activation-max's picture is the optimised image, un-normalised; every other method a map.
+    const auto picture = [&] {
+      const Tensor x = e.picture.select(0, 0);
+      std::vector<double> mean(model_.mean.begin(), model_.mean.end()),
+          std(model_.std.begin(), model_.std.end());
+      const int64_t C = x.size(0);
+      const Tensor shown = ops::clamp(x * ops::from_vector(std, {C, 1, 1}, kFloat32) +
+                                          ops::from_vector(mean, {C, 1, 1}, kFloat32),
+                                      0.0, 1.0);
+      return png_uri(explain::enlarge(to_rgb8(shown), enlarge));
+    };
+    json r = {{"method", method_name(m)},
+              {"png", e.picture.defined() ? picture() : draw(e.map.select(0, 0))},
+              {"cached", method_cached}};
+    if (e.picture.defined())
+      r["activation_max"] = {{"start", e.start_score[0]}, {"end", e.end_score[0]}};
+    if (m == Method::Qkv) {  // per head: the query-key scores, the values' norms
+      r["patch"] = {e.query_row, e.query_col};
+      for (const auto& [key, per_head] :
+           {std::pair{"head_pngs", e.heads}, std::pair{"value_pngs", e.values}}) {
+        const Tensor up = minmax(upsample(per_head.select(0, 0), H, W, o.method.upsample));
+        json pngs = json::array();
+        for (int64_t h = 0; h < up.size(0); ++h) pngs.push_back(draw(up.select(0, h)));
+        r[key] = pngs;
+      }
+    }
+    if (e.mask.defined())
+      r["mask_png"] = draw(upsample(e.mask, H, W, o.method.upsample).select(0, 0));
     if (!e.completeness_gap.empty()) r["completeness_gap"] = e.completeness_gap[0];
-    if (o.grids)
+    if (o.grids && e.grid.defined())
       r["grid"] = {{"rows", e.grid.size(1)},
                    {"cols", e.grid.size(2)},
                    {"values", e.grid.to(kFloat64).contiguous().to_vector<double>()}};
@@ -533,18 +584,20 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
     Tensor per_head;
     (void)attention_map(pass, o.method.layer, -1, &per_head);
     const Tensor heads = per_head.select(0, 0);  // [heads, gh, gw]
-    const Tensor up = minmax(upsample(heads, H, W));
+    const Tensor up = minmax(upsample(heads, H, W, o.method.upsample));
     json pngs = json::array(), masks = json::array();
     for (int64_t h = 0; h < heads.size(0); ++h) pngs.push_back(draw(up.select(0, h)));
     if (o.method.threshold > 0) {
-      const Tensor mask_up = upsample(threshold_mask(heads, o.method.threshold), H, W);
+      const Tensor mask_up =
+          upsample(threshold_mask(heads, o.method.threshold), H, W, o.method.upsample);
       for (int64_t h = 0; h < heads.size(0); ++h) masks.push_back(draw(mask_up.select(0, h)));
     }
     out["heads"] = {
         {"layer", (o.method.layer + c.depth) % c.depth}, {"pngs", pngs}, {"mask_pngs", masks}};
   }
-  const int64_t L = cached->distance.size(0), nh = cached->distance.size(1);
-  const auto dist = cached->distance.to_vector<double>();
+  const Tensor distance_lh = attention_distance(pass, model_.patch, o.method.distance_norm);
+  const int64_t L = distance_lh.size(0), nh = distance_lh.size(1);
+  const auto dist = distance_lh.to_vector<double>();
   json distance = json::array();
   for (int64_t l = 0; l < L; ++l)
     distance.push_back(std::vector<double>(dist.begin() + l * nh, dist.begin() + (l + 1) * nh));

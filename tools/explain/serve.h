@@ -69,8 +69,12 @@ struct ClientError : Error {
 ///   steps, ig_rule ("gausslegendre", "trapezoid"), baseline ("black", "blur"): integrated grads
 ///   samples, sigma, seed: SmoothGrad
 ///   colormap ("inferno", "jet", "viridis"), alpha in [0, 1]: the overlays
-///   resize ("model", "none", "factor:F"), crop ("center", "topleft"), pos_interp ("size",
+///   resize ("model": the shorter side to the model's size and a centre crop, "stretch",
+///   "none", "factor:F": as --resize), crop ("center", "topleft"), pos_interp ("size",
 ///   "dino"): how the image becomes the model's input
+///   upsample ("bilinear", "nearest"), distance_norm ("raw", "patches"): as the command line
+///   patch [row, column] (qkv's query patch), neuron, am_steps (activation-max, at most
+///   --max-steps): as --patch, --neuron, --am-steps
 ///   heads       whether to draw every head of the layer (default true)
 ///   grids       whether to return each method's raw patch-grid values (default false)
 struct RequestOptions {
