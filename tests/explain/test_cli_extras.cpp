@@ -123,7 +123,10 @@ TEST_CASE("vitrine-explain --resize: model is the shorter side and a centre crop
       {"model", fitted, {1, 28, 28}},
       {"stretch", stretched, {1, 28, 28}},
       {"factor:0.5", halved, {1, 14, 28}}};
-  for (const auto& [resize, expected, shape] : cases) {
+  for (const auto& c : cases) {
+    const std::string& resize = std::get<0>(c);
+    const nn::data::Image& expected = std::get<1>(c);
+    const Dims& shape = std::get<2>(c);
     CAPTURE(resize);
     const std::string out = extras().dir / ("resize_" + resize.substr(0, 6));
     const auto r = explain_run(
@@ -182,7 +185,7 @@ TEST_CASE("vitrine-explain: a repeated option takes its last value, as argparse 
   CHECK(ex::read_npy(out2 + "/attention.npy").shape() == Dims{2, 28, 28});
 }
 
-TEST_CASE("explain: nearest upsampling makes each patch one block; bilinear is the default") {
+TEST_CASE("explain: nearest upsampling makes each patch one block, bilinear is the default") {
   const Tensor g = ops::from_vector(std::vector<double>{0, 4}, {1, 1, 2});
   check_close(ex::upsample(g, 2, 4, ex::Upsample::Nearest),
               std::vector<double>{0, 0, 4, 4, 0, 0, 4, 4}, 0);
@@ -219,7 +222,7 @@ TEST_CASE("vitrine-explain --upsample nearest: the map is the grid's min-max in 
   }
 }
 
-TEST_CASE("vitrine-explain --style: mask is the image times the map; overlay the heat map") {
+TEST_CASE("vitrine-explain --style: mask is the image times the map, overlay the heat map") {
   const nn::data::Image a = grey_image(extras().dir / "a.png");
   for (const std::string style : {"mask", "overlay"}) {
     CAPTURE(style);
@@ -542,7 +545,7 @@ TEST_CASE("vitrine-explain --method activation-max: the logit rises, the picture
   CHECK(a.to_vector<float>() != c.to_vector<float>());
 }
 
-TEST_CASE("explain: activation-max of an MLP channel raises it; the L2 decay keeps it smaller") {
+TEST_CASE("explain: activation-max of an MLP channel raises it, the L2 decay keeps it smaller") {
   Generator gen(4);
   models::VisionTransformer model(extras_config(), gen);
   ex::Options o;
@@ -584,7 +587,7 @@ TEST_CASE("explain: activation-max of an MLP channel raises it; the L2 decay kee
         ops::sum(a.images * a.images).item<double>());
 }
 
-TEST_CASE("explain: qkv's scores and value norms from the model's qkv weights; softmax is A") {
+TEST_CASE("explain: qkv's scores and value norms from the model's qkv weights, softmax is A") {
   Generator gen(9);
   models::VisionTransformer model(extras_config(), gen);
   Generator ig(10);
