@@ -1,6 +1,7 @@
-// vitrine-explain's options of issue 46, run as a user runs them (a separate process on a tiny
-// random ViT saved as a checkpoint): --resize as torchvision's evaluation transforms, repeated
-// flags (the last one wins), --upsample, --style, --distance-norm, --checkpoint random:PRESET,
+// vitrine-explain's fitting, drawing and probing options, run as a user runs them (a separate
+// process on a tiny random ViT saved as a checkpoint): --resize as torchvision's evaluation
+// transforms, repeated flags (the last one wins), --upsample, --style, --distance-norm,
+// --checkpoint random:PRESET,
 // --evaluate --boxes, --method activation-max and qkv. Values are checked against the library
 // or against numbers worked out here.
 #include <fmt/format.h>
