@@ -68,12 +68,22 @@ std::unique_ptr<nn::optim::Schedule> make_schedule(const ScheduleOptions& o, int
     return std::make_unique<nn::optim::StepSchedule>(o.step_epochs * updates_per_epoch, o.gamma);
   VT_CHECK(o.name == "warmup_cosine",
            "make_schedule: unknown schedule \"{}\" (constant, step, warmup_cosine)", o.name);
-  const int64_t total =
-      run_steps > 0 ? std::min(run_steps, epochs * updates_per_epoch) : epochs * updates_per_epoch;
+  const int64_t full = epochs * updates_per_epoch;
+  const int64_t total = run_steps > 0 ? std::min(run_steps, full) : full;
   int64_t warmup = std::llround(o.warmup_epochs * static_cast<double>(updates_per_epoch));
-  if (warmup > 0 && warmup >= total) {
-    const double share =
-        std::min(0.5, epochs > 0 ? o.warmup_epochs / static_cast<double>(epochs) : 0.5);
+  const double share =
+      std::min(0.5, epochs > 0 ? o.warmup_epochs / static_cast<double>(epochs) : 0.5);
+  if (total < full) {
+    // train.max_steps cuts the run: the whole schedule in proportion, as the Hugging Face
+    // Trainer's warmup_ratio of max_steps.
+    const int64_t fitted = std::llround(static_cast<double>(total) * share);
+    if (notes)
+      notes->push_back(fmt::format(
+          "train.max_steps {}: the schedule spans the {} steps that run, its warm-up {} step{} "
+          "({:g}% of them, as schedule.warmup_epochs {:g} of train.epochs {})",
+          total, total, fitted, fitted == 1 ? "" : "s", 100 * share, o.warmup_epochs, epochs));
+    warmup = fitted;
+  } else if (warmup > 0 && warmup >= total) {
     const int64_t shorter = std::llround(static_cast<double>(total) * share);
     if (notes)
       notes->push_back(fmt::format(

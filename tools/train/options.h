@@ -57,15 +57,17 @@ struct ScheduleOptions {
 };
 
 /// The learning-rate schedule in optimizer steps for `epochs` epochs of updates_per_epoch steps,
-/// over the steps that will run: run_steps = min(train.max_steps, epochs * updates_per_epoch)
-/// (0: the whole run), as timm's and the Hugging Face Trainer's schedules span max_steps:
+/// over the steps that will run: total = min(run_steps, epochs * updates_per_epoch), run_steps
+/// being train.max_steps (0: the whole run), as the Hugging Face Trainer's schedule spans
+/// max_steps. With share = min(warmup_epochs / epochs, 1/2):
 ///   constant:       factor 1
 ///   step:           StepSchedule(step_epochs * updates_per_epoch, gamma)
-///   warmup_cosine:  WarmupCosineSchedule(warmup, run_steps, min_lr_factor) with
-///                   warmup = round(warmup_epochs * updates_per_epoch) when it is shorter than the
-///                   run (kept as configured, as timm keeps warmup_epochs), else shortened to the
-///                   config's share of its epochs, round(run_steps * min(warmup_epochs / epochs,
-///                   1/2)), and a note saying so is appended to notes (when given).
+///   warmup_cosine:  WarmupCosineSchedule(warmup, total, min_lr_factor) with
+///                   warmup = round(total * share) when max_steps cuts the run (the schedule in
+///                   proportion, as warmup_ratio); else round(warmup_epochs * updates_per_epoch)
+///                   (as timm keeps warmup_epochs), or round(total * share) when that is as long
+///                   as the run. A note is appended to notes (when given) whenever the warm-up is
+///                   not the config's.
 std::unique_ptr<nn::optim::Schedule> make_schedule(const ScheduleOptions& o, int64_t epochs,
                                                    int64_t updates_per_epoch, int64_t run_steps = 0,
                                                    std::vector<std::string>* notes = nullptr);
