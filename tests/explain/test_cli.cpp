@@ -10,6 +10,7 @@
 #include "models/resnet.h"
 #include "nn/state.h"
 #include "test_util.h"
+#include "tiny_vit.h"
 #include "tools/explain/explain.h"
 #include "tools/explain/npy.h"
 
@@ -23,18 +24,7 @@ namespace {
 
 const std::string kExe = VITRINE_EXPLAIN_EXE;
 
-models::ViTConfig cli_config() {
-  models::ViTConfig c;
-  c.image_h = c.image_w = 28;
-  c.patch = 7;
-  c.channels = 1;
-  c.num_classes = 3;
-  c.dim = 16;
-  c.depth = 2;
-  c.heads = 2;
-  c.mlp_dim = 32;
-  return c;
-}
+models::ViTConfig cli_config() { return cli_vit_config(); }
 
 /// A 28 x 28 grey image: a bright square at (y, x) on a dark ramp.
 std::vector<uint8_t> square_image(int y0, int x0, int w = 28, int h = 28) {

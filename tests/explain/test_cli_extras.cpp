@@ -15,6 +15,7 @@
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "test_util.h"
+#include "tiny_vit.h"
 #include "tools/explain/boxes.h"
 #include "tools/explain/explain.h"
 #include "tools/explain/model.h"
@@ -31,19 +32,7 @@ namespace {
 
 const std::string kExe = VITRINE_EXPLAIN_EXE;
 
-/// 28 x 28 grey, 7-pixel patches (a 4 x 4 grid), 2 blocks of 2 heads, 3 classes.
-models::ViTConfig extras_config() {
-  models::ViTConfig c;
-  c.image_h = c.image_w = 28;
-  c.patch = 7;
-  c.channels = 1;
-  c.num_classes = 3;
-  c.dim = 16;
-  c.depth = 2;
-  c.heads = 2;
-  c.mlp_dim = 32;
-  return c;
-}
+models::ViTConfig extras_config() { return cli_vit_config(); }
 
 /// A w x h grey ramp with a bright square at (y0, x0).
 std::vector<uint8_t> ramp(int w, int h, int y0, int x0) {

@@ -19,4 +19,14 @@ inline vitrine::models::ViTConfig tiny_vit_config(int64_t height, int64_t width,
   return c;
 }
 
+/// The command-line tests' model: 28 x 28 grey, 7-pixel patches (a 4 x 4 grid), width 16, 2 blocks
+/// of 2 heads, 3 classes.
+inline vitrine::models::ViTConfig cli_vit_config() {
+  vitrine::models::ViTConfig c = tiny_vit_config(28, 28, 1);
+  c.patch = 7;
+  c.dim = 16;
+  c.mlp_dim = 32;
+  return c;
+}
+
 }  // namespace vt_test
