@@ -125,12 +125,8 @@ std::shared_ptr<nn::Module> load_classifier(const std::string& path,
   return model;
 }
 
-}  // namespace vitrine::models
-
-namespace vitrine::models {
-
-Normalisation checkpoint_normalisation(const std::string& path, int64_t channels, bool has_head) {
-  const nn::Metadata meta = nn::read_safetensors_metadata(path);
+Normalisation checkpoint_normalisation(const std::string& path, const nn::Metadata& meta,
+                                       int64_t channels, bool has_head) {
   Normalisation n;
   json mean, std;
   try {
@@ -148,7 +144,7 @@ Normalisation checkpoint_normalisation(const std::string& path, int64_t channels
   }
   if (n.source.empty()) {
     std::optional<ViTNaming> naming;
-    try {
+    try {  // the names from the header only; a foreign checkpoint's metadata holds no naming
       nn::NamedTensors names;
       for (std::string& name : nn::read_safetensors_names(path)) names.emplace_back(name, Tensor());
       naming = detect_naming(names);

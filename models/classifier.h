@@ -60,11 +60,13 @@ std::shared_ptr<nn::Module> load_classifier(const std::string& path,
 ///      statistics (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225) (3 channels); timm's and
 ///      Hugging Face's ViTs on 0.5 / 0.5 (timm's default_cfg, HF's ViTImageProcessor);
 ///   3. anything else: 0.5 / 0.5 per channel.
+/// meta: the file's metadata (read_safetensors_metadata), which the caller has read already;
 /// source says which rule gave it, for the tools to print.
 struct Normalisation {
   std::vector<float> mean, std;
   std::string source;
 };
-Normalisation checkpoint_normalisation(const std::string& path, int64_t channels, bool has_head);
+Normalisation checkpoint_normalisation(const std::string& path, const nn::Metadata& meta,
+                                       int64_t channels, bool has_head);
 
 }  // namespace vitrine::models

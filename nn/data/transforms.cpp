@@ -451,26 +451,6 @@ std::vector<float> channel_values(const nlohmann::json& v, const std::string& ke
   return out;
 }
 
-}  // namespace
-
-namespace {
-Compose from_config_present(const nlohmann::json& config, int64_t channels, bool train);
-}  // namespace
-
-Compose from_config(const nlohmann::json& config, int64_t channels, bool train) {
-  VT_CHECK(channels > 0, "transforms config: channels must be positive, got {}", channels);
-  if (config.is_null()) return {};
-  VT_CHECK(config.is_object(), "transforms config: expected an object with keys from ({}), got {}",
-           kKnownKeys, config.dump());
-  // A key set to null is absent: --set data.transforms.random_crop=null removes the transform.
-  nlohmann::json present = nlohmann::json::object();
-  for (const auto& [key, value] : config.items())
-    if (!value.is_null()) present[key] = value;
-  return from_config_present(present, channels, train);
-}
-
-namespace {
-
 /// The resize transform of a "resize" value (see from_config).
 Resize resize_of(const nlohmann::json& v) {
   if (!v.is_object()) {
@@ -523,7 +503,18 @@ Resize resize_of(const nlohmann::json& v) {
   return Resize::shorter_side(positive_int(size, "resize.size"), mode, antialias);
 }
 
-Compose from_config_present(const nlohmann::json& config, int64_t channels, bool train) {
+}  // namespace
+
+Compose from_config(const nlohmann::json& config_in, int64_t channels, bool train) {
+  VT_CHECK(channels > 0, "transforms config: channels must be positive, got {}", channels);
+  if (config_in.is_null()) return {};
+  VT_CHECK(config_in.is_object(),
+           "transforms config: expected an object with keys from ({}), got {}", kKnownKeys,
+           config_in.dump());
+  // A key set to null is absent: --set data.transforms.random_crop=null removes the transform.
+  nlohmann::json config = nlohmann::json::object();
+  for (const auto& [key, value] : config_in.items())
+    if (!value.is_null()) config[key] = value;
   Compose out;
   for (const auto& [key, value] : config.items()) {
     (void)value;
@@ -581,8 +572,6 @@ Compose from_config_present(const nlohmann::json& config, int64_t channels, bool
   }
   return out;
 }
-
-}  // namespace
 
 // ---- fitting a pipeline to a model's input size -------------------------------------------------
 
@@ -643,8 +632,7 @@ std::vector<std::string> fit_to_size(nlohmann::json& t, int64_t channels,
   const bool native_fits = native.first == H && native.second == W;
   if (crop_size) {
     const auto crop = size_value(*crop_size);
-    if (t.contains("resize") && !t["resize"].is_null() && crop && crop->first > 0 &&
-        crop->second > 0) {
+    if (t.contains("resize") && crop && crop->first > 0 && crop->second > 0) {
       // The resize keeps its kind: a shorter side stays one ("size" of an object form too).
       const bool object = t["resize"].is_object();
       json& r_json = object ? t["resize"]["size"] : t["resize"];

@@ -93,7 +93,8 @@ TEST_CASE("foreign checkpoints: a torchvision ViT fine-tuned with `heads` explai
   REQUIRE(ev.code == 0);
   CHECK(ev.output.find("note: normalisation: " + imagenet) != std::string::npos);
   CHECK(ev.output.find("accuracy") != std::string::npos);
-  const models::Normalisation n = models::checkpoint_normalisation(ckpt, 3, true);
+  const models::Normalisation n =
+      models::checkpoint_normalisation(ckpt, nn::read_safetensors_metadata(ckpt), 3, true);
   CHECK(n.mean == std::vector<float>{0.485f, 0.456f, 0.406f});
 }
 

@@ -24,6 +24,36 @@ bool is_random_checkpoint(const std::string& checkpoint) {
 
 namespace {
 
+/// "0", "1", ...: a model's classes when nothing names them (as torchvision numbers them).
+std::vector<std::string> numbered_classes(int64_t count) {
+  std::vector<std::string> out;
+  for (int64_t k = 0; k < count; ++k) out.push_back(std::to_string(k));
+  return out;
+}
+
+/// l.mean, l.std and l.normalisation: --mean/--std when given, else fallback() (a
+/// models::Normalisation); one value stands for every channel.
+template <typename Fallback>
+void set_normalisation(LoadedModel& l, const ModelSource& source, int64_t channels,
+                       Fallback fallback) {
+  if (!source.mean.empty() || !source.std.empty()) {
+    l.mean = source.mean;
+    l.std = source.std;
+    l.normalisation = "--mean/--std";
+  } else {
+    models::Normalisation n = fallback();
+    l.mean = std::move(n.mean);
+    l.std = std::move(n.std);
+    l.normalisation = std::move(n.source);
+  }
+  const auto c = static_cast<size_t>(channels);
+  if (l.mean.size() == 1) l.mean.resize(c, l.mean[0]);
+  if (l.std.size() == 1) l.std.resize(c, l.std[0]);
+  VT_CHECK(l.mean.size() == c && l.std.size() == c,
+           "normalisation from {}: {} mean and {} std values for a {}-channel model",
+           l.normalisation, l.mean.size(), l.std.size(), channels);
+}
+
 /// checkpoint "random:PRESET": the preset's ViT initialised from the seed. It has no file, so no
 /// metadata: classes are numbered, and the normalisation is --mean/--std or timm's 0.5 / 0.5.
 LoadedModel random_model(const ModelSource& source) {
@@ -49,22 +79,11 @@ LoadedModel random_model(const ModelSource& source) {
   l.vit = std::dynamic_pointer_cast<models::VisionTransformer>(l.model);
   l.patch = config.patch;
   l.headless = config.num_classes == 0;
-  for (int64_t k = 0; k < config.num_classes; ++k) l.classes.push_back(std::to_string(k));
-  const auto channels = static_cast<size_t>(config.channels);
-  if (!source.mean.empty() || !source.std.empty()) {
-    l.mean = source.mean;
-    l.std = source.std;
-    l.normalisation = "--mean/--std";
-  } else {
-    l.mean.assign(channels, 0.5f);
-    l.std.assign(channels, 0.5f);
-    l.normalisation = "0.5 / 0.5, timm's ViT default (an untrained model has none of its own)";
-  }
-  if (l.mean.size() == 1) l.mean.resize(channels, l.mean[0]);
-  if (l.std.size() == 1) l.std.resize(channels, l.std[0]);
-  VT_CHECK(l.mean.size() == channels && l.std.size() == channels,
-           "normalisation from {}: {} mean and {} std values for a {}-channel model",
-           l.normalisation, l.mean.size(), l.std.size(), channels);
+  l.classes = numbered_classes(config.num_classes);
+  set_normalisation(l, source, config.channels, [] {
+    return models::Normalisation{
+        {0.5f}, {0.5f}, "0.5 / 0.5, timm's ViT default (an untrained model has none of its own)"};
+  });
   return l;
 }
 
@@ -103,27 +122,11 @@ LoadedModel load_model(const ModelSource& source) {
   } catch (const Error& e) {
     fail("{}: {}", source.checkpoint, e.what());
   }
-  if (static_cast<int64_t>(l.classes.size()) != c.num_classes) {  // "0", "1", ... as torchvision
-    l.classes.clear();
-    for (int64_t k = 0; k < c.num_classes; ++k) l.classes.push_back(std::to_string(k));
-  }
-  if (!source.mean.empty() || !source.std.empty()) {
-    l.mean = source.mean;
-    l.std = source.std;
-    l.normalisation = "--mean/--std";
-  } else {
-    models::Normalisation n =
-        models::checkpoint_normalisation(source.checkpoint, c.channels, !l.headless);
-    l.mean = std::move(n.mean);
-    l.std = std::move(n.std);
-    l.normalisation = n.source;
-  }
-  if (l.mean.size() == 1) l.mean.resize(static_cast<size_t>(c.channels), l.mean[0]);
-  if (l.std.size() == 1) l.std.resize(static_cast<size_t>(c.channels), l.std[0]);
-  VT_CHECK(static_cast<int64_t>(l.mean.size()) == c.channels &&
-               static_cast<int64_t>(l.std.size()) == c.channels,
-           "normalisation from {}: {} mean and {} std values for a {}-channel model",
-           l.normalisation, l.mean.size(), l.std.size(), c.channels);
+  if (static_cast<int64_t>(l.classes.size()) != c.num_classes)
+    l.classes = numbered_classes(c.num_classes);
+  set_normalisation(l, source, c.channels, [&] {
+    return models::checkpoint_normalisation(source.checkpoint, l.meta, c.channels, !l.headless);
+  });
   return l;
 }
 

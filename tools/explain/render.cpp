@@ -118,42 +118,46 @@ Rgb8 heatmap(const Tensor& map, Colormap c) {
   return out;
 }
 
-Rgb8 overlay(const Tensor& image, const Tensor& map, Colormap c, double alpha) {
-  VT_CHECK(alpha >= 0 && alpha <= 1, "overlay: alpha must be in [0, 1], got {}", alpha);
-  const Tensor img = image_values(image, "overlay");
-  const Tensor m = float_values(map, 2, "overlay", "map [H, W]");
+namespace {
+
+/// Each output pixel from the image's colour under it (0..255 per channel) and the map's value
+/// there: pixel(under, value) -> the three channels. `what` names the caller in errors.
+template <typename Pixel>
+Rgb8 per_pixel(const Tensor& image, const Tensor& map, const char* what, Pixel pixel) {
+  const Tensor img = image_values(image, what);
+  const Tensor m = float_values(map, 2, what, "map [H, W]");
   const int64_t channels_in = img.shape()[0], h = img.shape()[1], w = img.shape()[2];
   VT_CHECK(m.shape()[0] == h && m.shape()[1] == w,
-           "overlay: the map {} must have the image's height and width ({} x {})", m.shape(), h, w);
+           "{}: the map {} must have the image's height and width ({} x {})", what, m.shape(), h,
+           w);
   const float* pi = img.data<float>();
   const float* pm = m.data<float>();
   Rgb8 out = blank(h, w);
   for (int64_t i = 0; i < h * w; ++i) {
-    const std::array<double, 3> under = channels(pi, channels_in, h * w, i);
-    const std::array<uint8_t, 3> over = color(c, pm[i]);
+    const std::array<double, 3> v = pixel(channels(pi, channels_in, h * w, i), pm[i]);
     for (int64_t k = 0; k < 3; ++k)
-      out.pixels[i * 3 + k] =
-          static_cast<uint8_t>(std::lround((1 - alpha) * under[k] + alpha * over[k]));
+      out.pixels[i * 3 + k] = static_cast<uint8_t>(std::lround(v[static_cast<size_t>(k)]));
   }
   return out;
 }
 
+}  // namespace
+
+Rgb8 overlay(const Tensor& image, const Tensor& map, Colormap c, double alpha) {
+  VT_CHECK(alpha >= 0 && alpha <= 1, "overlay: alpha must be in [0, 1], got {}", alpha);
+  return per_pixel(image, map, "overlay", [&](const std::array<double, 3>& under, float value) {
+    const std::array<uint8_t, 3> over = color(c, value);
+    std::array<double, 3> out;
+    for (size_t k = 0; k < 3; ++k) out[k] = (1 - alpha) * under[k] + alpha * over[k];
+    return out;
+  });
+}
+
 Rgb8 masked(const Tensor& image, const Tensor& map) {
-  const Tensor img = image_values(image, "masked");
-  const Tensor m = float_values(map, 2, "masked", "map [H, W]");
-  const int64_t channels_in = img.shape()[0], h = img.shape()[1], w = img.shape()[2];
-  VT_CHECK(m.shape()[0] == h && m.shape()[1] == w,
-           "masked: the map {} must have the image's height and width ({} x {})", m.shape(), h, w);
-  const float* pi = img.data<float>();
-  const float* pm = m.data<float>();
-  Rgb8 out = blank(h, w);
-  for (int64_t i = 0; i < h * w; ++i) {
-    const std::array<double, 3> under = channels(pi, channels_in, h * w, i);
-    const double v = std::isnan(pm[i]) ? 0.0 : std::clamp(static_cast<double>(pm[i]), 0.0, 1.0);
-    for (int64_t k = 0; k < 3; ++k)
-      out.pixels[i * 3 + k] = static_cast<uint8_t>(std::lround(under[k] * v));
-  }
-  return out;
+  return per_pixel(image, map, "masked", [](const std::array<double, 3>& under, float value) {
+    const double v = std::isnan(value) ? 0.0 : std::clamp(static_cast<double>(value), 0.0, 1.0);
+    return std::array<double, 3>{under[0] * v, under[1] * v, under[2] * v};
+  });
 }
 
 Style parse_style(const std::string& name) {

@@ -214,7 +214,7 @@ int evaluate_checkpoint(const Options& o) {
     return s.starts_with("data.transforms.mean") || s.starts_with("data.transforms.std");
   });
   const models::Normalisation norm =
-      models::checkpoint_normalisation(o.eval, spec.channels, spec.num_classes > 0);
+      models::checkpoint_normalisation(o.eval, meta, spec.channels, spec.num_classes > 0);
   const bool own = norm.source == "the checkpoint";
   if (!set_norm && (own || o.config_path.empty())) {
     transforms["mean"] = norm.mean;
@@ -402,8 +402,9 @@ int run_training(const Options& o) {
   fmt::print("run folder: {}\n", run_dir);
   if (r.best_accuracy >= 0)
     fmt::print("  best.safetensors   the {}, {:.2f}%\n",
-               r.best_by == "val_loss" ? "lowest validation loss; its accuracy"
-                                       : "best validation accuracy",
+               trainer.config().train.early_stopping_metric == "val_loss"
+                   ? "lowest validation loss; its accuracy"
+                   : "best validation accuracy",
                100 * r.best_accuracy);
   fmt::print("  last.safetensors   the final weights (test accuracy {:.2f}%)\n",
              100 * r.test->accuracy);

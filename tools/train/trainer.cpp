@@ -440,7 +440,6 @@ TrainResult Trainer::loop() {
         r.epoch = epoch_;
         r.global_step = global_step_;
         r.best_accuracy = best_accuracy_;
-        r.best_by = cfg_.train.early_stopping_metric;
         return r;
       }
       StepInfo info;
@@ -525,7 +524,6 @@ TrainResult Trainer::finish(TrainResult r) {
   r.epoch = epoch_;
   r.global_step = global_step_;
   r.best_accuracy = best_accuracy_;
-  r.best_by = cfg_.train.early_stopping_metric;
   r.test = std::move(test);
   return r;
 }

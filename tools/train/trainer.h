@@ -103,10 +103,9 @@ struct TrainResult {
   bool stopped = false;        // the stop flag ended the run; resume() continues it
   bool early_stopped = false;  // the validation metric stopped improving
   int64_t epoch = 0, global_step = 0;
-  double best_accuracy = -1;             // best.safetensors' validation accuracy; -1 before any
-  std::string best_by = "val_accuracy";  // what made it the best (train.early_stopping_metric)
-  std::string message;                   // what happened, and how to resume when stopped
-  std::optional<Evaluation> test;        // the test set's metrics (not when stopped)
+  double best_accuracy = -1;       // best.safetensors' validation accuracy; -1 before any
+  std::string message;             // what happened, and how to resume when stopped
+  std::optional<Evaluation> test;  // the test set's metrics (not when stopped)
   /// The validation of the run's last step, when no step's own validation fell on it (an
   /// eval_every longer than the run, train.max_steps).
   std::optional<Evaluation> end_validation;
