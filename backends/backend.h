@@ -36,13 +36,15 @@ enum class UnaryOp : uint8_t { VITRINE_UNARY_OPS(VITRINE_OP_ENUMERATOR) };
 enum class BinaryOp : uint8_t { VITRINE_BINARY_OPS(VITRINE_OP_ENUMERATOR) };
 enum class ReduceOp : uint8_t { VITRINE_REDUCE_OPS(VITRINE_OP_ENUMERATOR) };
 
-/// Parameters of a 2-D convolution as im2col sees one image.
+/// Parameters of a 2-D convolution as im2col sees one image: kernel tap (i, j) of output (oh, ow)
+/// reads input pixel (oh stride_h - pad_h + i dilation_h, ow stride_w - pad_w + j dilation_w).
 struct ConvGeometry {
-  int64_t channels, height, width;  // input image
+  int64_t channels, height, width;  // input image (of one group's channels)
   int64_t kernel_h, kernel_w;
   int64_t stride_h, stride_w;
   int64_t pad_h, pad_w;
   int64_t out_h, out_w;
+  int64_t dilation_h = 1, dilation_w = 1;
 };
 
 /// How BLAS can read a [rows, cols] matrix with strides (s0, s1) in place: row-major (trans =
@@ -235,6 +237,42 @@ class Backend {
   virtual void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) = 0;
   /// The adjoint of im2col: dx [C, H, W] (zeroed here) += scattered cols (laid out as im2col's).
   virtual void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) = 0;
+  /// The whole batch's convolution in one call, where the backend has one (the CPU's: groups of
+  /// images in parallel, backends/cpu/conv_batched.cpp): x [B, C, H, W] (any strides), w [Cout,
+  /// K] and y [B, Cout, OH, OW] contiguous, bias [Cout] (data null: none),
+  ///   y[b] = W @ im2col(x[b]) + bias[:, None].
+  /// Returns false, having done nothing, when it has none for this dtype or setting
+  /// (conv_algorithm.h); ops/conv.cpp then goes through im2col and gemm.
+  virtual bool conv2d_batched(const Strided& x, const Strided& w, const Strided& bias,
+                              const Strided& y, const ConvGeometry& g) {
+    (void)x, (void)w, (void)bias, (void)y, (void)g;
+    return false;
+  }
+  /// Its backward from dy [B, Cout, OH, OW] contiguous: dx[b] = col2im(W^T dy[b]) into dx
+  /// (contiguous; data null: not wanted), dw = sum_b dy[b] im2col(x[b])^T into dw ([Cout, K];
+  /// data null: not wanted). false as above.
+  virtual bool conv2d_batched_backward(const Strided& x, const Strided& w, const Strided& dy,
+                                       const Strided& dx, const Strided& dw,
+                                       const ConvGeometry& g) {
+    (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)g;
+    return false;
+  }
+  /// Depthwise convolution (groups = C; backends/cpu/conv_depthwise.cpp): x [B, C, H, W] (any
+  /// strides), w [m C, 1, kh, kw] and y [B, m C, OH, OW] contiguous, bias [m C] (data null: none),
+  ///   y[b, co] = bias[co] + x[b, co / m] (*) w[co]      (g.channels = C)
+  /// false when the backend has no such kernel (ops/conv.cpp then convolves group by group).
+  virtual bool depthwise_conv2d(const Strided& x, const Strided& w, const Strided& bias,
+                                const Strided& y, const ConvGeometry& g) {
+    (void)x, (void)w, (void)bias, (void)y, (void)g;
+    return false;
+  }
+  /// Its backward from dy: dx (contiguous; data null: not wanted) and dw (data null: not wanted).
+  virtual bool depthwise_conv2d_backward(const Strided& x, const Strided& w, const Strided& dy,
+                                         const Strided& dx, const Strided& dw,
+                                         const ConvGeometry& g) {
+    (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)g;
+    return false;
+  }
 
   // Batch normalisation's kernels (ops/batch_norm.cpp). x, dy, y: [B, C, L] contiguous (L: the
   // positions of one channel's map); the per-channel operands are [C] contiguous. These defaults

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "backends/backend.h"
+#include "backends/conv_algorithm.h"
 #include "backends/generator.h"
 #include "backends/matmul_precision.h"
 
@@ -211,5 +212,28 @@ MatmulPrecision float32_matmul_precision() { return g_matmul_precision; }
 const char* float32_matmul_precision_for(std::string_view mode) {
   return mode == "bf16" ? "medium" : mode == "tf32" ? "high" : "highest";
 }
+
+namespace {
+constexpr std::string_view kConvNames[] = {"auto", "batched", "per-image"};
+ConvAlgorithm conv_from(std::string_view name, const char* where) {
+  for (int i = 0; i < 3; ++i)
+    if (name == kConvNames[i]) return static_cast<ConvAlgorithm>(i);
+  fail("{}: '{}' is not a convolution algorithm (expected auto, batched or per-image)", where,
+       name);
+}
+std::atomic<ConvAlgorithm>& conv_setting() {
+  static std::atomic<ConvAlgorithm> a{[] {
+    const char* env = std::getenv("VITRINE_CONV");
+    return env ? conv_from(env, "VITRINE_CONV") : ConvAlgorithm::Auto;
+  }()};
+  return a;
+}
+}  // namespace
+
+void set_conv_algorithm(std::string_view name) {
+  conv_setting() = conv_from(name, "set_conv_algorithm");
+}
+void set_conv_algorithm(ConvAlgorithm a) { conv_setting() = a; }
+ConvAlgorithm conv_algorithm() { return conv_setting(); }
 
 }  // namespace vitrine

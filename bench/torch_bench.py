@@ -145,6 +145,15 @@ MODELS = {
     "vit_base_patch16_224": dict(image=224, channels=3, patch=16, dim=768, depth=12, heads=12,
                                  mlp=3072, classes=1000, batch=8, steps=2),
 }
+# ResNets (models/resnet.h): the CIFAR ones (3x32x32, 10 classes) and torchvision's ImageNet
+# ResNet-18 and -34 (3x224x224, 1000 classes); --set model.arch=resnet on a ViT config is
+# vitrine-train's ResNet-8 on that config's input and classes (Fashion-MNIST's for fmnist).
+for _d in (8, 14, 20, 32, 44, 56):
+    MODELS[f"resnet{_d}"] = dict(arch="resnet", depth=_d, image=32, channels=3, width=16,
+                                 classes=10, batch=64, steps=5)
+MODELS["resnet18"] = dict(arch="resnet", depth=18, layers=[2, 2, 2, 2], image=224, channels=3,
+                          width=64, classes=1000, batch=8, steps=2)
+MODELS["resnet34"] = dict(MODELS["resnet18"], depth=34, layers=[3, 4, 6, 3])
 # the default batch with --device cuda, where it differs (the GPU benchmark's)
 CUDA_BATCH = {"vit_small_patch16_224": 64, "vit_base_patch16_224": 64}
 # Vitrine's presets (fmnist: vitrine-train --summary; the 224x224 ones: as timm's)
@@ -160,6 +169,8 @@ EPS = 1e-6
 # ---- the model (as bench/fmnist_torch.py's build_model, without dropout and drop path) ---------
 
 def build_model(m):
+    if m.get("arch") == "resnet":
+        return build_resnet(m)
     import torch
     from torch import nn
 
@@ -250,13 +261,75 @@ def build_model(m):
     return VisionTransformer()
 
 
+def build_resnet(m):
+    """models/resnet.cpp's networks: torchvision's resnet18/34, or the CIFAR ResNet of
+    tests/fixtures/make_resnet_fixtures.py (torchvision's BasicBlock, option-B shortcuts), with
+    torchvision's init."""
+    from torch import nn
+    if "layers" in m:
+        import torchvision
+        return getattr(torchvision.models, f"resnet{m['depth']}")(num_classes=m["classes"])
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        "make_resnet_fixtures", os.path.join(here, "..", "tests", "fixtures",
+                                             "make_resnet_fixtures.py"))
+    fixtures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixtures)
+    model = fixtures.ResNet(m["depth"], m["channels"], m["classes"], m["width"])
+    for mod in model.modules():
+        if isinstance(mod, nn.Conv2d):
+            nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
+    return model
+
+
+def resolve_model(name, sets):
+    """--model and --set as vitrine-bench takes them (the model keys this script implements)."""
+    m = dict(MODELS[name])
+    for assignment in sets:
+        key, _, value = assignment.partition("=")
+        if key == "model.arch" and value == "resnet" and m.get("arch") != "resnet":
+            m = dict(arch="resnet", depth=8, image=m["image"], channels=m["channels"], width=16,
+                     classes=m["classes"], batch=m["batch"], steps=m["steps"])
+        elif key == "model.arch" and value == m.get("arch", "vit"):
+            pass
+        elif m.get("arch") == "resnet" and key in ("model.depth", "model.width") and \
+                "layers" not in m and value.isdigit():
+            m[key[len("model."):]] = int(value)
+        else:
+            raise RuntimeError(f"--set {assignment}: this script implements model.arch=resnet and, "
+                               "for a CIFAR ResNet, model.depth and model.width")
+    return m
+
+
 def image_hw(m):
     """m["image"]: one size, or [height, width] (the self-check's fixture model)."""
     return (m["image"], m["image"]) if isinstance(m["image"], int) else tuple(m["image"])
 
 
-def forward_flops(m):
-    """Model FLOPs of one image's forward (tools/bench/bench.cpp forward_flops)."""
+def forward_flops(m, model=None):
+    """Model FLOPs of one image's forward (tools/bench/bench.cpp forward_flops): a ViT's analytic
+    count, any other model's measured from its Conv2d and Linear layers."""
+    if m.get("arch") == "resnet":
+        import torch
+        from torch import nn
+        flops = [0.0]
+
+        def count(mod, inputs, out):
+            if isinstance(mod, nn.Conv2d):
+                flops[0] += 2.0 * out.numel() * mod.weight[0].numel()
+            elif isinstance(mod, nn.Linear):
+                flops[0] += 2.0 * out.numel() * mod.in_features
+        hooks = [mod.register_forward_hook(count) for mod in model.modules()
+                 if isinstance(mod, (nn.Conv2d, nn.Linear))]
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(1, m["channels"], *image_hw(m)))
+        model.train(was)
+        for h in hooks:
+            h.remove()
+        return flops[0]
     h, w = image_hw(m)
     P = (h // m["patch"]) * (w // m["patch"])
     N, D, M, K = P + 1, m["dim"], m["mlp"], m["classes"]
@@ -677,7 +750,7 @@ def run(args):
     if args.precision == "tf32" and not cuda:
         print("torch_bench: warning: --precision tf32 does nothing on the CPU (it runs fp32)",
               file=sys.stderr)
-    m = MODELS[args.model]
+    m = resolve_model(args.model, args.set)
     what = args.what
     policy = os.environ.get("OMP_WAIT_POLICY")
     if args.variant == "tuned" and (policy or "").upper() != "PASSIVE":
@@ -693,7 +766,6 @@ def run(args):
     if args.compile and warmup == 0:
         print("torch_bench: warning: --compile with --warmup 0: the first timed repeat includes "
               "the compilation", file=sys.stderr)
-    fwd = forward_flops(m)
     autocast = set_precision(torch, args.device, args.precision)
     sync = torch.cuda.synchronize if cuda else None
 
@@ -701,7 +773,8 @@ def run(args):
     torch.manual_seed(0)
     model = build_model(m)
     params = sum(p.numel() for p in model.parameters())
-    if args.model in EXPECTED_PARAMS and params != EXPECTED_PARAMS[args.model]:
+    fwd = forward_flops(m, model)
+    if args.model in EXPECTED_PARAMS and not args.set and params != EXPECTED_PARAMS[args.model]:
         raise RuntimeError(f"{args.model}: {params} parameters, Vitrine's preset has "
                            f"{EXPECTED_PARAMS[args.model]}")
     gen = torch.Generator().manual_seed(1)
@@ -718,7 +791,8 @@ def run(args):
                             args.compile_mode)
 
     j = {"framework": "pytorch", "version": torch.__version__, "variant": args.variant,
-         "omp_wait_policy": policy, "model": args.model, "batch": batch, "threads": args.threads,
+         "omp_wait_policy": policy, "model": args.model, "sets": args.set,
+         "arch": m.get("arch", "vit"), "batch": batch, "threads": args.threads,
          "device": args.device, "precision": args.precision, "compile": args.compile,
          "gpu": gpu, "cuda_version": torch.version.cuda if cuda else None,
          "params": params, "flops_per_image": {"forward": fwd, "train": 3 * fwd}}
@@ -815,7 +889,7 @@ def run(args):
             print(f"training peak GPU memory: {mem['device_peak_mb']:.1f} MiB allocated "
                   f"(max_memory_allocated), {mem['device_reserved_peak_mb']:.1f} MiB reserved")
     # the schema's order (vitrine-bench's, then the GPU fields)
-    order = ["framework", "version", "variant", "omp_wait_policy", "model", "batch", "threads",
+    order = ["framework", "version", "variant", "omp_wait_policy", "model", "sets", "arch", "batch", "threads",
              "device", "precision", "compile", "compile_mode", "gpu", "cuda_version", "params",
              "flops_per_image", "sgemm_peak_gflops", "gemm", "train", "infer", "memory",
              "first_call_seconds", "explain"]
@@ -833,10 +907,13 @@ def run(args):
 def main(argv=None):
     p = argparse.ArgumentParser(
         description="PyTorch's side of the CPU and GPU benchmarks: training and inference speed "
-                    "of a ViT config, its memory, and the explanation methods (the flags and "
+                    "of a model config (a ViT, a ResNet), its memory, and the explanation methods (the flags and "
                     "JSON of vitrine-bench).")
     p.add_argument("--model", default="fmnist", choices=sorted(MODELS),
                    help="the model config (default fmnist)")
+    p.add_argument("--set", action="append", default=[], metavar="model.KEY=VALUE",
+                   help="as vitrine-bench's: model.arch=resnet (vitrine-train's ResNet-8 on the "
+                        "config's input), model.depth, model.width")
     p.add_argument("--batch", type=int, default=0,
                    help="images per step (default: fmnist 128, cifar10 64, the 224x224 models 8, "
                         "or 64 with --device cuda)")

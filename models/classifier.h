@@ -39,6 +39,12 @@ struct ClassifierSpec {
   std::string describe() const;
 };
 
+/// What a --model argument names, of any architecture: a preset (ViTConfig's "fmnist",
+/// "vit_base_patch16_224", ...; ResNetConfig's "resnet8", ...), or a JSON file as resolve_config
+/// reads it (our model config with an optional "arch", a Hugging Face config.json, or a
+/// vitrine-train config's "model" section). Errors name the argument and what was tried.
+ClassifierSpec resolve_classifier(const std::string& spec);
+
 /// The registered architectures: vit, resnet.
 std::vector<std::string> architectures();
 /// The architecture named by a model config JSON ("vit" without an "arch" key).

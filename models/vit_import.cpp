@@ -707,11 +707,24 @@ void save_vit_timm(const std::string& path, const VisionTransformer& model,
 }
 
 ViTConfig resolve_config(const std::string& spec) {
-  const auto names = ViTConfig::preset_names();
-  if (std::find(names.begin(), names.end(), spec) != names.end()) return ViTConfig::preset(spec);
+  const ClassifierSpec c = resolve_classifier(spec);
+  try {
+    return c.vit("this");
+  } catch (const Error& e) {
+    fail("model config '{}': {}", spec, e.what());
+  }
+}
+
+ClassifierSpec resolve_classifier(const std::string& spec) {
+  const auto vits = ViTConfig::preset_names();
+  if (std::find(vits.begin(), vits.end(), spec) != vits.end())
+    return ClassifierSpec::of(ViTConfig::preset(spec));
+  const auto resnets = ResNetConfig::preset_names();
+  if (std::find(resnets.begin(), resnets.end(), spec) != resnets.end())
+    return ClassifierSpec::of(ResNetConfig::preset(spec));
   std::ifstream in(spec, std::ios::binary);
-  VT_CHECK(in.good(), "model config '{}': not a preset name ({}) and not a readable file", spec,
-           fmt::join(names, ", "));
+  VT_CHECK(in.good(), "model config '{}': not a preset name ({}, {}) and not a readable file", spec,
+           fmt::join(vits, ", "), fmt::join(resnets, ", "));
   // A model config is a few hundred bytes: read at most a megabyte of it.
   constexpr std::streamsize kMaxBytes = 1 << 20;
   std::string text(static_cast<size_t>(kMaxBytes) + 1, '\0');
@@ -722,10 +735,10 @@ ViTConfig resolve_config(const std::string& spec) {
                                 {.max_bytes = static_cast<uint64_t>(kMaxBytes)});
   try {
     if (j.is_object() && (j.contains("model_type") || j.contains("hidden_size")))
-      return config_from_hf(j);
+      return ClassifierSpec::of(config_from_hf(j));
     // A vitrine-train config (configs/*.json) names its model in its "model" section.
     const json& m = j.is_object() && j.contains("model") ? j.at("model") : j;
-    return ClassifierSpec::from_json(m).vit("this");
+    return ClassifierSpec::from_json(m);
   } catch (const Error& e) {
     fail("model config '{}': {}", spec, e.what());
   }

@@ -72,29 +72,50 @@ Tensor Sigmoid::forward(const Tensor& x) { return ops::sigmoid(x); }
 Tensor SiLU::forward(const Tensor& x) { return x * ops::sigmoid(x); }
 
 Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, Size2 s, Size2 pad, bool with_bias, Generator& gen)
-    : in_channels(in), out_channels(out), kernel(k.pair()), stride(s.pair()), padding(pad.pair()) {
+    : Conv2d(in, out, k, Conv2dOptions{.stride = s, .padding = pad, .bias = with_bias}, gen) {}
+
+Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, const Conv2dOptions& o, Generator& gen)
+    : in_channels(in),
+      out_channels(out),
+      groups(o.groups),
+      kernel(k.pair()),
+      stride(o.stride.pair()),
+      padding(o.padding.pair()),
+      dilation(o.dilation.pair()) {
   VT_CHECK(in > 0 && out > 0 && k.h > 0 && k.w > 0,
            "Conv2d: channels and kernel sizes must be positive (got {}, {}, {}x{})", in, out, k.h,
            k.w);
-  VT_CHECK(s.h > 0 && s.w > 0 && pad.h >= 0 && pad.w >= 0,
-           "Conv2d: stride must be positive and padding non-negative (got stride {}x{}, padding "
-           "{}x{})",
-           s.h, s.w, pad.h, pad.w);
-  weight = register_parameter("weight", ops::empty({out, in, k.h, k.w}));
+  VT_CHECK(stride.first > 0 && stride.second > 0 && padding.first >= 0 && padding.second >= 0 &&
+               dilation.first > 0 && dilation.second > 0,
+           "Conv2d: stride and dilation must be positive and padding non-negative (got stride "
+           "{}x{}, padding {}x{}, dilation {}x{})",
+           stride.first, stride.second, padding.first, padding.second, dilation.first,
+           dilation.second);
+  VT_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,
+           "Conv2d: groups must be positive and divide in_channels and out_channels (got groups "
+           "{}, {} in, {} out)",
+           groups, in, out);
+  weight = register_parameter("weight", ops::empty({out, in / groups, k.h, k.w}));
   init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
-  if (with_bias) {
+  if (o.bias) {
     bias = register_parameter("bias", ops::empty({out}));
-    double bound = 1.0 / std::sqrt(static_cast<double>(in * k.h * k.w));
+    double bound = 1.0 / std::sqrt(static_cast<double>(in / groups * k.h * k.w));
     init::uniform_(bias, -bound, bound, gen);
   }
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return ops::conv2d(x, weight, bias, stride, padding); }
+Tensor Conv2d::forward(const Tensor& x) {
+  return ops::conv2d(x, weight, bias, stride, padding, dilation, groups);
+}
 
 std::string Conv2d::extra_repr() const {
-  return fmt::format("{}, {}, kernel={}x{}, stride={}x{}, padding={}x{}", in_channels, out_channels,
-                     kernel.first, kernel.second, stride.first, stride.second, padding.first,
-                     padding.second);
+  std::string s = fmt::format("{}, {}, kernel={}x{}, stride={}x{}, padding={}x{}", in_channels,
+                              out_channels, kernel.first, kernel.second, stride.first,
+                              stride.second, padding.first, padding.second);
+  if (dilation != std::pair<int64_t, int64_t>{1, 1})
+    s += fmt::format(", dilation={}x{}", dilation.first, dilation.second);
+  if (groups != 1) s += fmt::format(", groups={}", groups);
+  return s;
 }
 
 }  // namespace vitrine::nn

@@ -121,19 +121,32 @@ struct Size2 {
   int64_t h, w;
 };
 
-/// 2-D convolution, x [B, Cin, H, W] -> [B, Cout, OH, OW]; init as PyTorch. Arguments in
-/// torch.nn.Conv2d's order and with its defaults (stride 1, padding 0, bias), each size an integer
-/// or a pair: Conv2d(3, 64, 3, 1, 1) is Conv2d(3, 64, {3, 3}, {1, 1}, {1, 1}).
+/// Conv2d's arguments after the kernel size, with torch.nn.Conv2d's names and defaults, for
+/// designated initializers: Conv2d(32, 32, 3, {.padding = 1, .groups = 32}) is PyTorch's
+/// Conv2d(32, 32, 3, padding=1, groups=32) (a depthwise convolution).
+struct Conv2dOptions {
+  Size2 stride = 1, padding = 0, dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// 2-D convolution (ops::conv2d), x [B, Cin, H, W] -> [B, Cout, OH, OW], weight [Cout, Cin /
+/// groups, kh, kw]; init as PyTorch (kaiming_uniform a = sqrt(5), bias U(-1/sqrt(fan_in), ..)
+/// with fan_in = Cin / groups kh kw). Arguments in torch.nn.Conv2d's order and with its
+/// defaults, each size an integer or a pair: Conv2d(3, 64, 3, 1, 1) is Conv2d(3, 64, {3, 3},
+/// {1, 1}, {1, 1}); dilation and groups through Conv2dOptions.
 class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1,
          Size2 padding = 0, bool bias = true, Generator& gen = default_generator());
+  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, const Conv2dOptions& options,
+         Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
   Tensor weight, bias;
-  int64_t in_channels, out_channels;
-  std::pair<int64_t, int64_t> kernel, stride, padding;  // (height, width)
+  int64_t in_channels, out_channels, groups = 1;
+  std::pair<int64_t, int64_t> kernel, stride, padding, dilation{1, 1};  // (height, width)
 };
 
 }  // namespace vitrine::nn

@@ -1,5 +1,8 @@
-// conv2d as im2col + GEMM (the Caffe / PyTorch slow_conv2d scheme). With K = Cin * kh * kw and
-// L = OH * OW, per image b:
+// conv2d as im2col + GEMM (the Caffe / PyTorch slow_conv2d scheme). A backend that has a
+// whole-batch convolution (the CPU's, backends/cpu/conv_batched.cpp: groups of images in parallel,
+// one product per group) takes it first (Backend::conv2d_batched); what follows is the path of
+// every backend, and the reference the tests check the batched one against. With K = Cin * kh * kw
+// and L = OH * OW, per image b:
 //   cols_b [K, L]    = im2col(x_b)                 (zero padding, stride)
 //   y_b    [Cout, L] = W [Cout, K] @ cols_b + bias[:, None]
 // Backward, from dy_b [Cout, L]:
@@ -110,10 +113,15 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
   const Tensor wc = w.contiguous();  // [Cout, K]
   Tensor dx, dw;
   if (needs[0]) dx = empty_on(x, x.shape(), dt);
-  if (needs[1]) {
-    dw = empty_on(w, w.shape(), dt);
-    be.fill(dw.strided(), 0);
+  if (needs[1]) dw = empty_on(w, w.shape(), dt);
+  if (be.conv2d_batched_backward(x.strided(), wc.strided(), dy.strided(),
+                                 needs[0] ? dx.strided() : Strided(),
+                                 needs[1] ? dw.strided() : Strided(), g)) {
+    if (needs[0]) out[0] = no_double_backward(dx, "conv2d_backward", {dy_in, w});
+    if (needs[1]) out[1] = no_double_backward(dw, "conv2d_backward", {dy_in, x});
+    return out;
   }
+  if (needs[1]) be.fill(dw.strided(), 0);
   const Strided xs = x.strided();
   const int64_t chunk = chunk_size(B, K, Cout, L);
   Tensor cols = empty_on(x, {chunk, K, L}, dt);
@@ -164,46 +172,37 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
   return out;
 }
 
-}  // namespace
+/// y's graph node: conv2d_backward from the saved x and weight.
+Tensor record_conv(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const ConvGeometry& g) {
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  return record(y, "conv2d", inputs,
+                [sx = save(x), sw_ = save(weight), g, has_bias = bias.defined()](
+                    const Tensor& dy, const Needs& needs) -> Grads {
+                  return conv2d_backward(dy, needs, sx.get(), sw_.get(), g, has_bias);
+                });
+}
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding) {
-  check_defined(x, "conv2d", "input");
-  check_defined(weight, "conv2d", "weight");
-  VT_CHECK(x.dim() == 4, "conv2d: input must be 4-D [B, Cin, H, W], got shape {}", x.shape());
-  VT_CHECK(weight.dim() == 4, "conv2d: weight must be 4-D [Cout, Cin, kh, kw], got shape {}",
-           weight.shape());
-  check_float(x, "conv2d");
-  check_same(x, weight, "conv2d");
-  const int64_t B = x.size(0), Cin = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t Cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);
-  VT_CHECK(weight.size(1) == Cin,
-           "conv2d: input has {} channels (shape {}) but weight expects {} (shape {})", Cin,
-           x.shape(), weight.size(1), weight.shape());
-  if (bias.defined()) {
-    check_same(x, bias, "conv2d");
-    VT_CHECK(bias.dim() == 1 && bias.size(0) == Cout,
-             "conv2d: bias must have shape [{}] (one per output channel of weight {}), got {}",
-             Cout, weight.shape(), bias.shape());
-  }
-  const auto [sh, sw] = stride;
-  const auto [ph, pw] = padding;
-  VT_CHECK(sh > 0 && sw > 0, "conv2d: stride must be positive, got ({}, {})", sh, sw);
-  VT_CHECK(ph >= 0 && pw >= 0, "conv2d: padding must be non-negative, got ({}, {})", ph, pw);
-  VT_CHECK(kh > 0 && kw > 0, "conv2d: kernel size must be positive, got weight shape {}",
-           weight.shape());
-  VT_CHECK(kh <= H + 2 * ph && kw <= W + 2 * pw,
-           "conv2d: kernel {}x{} (weight {}) is larger than the padded input {}x{} (input {}, "
-           "padding ({}, {}))",
-           kh, kw, weight.shape(), H + 2 * ph, W + 2 * pw, x.shape(), ph, pw);
-
-  const int64_t OH = (H + 2 * ph - kh) / sh + 1, OW = (W + 2 * pw - kw) / sw + 1;
-  const ConvGeometry g{Cin, H, W, kh, kw, sh, sw, ph, pw, OH, OW};
+/// groups = 1: the whole batch on the backend's batched path, else im2col and gemm (file comment).
+Tensor conv2d_dense(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    const ConvGeometry& g) {
+  const int64_t B = x.size(0), Cout = weight.size(0), Cin = g.channels;
+  const int64_t kh = g.kernel_h, kw = g.kernel_w, OH = g.out_h, OW = g.out_w;
   const int64_t K = Cin * kh * kw, L = OH * OW;
   const DType dt = x.dtype();
   Backend& be = x.backend();
 
   Tensor y = empty_on(x, {B, Cout, OH, OW}, dt);
+  bool batched;
+  {
+    NoGradGuard no_grad;
+    const Tensor wc = weight.contiguous();  // [Cout, K]
+    const Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+    batched = be.conv2d_batched(x.strided(), wc.strided(),
+                                bias.defined() ? bc.strided() : Strided(), y.strided(), g);
+  }
+  if (batched) return record_conv(y, x, weight, bias, g);
   {
     NoGradGuard no_grad;
     const Tensor wc = weight.contiguous();  // [Cout, K]
@@ -235,13 +234,107 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     }
   }
 
-  std::vector<Tensor> inputs{x, weight};
-  if (bias.defined()) inputs.push_back(bias);
-  return record(y, "conv2d", inputs,
-                [sx = save(x), sw_ = save(weight), g, has_bias = bias.defined()](
-                    const Tensor& dy, const Needs& needs) -> Grads {
-                  return conv2d_backward(dy, needs, sx.get(), sw_.get(), g, has_bias);
-                });
+  return record_conv(y, x, weight, bias, g);
+}
+
+/// groups = C with one input channel per filter: the backend's depthwise kernels.
+Grads depthwise_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, const Tensor& w,
+                         const ConvGeometry& g, bool has_bias) {
+  Grads out(has_bias ? 3 : 2);
+  if (has_bias && needs[2]) out[2] = sum(dy_in, {0, 2, 3});
+  if (!needs[0] && !needs[1]) return out;
+  const Tensor dy = dy_in.contiguous(), wc = w.contiguous();
+  Tensor dx, dw;
+  if (needs[0]) dx = empty_on(x, x.shape(), x.dtype());
+  if (needs[1]) dw = empty_on(w, w.shape(), w.dtype());
+  const bool done = x.backend().depthwise_conv2d_backward(x.strided(), wc.strided(), dy.strided(),
+                                                          needs[0] ? dx.strided() : Strided(),
+                                                          needs[1] ? dw.strided() : Strided(), g);
+  VT_ASSERT(done);  // a backend with the forward kernel has the backward one
+  if (needs[0]) out[0] = no_double_backward(dx, "conv2d_backward", {dy_in, w});
+  if (needs[1]) out[1] = no_double_backward(dw, "conv2d_backward", {dy_in, x});
+  return out;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding,
+              std::pair<int64_t, int64_t> dilation, int64_t groups) {
+  check_defined(x, "conv2d", "input");
+  check_defined(weight, "conv2d", "weight");
+  VT_CHECK(x.dim() == 4, "conv2d: input must be 4-D [B, Cin, H, W], got shape {}", x.shape());
+  VT_CHECK(weight.dim() == 4, "conv2d: weight must be 4-D [Cout, Cin, kh, kw], got shape {}",
+           weight.shape());
+  check_float(x, "conv2d");
+  check_same(x, weight, "conv2d");
+  const int64_t B = x.size(0), Cin = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t Cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);
+  VT_CHECK(groups > 0, "conv2d: groups must be positive, got {}", groups);
+  VT_CHECK(Cin % groups == 0 && Cout % groups == 0,
+           "conv2d: groups ({}) must divide the input channels ({}, input {}) and the output "
+           "channels ({}, weight {})",
+           groups, Cin, x.shape(), Cout, weight.shape());
+  VT_CHECK(weight.size(1) * groups == Cin,
+           "conv2d: input has {} channels (shape {}) but weight expects {} (shape {}{})", Cin,
+           x.shape(), weight.size(1) * groups, weight.shape(),
+           groups > 1 ? fmt::format(", {} per group of {}", weight.size(1), groups) : "");
+  if (bias.defined()) {
+    check_same(x, bias, "conv2d");
+    VT_CHECK(bias.dim() == 1 && bias.size(0) == Cout,
+             "conv2d: bias must have shape [{}] (one per output channel of weight {}), got {}",
+             Cout, weight.shape(), bias.shape());
+  }
+  const auto [sh, sw] = stride;
+  const auto [ph, pw] = padding;
+  VT_CHECK(sh > 0 && sw > 0, "conv2d: stride must be positive, got ({}, {})", sh, sw);
+  VT_CHECK(ph >= 0 && pw >= 0, "conv2d: padding must be non-negative, got ({}, {})", ph, pw);
+  VT_CHECK(kh > 0 && kw > 0, "conv2d: kernel size must be positive, got weight shape {}",
+           weight.shape());
+  const auto [dh, dw] = dilation;
+  VT_CHECK(dh > 0 && dw > 0, "conv2d: dilation must be positive, got ({}, {})", dh, dw);
+  const int64_t eh = dh * (kh - 1) + 1, ew = dw * (kw - 1) + 1;  // the kernel's extent
+  VT_CHECK(
+      eh <= H + 2 * ph && ew <= W + 2 * pw,
+      "conv2d: kernel {}x{} (weight {}{}) is larger than the padded input {}x{} (input {}, "
+      "padding ({}, {}))",
+      kh, kw, weight.shape(),
+      dh > 1 || dw > 1 ? fmt::format(", dilation ({}, {}): it spans {}x{}", dh, dw, eh, ew) : "",
+      H + 2 * ph, W + 2 * pw, x.shape(), ph, pw);
+
+  const int64_t OH = (H + 2 * ph - eh) / sh + 1, OW = (W + 2 * pw - ew) / sw + 1;
+  if (groups == 1)
+    return conv2d_dense(x, weight, bias, {Cin, H, W, kh, kw, sh, sw, ph, pw, OH, OW, dh, dw});
+  const int64_t cin_g = Cin / groups, cout_g = Cout / groups;
+  if (cin_g == 1) {  // depthwise
+    const ConvGeometry g{Cin, H, W, kh, kw, sh, sw, ph, pw, OH, OW, dh, dw};
+    Tensor y = empty_on(x, {B, Cout, OH, OW}, x.dtype());
+    bool done;
+    {
+      NoGradGuard no_grad;
+      const Tensor wc = weight.contiguous(), bc = bias.defined() ? bias.contiguous() : Tensor();
+      done = x.backend().depthwise_conv2d(
+          x.strided(), wc.strided(), bias.defined() ? bc.strided() : Strided(), y.strided(), g);
+    }
+    if (done) {
+      std::vector<Tensor> inputs{x, weight};
+      if (bias.defined()) inputs.push_back(bias);
+      return record(y, "conv2d", inputs,
+                    [sx = save(x), sw_ = save(weight), g, has_bias = bias.defined()](
+                        const Tensor& dy, const Needs& needs) -> Grads {
+                      return depthwise_backward(dy, needs, sx.get(), sw_.get(), g, has_bias);
+                    });
+    }
+  }
+  // Any other grouping (or a backend without a depthwise kernel): one convolution per group of
+  // channels, concatenated (slice and cat carry the gradients).
+  std::vector<Tensor> ys;
+  for (int64_t i = 0; i < groups; ++i)
+    ys.push_back(conv2d(slice(x, 1, i * cin_g, (i + 1) * cin_g),
+                        slice(weight, 0, i * cout_g, (i + 1) * cout_g),
+                        bias.defined() ? slice(bias, 0, i * cout_g, (i + 1) * cout_g) : Tensor(),
+                        stride, padding, dilation, 1));
+  return cat(ys, 1);
 }
 
 }  // namespace vitrine::ops

@@ -213,10 +213,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      int64_t ignore_index = -100);
 /// train: y = x * mask / (1 - p), mask ~ Bernoulli(1 - p) from gen; eval: y = x
 Tensor dropout(const Tensor& x, double p, bool train, Generator& gen = default_generator());
-/// x [B, Cin, H, W], weight [Cout, Cin, kh, kw], bias [Cout] or undefined; im2col + GEMM
+/// PyTorch's F.conv2d (conv.cpp): x [B, Cin, H, W], weight [Cout, Cin / groups, kh, kw], bias
+/// [Cout] or undefined -> [B, Cout, OH, OW], OH = (H + 2 pad_h - dil_h (kh - 1) - 1) / stride_h + 1:
+///   y[b, co, oh, ow] = bias[co] + sum_{c in co's group, i, j} weight[co, c, i, j]
+///                      x[b, c, oh stride_h - pad_h + i dil_h, ow stride_w - pad_w + j dil_w]
+/// (zero padding; channel group gi is input channels gi Cin / groups .. and output channels
+/// gi Cout / groups ..). im2col + GEMM, groups of images at once on the CPU; depthwise (groups =
+/// Cin) by direct loops.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               std::pair<int64_t, int64_t> stride = {1, 1},
-              std::pair<int64_t, int64_t> padding = {0, 0});
+              std::pair<int64_t, int64_t> padding = {0, 0},
+              std::pair<int64_t, int64_t> dilation = {1, 1}, int64_t groups = 1);
 /// Resizes x [B, C, H, W] (or [C, H, W]) to size, or by scale_factor (PyTorch's semantics: the
 /// output size is floor(in * scale) and, when recompute_scale_factor is false, the given scale
 /// maps output to input coordinates). mode: "nearest", "bilinear", "bicubic" (A = -0.75).

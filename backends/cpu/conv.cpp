@@ -1,29 +1,18 @@
 // CPU im2col / col2im for one image, the two halves of convolution as a GEMM (ops/conv.cpp).
 // x: [C, H, W] (any strides); cols: [C * kh * kw, out_h * out_w], each row contiguous (rows
 // ld = cols.strides[0] >= out_h * out_w apart, so that a chunk's images can lie side by side), row
-// r = (c * kh + i) * kw + j holding x[c, oh * stride_h - pad_h + i, ow * stride_w - pad_w + j]
-// for every output position (oh, ow), 0 where that falls in the padding.
+// r = (c * kh + i) * kw + j holding x[c, oh * stride_h - pad_h + i dilation_h, ow * stride_w -
+// pad_w + j dilation_w] for every output position (oh, ow), 0 where that falls in the padding.
 // col2im is the adjoint: dx = 0, then every cols entry is added back to the pixel it came from.
 #include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/conv_window.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 
 namespace vitrine::cpu {
-
-namespace {
-/// The outputs o in [lo, hi) whose input index o * stride - pad + k lies in [0, size).
-std::pair<int64_t, int64_t> valid_range(int64_t k, int64_t size, int64_t stride, int64_t pad,
-                                        int64_t out) {
-  const int64_t a = pad - k;             // o * stride >= a
-  const int64_t b = size - 1 + pad - k;  // o * stride <= b
-  const int64_t lo = std::min(out, a <= 0 ? int64_t{0} : (a + stride - 1) / stride);
-  const int64_t hi = b < 0 ? 0 : std::min(out, b / stride + 1);
-  return {lo, std::max(lo, hi)};
-}
-}  // namespace
 
 void CpuBackend::im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) {
   VT_ASSERT(x.shape.size() == 3 && cols.shape.size() == 2);
@@ -41,8 +30,9 @@ void CpuBackend::im2col(const Strided& x, const Strided& cols, const ConvGeometr
   std::vector<Window> win(static_cast<size_t>(g.kernel_h * g.kernel_w));
   for (int64_t i = 0; i < g.kernel_h; ++i)
     for (int64_t j = 0; j < g.kernel_w; ++j) {
-      const auto [oh_lo, oh_hi] = valid_range(i, g.height, g.stride_h, g.pad_h, g.out_h);
-      const auto [ow_lo, ow_hi] = valid_range(j, g.width, g.stride_w, g.pad_w, OW);
+      const auto [oh_lo, oh_hi] =
+          valid_range(i * g.dilation_h, g.height, g.stride_h, g.pad_h, g.out_h);
+      const auto [ow_lo, ow_hi] = valid_range(j * g.dilation_w, g.width, g.stride_w, g.pad_w, OW);
       win[i * g.kernel_w + j] = {oh_lo, oh_hi, ow_lo, ow_hi};
     }
   dispatch_float(x.dtype, "im2col", [&]<typename T>() {
@@ -62,8 +52,8 @@ void CpuBackend::im2col(const Strided& x, const Strided& cols, const ConvGeometr
         T* out = row + oh * OW;
         for (int64_t k = 0; k < w.ow_lo; ++k) out[k] = T(0);
         for (int64_t k = w.ow_hi; k < OW; ++k) out[k] = T(0);
-        const T* in = xp + c * xsc + (oh * g.stride_h - g.pad_h + i) * xsh +
-                      (w.ow_lo * g.stride_w - g.pad_w + j) * xsw;
+        const T* in = xp + c * xsc + (oh * g.stride_h - g.pad_h + i * g.dilation_h) * xsh +
+                      (w.ow_lo * g.stride_w - g.pad_w + j * g.dilation_w) * xsw;
         T* o = out + w.ow_lo;
         if (step == 1) {
 #pragma omp simd
@@ -94,15 +84,17 @@ void CpuBackend::col2im(const Strided& cols, const Strided& dx, const ConvGeomet
       for (int64_t h = 0; h < g.height; ++h)
         for (int64_t w = 0; w < g.width; ++w) dc[h * dsh + w * dsw] = T(0);
       for (int64_t i = 0; i < g.kernel_h; ++i) {
-        const auto [oh_lo, oh_hi] = valid_range(i, g.height, g.stride_h, g.pad_h, g.out_h);
+        const auto [oh_lo, oh_hi] =
+            valid_range(i * g.dilation_h, g.height, g.stride_h, g.pad_h, g.out_h);
         for (int64_t j = 0; j < g.kernel_w; ++j) {
-          const auto [ow_lo, ow_hi] = valid_range(j, g.width, g.stride_w, g.pad_w, OW);
+          const auto [ow_lo, ow_hi] =
+              valid_range(j * g.dilation_w, g.width, g.stride_w, g.pad_w, OW);
           const T* row = cp + ((c * g.kernel_h + i) * g.kernel_w + j) * ld;
           const int64_t step = g.stride_w * dsw, n = ow_hi - ow_lo;
           for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
             const T* in = row + oh * OW + ow_lo;
-            T* out = dc + (oh * g.stride_h - g.pad_h + i) * dsh +
-                     (ow_lo * g.stride_w - g.pad_w + j) * dsw;
+            T* out = dc + (oh * g.stride_h - g.pad_h + i * g.dilation_h) * dsh +
+                     (ow_lo * g.stride_w - g.pad_w + j * g.dilation_w) * dsw;
             for (int64_t k = 0; k < n; ++k) out[k * step] += in[k];
           }
         }

@@ -70,6 +70,18 @@ class CpuBackend final : public Backend {
                                 double scale, const Strided& dqkv) override;
   // conv.cpp
   void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) override;
+  // conv_batched.cpp
+  bool conv2d_batched(const Strided& x, const Strided& w, const Strided& bias, const Strided& y,
+                      const ConvGeometry& g) override;
+  bool conv2d_batched_backward(const Strided& x, const Strided& w, const Strided& dy,
+                               const Strided& dx, const Strided& dw,
+                               const ConvGeometry& g) override;
+  // conv_depthwise.cpp
+  bool depthwise_conv2d(const Strided& x, const Strided& w, const Strided& bias, const Strided& y,
+                        const ConvGeometry& g) override;
+  bool depthwise_conv2d_backward(const Strided& x, const Strided& w, const Strided& dy,
+                                 const Strided& dx, const Strided& dw,
+                                 const ConvGeometry& g) override;
   void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) override;
   // interpolate.cpp
   void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) override;

@@ -567,8 +567,8 @@ class CudaBackend final : public Backend {
     return {qkv.shape[0], qkv.shape[1], qkv.shape[3], qkv.shape[4]};
   }
   static Conv conv(const ConvGeometry& g) {
-    return {g.channels, g.height, g.width, g.kernel_h, g.kernel_w, g.stride_h,
-            g.stride_w, g.pad_h,  g.pad_w, g.out_h,    g.out_w};
+    return {g.channels, g.height, g.width, g.kernel_h, g.kernel_w,   g.stride_h,  g.stride_w,
+            g.pad_h,    g.pad_w,  g.out_h, g.out_w,    g.dilation_h, g.dilation_w};
   }
   static Interp interp(const InterpGeometry& g) {
     return {static_cast<int>(g.mode), g.align_corners, g.scale_h, g.scale_w};

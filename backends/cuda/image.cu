@@ -59,7 +59,8 @@ __host__ __device__ inline double fmul(double a, double b) {
 // ---- im2col / col2im -------------------------------------------------------------------------
 
 /// cols[r, l] for one image, r = (c * kh + i) * kw + j, l = oh * out_w + ow:
-/// x[c, oh * stride_h - pad_h + i, ow * stride_w - pad_w + j], 0 in the padding.
+/// x[c, oh * stride_h - pad_h + i dilation_h, ow * stride_w - pad_w + j dilation_w], 0 in the
+/// padding.
 /// x: [C, H, W] (any strides).
 template <typename T>
 __host__ __device__ T im2col_at(const T* x, int64_t xsc, int64_t xsh, int64_t xsw, const Conv& g,
@@ -67,7 +68,8 @@ __host__ __device__ T im2col_at(const T* x, int64_t xsc, int64_t xsh, int64_t xs
   const int64_t oh = l / g.out_w, ow = l - oh * g.out_w;
   const int64_t j = r % g.kernel_w, i = (r / g.kernel_w) % g.kernel_h;
   const int64_t c = r / (g.kernel_w * g.kernel_h);
-  const int64_t ih = oh * g.stride_h - g.pad_h + i, iw = ow * g.stride_w - g.pad_w + j;
+  const int64_t ih = oh * g.stride_h - g.pad_h + i * g.dilation_h;
+  const int64_t iw = ow * g.stride_w - g.pad_w + j * g.dilation_w;
   if (ih < 0 || ih >= g.height || iw < 0 || iw >= g.width) return T(0);
   return x[c * xsc + ih * xsh + iw * xsw];
 }
@@ -92,16 +94,17 @@ template <typename T>
 __host__ __device__ T col2im_at(const T* cols, int64_t ld, const Conv& g, int64_t c, int64_t h,
                                 int64_t w) {
   T acc = T(0);
-  // oh * stride_h - pad_h + i == h: i runs over h + pad_h - oh * stride_h, ascending.
+  // oh * stride_h - pad_h + i dilation_h == h: i ascending, oh = (h + pad_h - i dilation_h) /
+  // stride_h where that divides.
   const int64_t hp = h + g.pad_h, wp = w + g.pad_w;
   for (int64_t i = 0; i < g.kernel_h; ++i) {
-    const int64_t th = hp - i;
+    const int64_t th = hp - i * g.dilation_h;
     if (th < 0) break;  // so for every larger i
     if (th % g.stride_h != 0) continue;
     const int64_t oh = th / g.stride_h;
     if (oh >= g.out_h) continue;
     for (int64_t j = 0; j < g.kernel_w; ++j) {
-      const int64_t tw = wp - j;
+      const int64_t tw = wp - j * g.dilation_w;
       if (tw < 0) break;
       if (tw % g.stride_w != 0) continue;
       const int64_t ow = tw / g.stride_w;

@@ -61,7 +61,7 @@ struct View {
 /// vitrine::ConvGeometry.
 struct Conv {
   int64_t channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, out_h,
-      out_w;
+      out_w, dilation_h, dilation_w;
 };
 /// vitrine::InterpGeometry (mode: 0 nearest, 1 bilinear, 2 bicubic).
 struct Interp {

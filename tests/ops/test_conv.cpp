@@ -20,8 +20,12 @@ Fn conv_fn(const std::string& name) {
   const auto& p = case_json(name).at("params");
   std::pair<int64_t, int64_t> stride{p.at("stride")[0], p.at("stride")[1]};
   std::pair<int64_t, int64_t> padding{p.at("padding")[0], p.at("padding")[1]};
-  return [stride, padding](const V& in) {
-    return ops::conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), stride, padding);
+  std::pair<int64_t, int64_t> dilation{1, 1};
+  if (p.contains("dilation")) dilation = {p.at("dilation")[0], p.at("dilation")[1]};
+  const int64_t groups = p.value("groups", 1);
+  return [stride, padding, dilation, groups](const V& in) {
+    return ops::conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), stride, padding, dilation,
+                       groups);
   };
 }
 

@@ -8,7 +8,9 @@
 #include <fstream>
 #include <thread>
 
+#include "autograd/grad_mode.h"
 #include "backends/cpu/sgemm.h"
+#include "nn/nn.h"
 #include "ops/ops.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -35,6 +37,39 @@ double forward_flops(const models::ViTConfig& c) {
   if (c.representation > 0) f += 2 * D * c.representation;
   f += 2 * (c.representation > 0 ? c.representation : D) * K;
   return f;
+}
+
+double forward_flops(nn::Module& model, const Dims& input_shape) {
+  double flops = 0;
+  std::vector<std::pair<nn::Module*, int64_t>> hooks;
+  for (const auto& [name, m] : model.named_modules()) {
+    (void)name;
+    if (auto* conv = dynamic_cast<nn::Conv2d*>(m)) {
+      const double per_output = static_cast<double>(conv->weight.numel() / conv->weight.size(0));
+      hooks.emplace_back(m, m->register_forward_hook(
+                                [&flops, per_output](nn::Module&, const Tensor&, const Tensor& y) {
+                                  flops += 2 * per_output * static_cast<double>(y.numel());
+                                  return Tensor();
+                                }));
+    } else if (auto* lin = dynamic_cast<nn::Linear*>(m)) {
+      const double in = static_cast<double>(lin->in_features);
+      hooks.emplace_back(
+          m, m->register_forward_hook([&flops, in](nn::Module&, const Tensor&, const Tensor& y) {
+            flops += 2 * in * static_cast<double>(y.numel());
+            return Tensor();
+          }));
+    }
+  }
+  const bool was_training = model.is_training();
+  model.eval();
+  {
+    NoGradGuard no_grad;
+    Generator gen(0);
+    (void)model(ops::randn(input_shape, gen));
+  }
+  model.train(was_training);
+  for (const auto& [m, handle] : hooks) m->remove_forward_hook(handle);
+  return flops;
 }
 
 Stats stats_of(std::vector<double> values) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/vit.h"
+#include "nn/module.h"
 
 namespace vitrine::bench {
 
@@ -25,6 +26,12 @@ double forward_flops(const models::ViTConfig& c);
 /// A training step's FLOPs per image: forward plus backward, taken as 3 x forward (the backward
 /// of a matmul is two matmuls of the same size).
 inline double train_flops(const models::ViTConfig& c) { return 3 * forward_flops(c); }
+
+/// The same count for any model, measured: one forward pass of a [1, C, H, W] input (no
+/// gradients) with every Conv2d and Linear counting 2 per multiply-add of its product,
+///   Conv2d  2 numel(y) (Cin / groups) kh kw,   Linear  2 numel(y) in_features,
+/// and nothing else (so a ViT's attention products are missing: use the analytic count there).
+double forward_flops(nn::Module& model, const Dims& input_shape);
 
 /// Median, min and max of a sample (the median of an even count is the mean of the middle two).
 struct Stats {

@@ -1,6 +1,6 @@
-// vitrine-bench: how fast does Vitrine train and run a ViT on this machine, and how much of the
-// machine does it use? For a named model config and batch size it times a training step
-// (forward, cross-entropy, backward, AdamW) and an inference pass, after warm-up, and reports
+// vitrine-bench: how fast does Vitrine train and run a model (a ViT, a ResNet) on this machine, and
+// how much of the machine does it use? For a named model config and batch size it times a training
+// step (forward, cross-entropy, backward, AdamW) and an inference pass, after warm-up, and reports
 // the median and spread over repeats in images per second, the model FLOPs per image (counted
 // analytically, bench.h), the GFLOP/s achieved and their share of the machine's own sgemm peak,
 // the peak resident memory of training, and (--what explain) the time of every explanation
@@ -11,6 +11,7 @@
 //   vitrine-bench --model fmnist --threads 2
 //   vitrine-bench --model vit_small_patch16_224 --what explain --json vits.json
 //   vitrine-bench --model fmnist --what gemm
+//   vitrine-bench --model fmnist --set model.arch=resnet       (vitrine-train's ResNet-8)
 //
 // Exit codes: 0 done, 1 error, 2 bad command line.
 #include <fmt/format.h>
@@ -30,6 +31,7 @@
 #include "tools/bench/bench.h"
 #include "tools/common/files.h"
 #include "tools/explain/explain.h"
+#include "tools/train/config.h"
 
 namespace {
 
@@ -41,14 +43,33 @@ struct Cli {
   std::string model = "fmnist", what = "train,infer", json_path, device = "cpu", precision = "fp32";
   int64_t batch = 0, warmup = 3, repeats = 7, steps = 0;
   int threads = 2;
+  std::vector<std::string> sets;
   bool full_last_block = false;
 };
 
-/// The batch the issue fixes for each benchmark config (8 for the 224x224 ones).
-int64_t default_batch(const std::string& model, const Device& device) {
-  if (model == "fmnist") return 128;
-  if (model == "cifar10") return 64;
-  return device.is_cpu() ? 8 : 64;  // the 224x224 models
+/// The batch of each benchmark config: 128 on 28x28 (Fashion-MNIST), 64 on 32x32 (CIFAR-10), 8
+/// on larger images (64 on a GPU).
+int64_t default_batch(const models::ClassifierSpec& spec, const Device& device) {
+  if (spec.image_h <= 28 && spec.image_w <= 28) return 128;
+  if (spec.image_h <= 32 && spec.image_w <= 32) return 64;
+  return device.is_cpu() ? 8 : 64;
+}
+
+/// --model, then each --set as vitrine-train applies it to its config's model section (so
+/// `--model fmnist --set model.arch=resnet` is the ResNet-8 vitrine-train trains on
+/// Fashion-MNIST: the data's 1x28x28 input and 10 classes).
+models::ClassifierSpec model_of(const Cli& cli) {
+  models::ClassifierSpec spec = models::resolve_classifier(cli.model);
+  if (cli.sets.empty()) return spec;
+  json model = spec.config;
+  if (spec.arch != "vit") model["arch"] = spec.arch;
+  json config = train::with_defaults(json{{"model", model}});
+  for (const std::string& s : cli.sets) {
+    VT_CHECK(s.rfind("model.", 0) == 0,
+             "--set {}: vitrine-bench sets the model's keys only (model.KEY=VALUE)", s);
+    train::apply_override(config, s);
+  }
+  return train::model_spec(config);
 }
 
 json throughput(const std::vector<double>& seconds, int64_t images_per_repeat,
@@ -133,10 +154,11 @@ json time_explain(models::VisionTransformer& model, const Cli& cli) {
 
 int run(const Cli& cli) {
   set_num_threads(cli.threads);
-  const models::ViTConfig config = models::resolve_config(cli.model);
-  const int64_t batch =
-      cli.batch > 0 ? cli.batch : default_batch(cli.model, Device::parse(cli.device));
-  const int64_t steps = cli.steps > 0 ? cli.steps : (config.image_h >= 224 ? 2 : 5);
+  const models::ClassifierSpec spec = model_of(cli);
+  const bool vit = spec.arch == "vit";
+  const Device device = Device::parse(cli.device);
+  const int64_t batch = cli.batch > 0 ? cli.batch : default_batch(spec, device);
+  const int64_t steps = cli.steps > 0 ? cli.steps : (spec.image_h >= 224 ? 2 : 5);
   std::vector<std::string> what;
   for (size_t a = 0; a <= cli.what.size();) {
     size_t b = cli.what.find(',', a);
@@ -145,6 +167,8 @@ int run(const Cli& cli) {
     VT_CHECK(w == "train" || w == "infer" || w == "explain" || w == "gemm",
              "--what: unknown part '{}' (expected train, infer, explain or gemm, comma-separated)",
              w);
+    VT_CHECK(vit || (w != "explain" && w != "gemm"),
+             "--what {}: times a Vision Transformer's parts; this model is {}", w, spec.describe());
     what.push_back(w);
     a = b + 1;
   }
@@ -152,9 +176,13 @@ int run(const Cli& cli) {
 
   const double baseline = bench::current_rss_mb();
   Generator gen(0);
-  auto model = std::make_shared<models::VisionTransformer>(config, gen);
-  model->class_token_shortcut = !cli.full_last_block;
-  const Device device = Device::parse(cli.device);
+  const std::shared_ptr<nn::Module> model = spec.build(gen);
+  auto* vit_model = dynamic_cast<models::VisionTransformer*>(model.get());
+  if (vit_model) vit_model->class_token_shortcut = !cli.full_last_block;
+  // FLOPs per image: a ViT's analytic count (bench.h), any other model's measured one.
+  const double forward_flops =
+      vit_model ? bench::forward_flops(vit_model->config())
+                : bench::forward_flops(*model, {1, spec.channels, spec.image_h, spec.image_w});
   VT_CHECK(!wants("gemm") || device.is_cpu(),
            "--what gemm: times the CPU's own GEMM, not a product on {} (use --device cpu)",
            cli.device);
@@ -172,22 +200,23 @@ int run(const Cli& cli) {
             {"version", "0.1"},
             {"variant", cli.full_last_block ? "full last block" : ""},
             {"model", cli.model},
+            {"sets", cli.sets},
+            {"arch", spec.arch},
             {"batch", batch},
             {"threads", cli.threads},
             {"device", cli.device},
             {"precision", cli.precision},
             {"params", params},
-            {"flops_per_image",
-             {{"forward", bench::forward_flops(config)}, {"train", bench::train_flops(config)}}}};
-  fmt::print("vitrine-bench: {} ({} parameters), batch {}, {} thread(s), device {}\n", cli.model,
-             params, batch, cli.threads, cli.device);
-  fmt::print("model GFLOPs per image: forward {:.4f}, training step {:.4f}\n",
-             bench::forward_flops(config) / 1e9, bench::train_flops(config) / 1e9);
+            {"flops_per_image", {{"forward", forward_flops}, {"train", 3 * forward_flops}}}};
+  fmt::print("vitrine-bench: {} ({}; {} parameters), batch {}, {} thread(s), device {}\n",
+             cli.model, spec.describe(), params, batch, cli.threads, cli.device);
+  fmt::print("model GFLOPs per image: forward {:.4f}, training step {:.4f}\n", forward_flops / 1e9,
+             3 * forward_flops / 1e9);
 
   Generator data_gen(1);
   Tensor images =
-      ops::randn({batch, config.channels, config.image_h, config.image_w}, data_gen).to(device);
-  Tensor labels = ops::randint(0, config.num_classes, {batch}, data_gen).to(device);
+      ops::randn({batch, spec.channels, spec.image_h, spec.image_w}, data_gen).to(device);
+  Tensor labels = ops::randint(0, spec.num_classes, {batch}, data_gen).to(device);
   if (wants("train")) {
     model->train();
     nn::optim::AdamWOptions o;
@@ -201,7 +230,7 @@ int run(const Cli& cli) {
       opt.step();
     };
     j["train"] = throughput(bench::time_repeats(step, cli.warmup, cli.repeats, steps, sync),
-                            batch * steps, bench::train_flops(config));
+                            batch * steps, 3 * forward_flops);
     const double peak_rss = bench::peak_rss_mb();
     j["memory"] = {{"baseline_rss_mb", baseline},
                    {"peak_rss_mb", peak_rss},
@@ -214,7 +243,7 @@ int run(const Cli& cli) {
     NoGradGuard no_grad;
     auto pass = [&] { (void)(*model)(images); };
     j["infer"] = throughput(bench::time_repeats(pass, cli.warmup, cli.repeats, steps, sync),
-                            batch * steps, bench::forward_flops(config));
+                            batch * steps, forward_flops);
   }
   // The peak is measured last, so that its buffers stay out of the training memory peak.
   const double peak = bench::sgemm_peak_gflops(2048, 5, device);
@@ -244,10 +273,10 @@ int run(const Cli& cli) {
         "before the model)\n",
         j["memory"]["peak_rss_mb"].get<double>(), j["memory"]["train_peak_mb"].get<double>(),
         baseline);
-  if (wants("gemm")) j["gemm_products"] = time_gemm(config, batch, cli.threads);
+  if (wants("gemm")) j["gemm_products"] = time_gemm(vit_model->config(), batch, cli.threads);
   if (wants("explain")) {
     model->eval();
-    j["explain"] = time_explain(*model, cli);
+    j["explain"] = time_explain(*vit_model, cli);
   }
   if (!cli.json_path.empty())
     vitrine::tools::write_file_atomically(cli.json_path, j.dump(1) + "\n");
@@ -259,14 +288,18 @@ int run(const Cli& cli) {
 int main(int argc, char** argv) {
   Cli cli;
   CLI::App app{
-      "vitrine-bench: training and inference speed of a ViT config, and of the "
-      "explanation methods",
+      "vitrine-bench: training and inference speed of a model config (a ViT, a ResNet), and of "
+      "a ViT's explanation methods",
       "vitrine-bench"};
   app.add_option("--model", cli.model,
-                 "a model config: fmnist, cifar10, vit_small_patch16_224 (any preset), or a JSON "
-                 "file: a model config or a vitrine-train config (its model section)");
+                 "a model config: fmnist, cifar10, vit_small_patch16_224, resnet8 (any preset of "
+                 "any architecture), or a JSON file: a model config or a vitrine-train config "
+                 "(its model section)");
+  app.add_option("--set", cli.sets,
+                 "change the model as vitrine-train's --set does: --set model.arch=resnet (the "
+                 "ResNet-8 on the config's input and classes), --set model.depth=20 (repeatable)");
   app.add_option("--batch", cli.batch,
-                 "images per step (default: fmnist 128, cifar10 64, else 8; on a GPU 64)")
+                 "images per step (default: 28x28 inputs 128, 32x32 64, else 8; on a GPU 64)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", cli.threads, "OpenMP and OpenBLAS threads")
       ->check(CLI::Range(1, 1 << 20));

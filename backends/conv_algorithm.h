@@ -1,0 +1,22 @@
+// How the CPU computes a convolution, as a switch for A/B runs and for the tests that check one
+// path against the other (the rule that every fast kernel keeps its plain path):
+//   Auto      the batched path (backends/cpu/conv_batched.cpp: groups of images in parallel, one
+//             product per group) for float32 where Vitrine's own GEMM runs (AVX-512), else image
+//             by image (the default)
+//   Batched   the batched path for float32 and float64 (float64 and shapes the own GEMM does not
+//             take on plain loops: for tests)
+//   PerImage  im2col and one product per image or per chunk (ops/conv.cpp), on any backend
+// The environment's VITRINE_CONV (auto, batched, per-image) sets it when the process starts.
+#pragma once
+#include <string_view>
+
+namespace vitrine {
+
+enum class ConvAlgorithm : unsigned char { Auto, Batched, PerImage };
+
+/// "auto", "batched" or "per-image"; anything else is an Error naming them.
+void set_conv_algorithm(std::string_view name);
+void set_conv_algorithm(ConvAlgorithm a);
+ConvAlgorithm conv_algorithm();
+
+}  // namespace vitrine

@@ -1,0 +1,214 @@
+// Convolution over the whole batch at once (ops/conv.cpp's first choice on the CPU): the batch is
+// cut into groups of G images, and the groups run in parallel on the pool's threads, each group
+// on one thread from its im2col to its last product, so that no step waits at a barrier for
+// another thread. With K = C kh kw, L = OH OW and the group's columns side by side (image i at
+// columns i L .. i L + L - 1):
+//   cols  [K, G L]       = im2col of the group's images
+//   forward:   Yt [G L, Cout] = cols^T W^T                 (rows: output positions, the long side)
+//              y[b, co, l]    = Yt[i L + l, co] + bias[co]
+//   backward:  dY [Cout, G L] = the group's dy, gathered
+//              dWt_g [K, Cout] = cols dY^T                  (one partial per group)
+//              dcols [K, G L]  = W^T dY,  dx[b] = col2im(dcols's image i)
+//              dW[co, k] = sum over groups, in group order, of dWt_g[k, co]
+// The products run on Vitrine's own GEMM (sgemm.h) on the group's thread; a shape it does not
+// take (a side under its minimum: the 9-deep weight gradient of a one-channel stem, a 1x1
+// convolution of 16 channels) runs the plain loops below instead, which cost little there.
+// G depends on the shape only (about kGroupColumns output positions, and at least kMinGroups
+// groups), every group is computed by one thread in the same way, and the partials are added
+// in a fixed order: results do not depend on the number of threads.
+//
+// Why not one product per chunk over all threads (the per-image path, ops/conv.cpp): a ResNet's
+// products are small (16 to 64 output channels), and cut between two threads each ended at a
+// barrier; on 2 cores the ResNet-8 of vitrine-train spent a third of its step waiting
+// (docs/performance.md).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backends/conv_algorithm.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+#include "backends/cpu/sgemm.h"
+
+namespace vitrine::cpu {
+
+namespace {
+
+/// Output positions per group, and the fewest groups a batch is cut into.
+constexpr int64_t kGroupColumns = 1024;
+constexpr int64_t kMinGroups = 16;
+
+int64_t group_size(int64_t B, int64_t L) {
+  const int64_t by_columns = (kGroupColumns + L - 1) / std::max<int64_t>(L, 1);
+  const int64_t by_groups = (B + kMinGroups - 1) / kMinGroups;
+  return std::clamp<int64_t>(std::min(by_columns, by_groups), 1, std::max<int64_t>(B, 1));
+}
+
+/// C[M, N] (+)= A[M, K] B[K, N] on the calling thread, C row-major (ldc); A stored transposed
+/// when a_trans (A[m][k] = a[k lda + m]), B when b_trans (B[k][n] = b[n ldb + k]). float32 on the
+/// own GEMM when it takes the shape, else plain loops.
+template <typename T>
+void group_gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, bool a_trans, const T* b,
+                int64_t ldb, bool b_trans, T* c, int64_t ldc, bool accumulate) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (own_sgemm(M, N, K, a, lda, a_trans, b, ldb, b_trans, c, ldc, accumulate)) return;
+  }
+  const auto A = [&](int64_t m, int64_t k) { return a_trans ? a[k * lda + m] : a[m * lda + k]; };
+  if (b_trans && !a_trans) {  // dot products of contiguous rows (the weight gradient's case)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        const T* am = a + m * lda;
+        const T* bn = b + n * ldb;
+        T s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t k = 0; k < K; ++k) s += am[k] * bn[k];
+        c[m * ldc + n] = accumulate ? c[m * ldc + n] + s : s;
+      }
+    return;
+  }
+  for (int64_t m = 0; m < M; ++m) {
+    T* cm = c + m * ldc;
+    if (!accumulate) std::fill(cm, cm + N, T(0));
+    for (int64_t k = 0; k < K; ++k) {
+      const T amk = A(m, k);
+      if (!b_trans) {
+        const T* bk = b + k * ldb;
+#pragma omp simd
+        for (int64_t n = 0; n < N; ++n) cm[n] += amk * bk[n];
+      } else {
+        for (int64_t n = 0; n < N; ++n) cm[n] += amk * b[n * ldb + k];
+      }
+    }
+  }
+}
+
+/// A thread's scratch of at least n elements of T, kept between calls.
+template <typename T>
+T* scratch(size_t n, int slot) {
+  thread_local std::vector<T> buffers[2];
+  std::vector<T>& v = buffers[slot];
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+/// Image b of x [B, C, H, W] (any strides) as [C, H, W].
+Strided image(const Strided& x, int64_t b) {
+  Strided r;
+  r.dtype = x.dtype;
+  r.data =
+      static_cast<char*>(x.data) + b * x.strides[0] * static_cast<int64_t>(dtype_size(x.dtype));
+  r.shape = {x.shape[1], x.shape[2], x.shape[3]};
+  r.strides = {x.strides[1], x.strides[2], x.strides[3]};
+  return r;
+}
+
+/// Image i's [K, L] block of a group's columns [K, G L].
+template <typename T>
+Strided block(T* cols, DType dt, int64_t K, int64_t G, int64_t L, int64_t i) {
+  Strided s;
+  s.dtype = dt;
+  s.data = cols + i * L;
+  s.shape = {K, L};
+  s.strides = {G * L, 1};
+  return s;
+}
+
+bool batched_on_cpu(DType dt) {
+  const ConvAlgorithm a = conv_algorithm();
+  if (a == ConvAlgorithm::PerImage) return false;
+  if (a == ConvAlgorithm::Batched) return dt == DType::Float32 || dt == DType::Float64;
+  return dt == DType::Float32 && gemm_policy() != GemmPolicy::Off;  // Auto
+}
+
+}  // namespace
+
+bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Strided& bias,
+                                const Strided& y, const ConvGeometry& g) {
+  if (!batched_on_cpu(x.dtype)) return false;
+  const int64_t B = x.shape[0], Cout = w.shape[0];
+  const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
+  VT_ASSERT(w.is_contiguous() && w.numel() == Cout * K && y.is_contiguous());
+  VT_ASSERT(!bias.data || bias.numel() == Cout);
+  const int64_t G = group_size(B, L), groups = (B + G - 1) / G;
+  dispatch_float(x.dtype, "conv2d", [&]<typename T>() {
+    const T* wp = w.ptr<T>();
+    const T* bp = bias.data ? bias.ptr<T>() : nullptr;
+    T* yp = y.ptr<T>();
+    parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
+      for (int64_t grp = g0; grp < g1; ++grp) {
+        const int64_t b0 = grp * G, n = std::min(G, B - b0), nL = n * L;
+        T* cols = scratch<T>(static_cast<size_t>(K * nL), 0);
+        T* yt = scratch<T>(static_cast<size_t>(nL * Cout), 1);
+        for (int64_t i = 0; i < n; ++i)
+          im2col(image(x, b0 + i), block(cols, x.dtype, K, n, L, i), g);
+        // Yt [n L, Cout] = cols^T [n L, K] W^T [K, Cout]
+        group_gemm<T>(nL, Cout, K, cols, nL, true, wp, K, true, yt, Cout, false);
+        for (int64_t i = 0; i < n; ++i) {
+          T* yb = yp + (b0 + i) * Cout * L;
+          const T* src = yt + i * L * Cout;
+          for (int64_t co = 0; co < Cout; ++co) {
+            const T add = bp ? bp[co] : T(0);
+            T* dst = yb + co * L;
+            for (int64_t l = 0; l < L; ++l) dst[l] = src[l * Cout + co] + add;
+          }
+        }
+      }
+    });
+  });
+  return true;
+}
+
+bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, const Strided& dy,
+                                         const Strided& dx, const Strided& dw,
+                                         const ConvGeometry& g) {
+  if (!batched_on_cpu(x.dtype)) return false;
+  const int64_t B = x.shape[0], Cout = w.shape[0];
+  const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
+  VT_ASSERT(w.is_contiguous() && dy.is_contiguous());
+  VT_ASSERT(!dx.data || dx.is_contiguous());
+  VT_ASSERT(!dw.data || (dw.is_contiguous() && dw.numel() == Cout * K));
+  const int64_t G = group_size(B, L), groups = (B + G - 1) / G;
+  dispatch_float(x.dtype, "conv2d_backward", [&]<typename T>() {
+    const T* wp = w.ptr<T>();
+    const T* dyp = dy.ptr<T>();
+    // The weight gradient's partials, one [K, Cout] per group.
+    std::vector<T> partial(dw.data ? static_cast<size_t>(groups * K * Cout) : 0);
+    parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
+      for (int64_t grp = g0; grp < g1; ++grp) {
+        const int64_t b0 = grp * G, n = std::min(G, B - b0), nL = n * L;
+        T* cols = scratch<T>(static_cast<size_t>(K * nL), 0);
+        T* dY = scratch<T>(static_cast<size_t>(Cout * nL), 1);
+        for (int64_t i = 0; i < n; ++i)  // dY [Cout, n L]: image i's dy at columns i L
+          for (int64_t co = 0; co < Cout; ++co)
+            std::memcpy(dY + co * nL + i * L, dyp + ((b0 + i) * Cout + co) * L,
+                        static_cast<size_t>(L) * sizeof(T));
+        if (dw.data) {
+          for (int64_t i = 0; i < n; ++i)
+            im2col(image(x, b0 + i), block(cols, x.dtype, K, n, L, i), g);
+          // dWt_g [K, Cout] = cols [K, n L] dY^T [n L, Cout]
+          group_gemm<T>(K, Cout, nL, cols, nL, false, dY, nL, true, partial.data() + grp * K * Cout,
+                        Cout, false);
+        }
+        if (dx.data) {
+          // dcols [K, n L] = W^T [K, Cout] dY [Cout, n L]
+          group_gemm<T>(K, nL, Cout, wp, K, true, dY, nL, false, cols, nL, false);
+          for (int64_t i = 0; i < n; ++i)
+            col2im(block(cols, x.dtype, K, n, L, i), image(dx, b0 + i), g);
+        }
+      }
+    });
+    if (dw.data) {  // dW[co, k] = sum over groups of dWt_g[k, co], in group order
+      T* dwp = dw.ptr<T>();
+      parallel_for(K, groups * Cout, [&](int64_t k) {
+        for (int64_t co = 0; co < Cout; ++co) {
+          T s = 0;
+          for (int64_t grp = 0; grp < groups; ++grp) s += partial[(grp * K + k) * Cout + co];
+          dwp[co * K + k] = s;
+        }
+      });
+    }
+  });
+  return true;
+}
+
+}  // namespace vitrine::cpu
