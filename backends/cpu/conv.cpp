@@ -4,6 +4,11 @@
 // r = (c * kh + i) * kw + j holding x[c, oh * stride_h - pad_h + i dilation_h, ow * stride_w -
 // pad_w + j dilation_w] for every output position (oh, ow), 0 where that falls in the padding.
 // col2im is the adjoint: dx = 0, then every cols entry is added back to the pixel it came from.
+//
+// float32 at unit column stride (every stride-1 convolution's rows, the common case) takes the
+// AVX-512 row kernels below where the CPU has them: each output row of a cols row is 16 lanes at
+// a time, a masked load that reads the valid pixels and gives 0 for the padding, with no branch
+// and no call per row (the plain loops' short zero runs became memset calls).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -11,8 +16,75 @@
 #include "backends/cpu/conv_window.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/sgemm.h"  // cpu_has_avx512
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define VT_CONV_AVX512 1
+#endif
 
 namespace vitrine::cpu {
+
+namespace {
+
+/// The lanes l of a 16-lane block starting at k0 with lo <= k0 + l < hi.
+inline uint32_t lanes(int64_t k0, int64_t lo, int64_t hi) {
+  const int64_t a = std::clamp<int64_t>(lo - k0, 0, 16), b = std::clamp<int64_t>(hi - k0, 0, 16);
+  return b <= a ? 0u : static_cast<uint32_t>(((uint64_t{1} << b) - 1) & ~((uint64_t{1} << a) - 1));
+}
+
+#ifdef VT_CONV_AVX512
+/// One cols row of one image at unit column stride: out[oh OW + ow] = src(oh)[ow] for ow in
+/// [ow_lo, ow_hi) and oh in [oh_lo, oh_hi), 0 elsewhere, where src(oh) = base + oh row_step is
+/// the input row that output row oh reads, shifted so that column ow is src(oh)[ow] (only the
+/// valid columns are ever read).
+__attribute__((target("avx512f"))) void im2col_row_avx512(const float* base, int64_t row_step,
+                                                          int64_t OH, int64_t OW, int64_t oh_lo,
+                                                          int64_t oh_hi, int64_t ow_lo,
+                                                          int64_t ow_hi, float* out) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    float* o = out + oh * OW;
+    const bool inside = oh >= oh_lo && oh < oh_hi;
+    const float* src = base + oh * row_step;
+    for (int64_t k0 = 0; k0 < OW; k0 += 16) {
+      const __mmask16 store = static_cast<__mmask16>(lanes(k0, 0, OW));
+      const __mmask16 load = inside ? static_cast<__mmask16>(lanes(k0, ow_lo, ow_hi)) : 0;
+      const __m512 v = load ? _mm512_maskz_loadu_ps(load, src + k0) : zero;
+      _mm512_mask_storeu_ps(o + k0, store, v);
+    }
+  }
+}
+
+/// col2im's row at unit column stride: dst(oh)[ow] += row[oh OW + ow] for the valid (oh, ow).
+__attribute__((target("avx512f"))) void col2im_row_avx512(const float* row, int64_t OW,
+                                                          int64_t oh_lo, int64_t oh_hi,
+                                                          int64_t ow_lo, int64_t ow_hi, float* base,
+                                                          int64_t row_step) {
+  for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+    float* dst = base + oh * row_step;
+    const float* in = row + oh * OW;
+    for (int64_t k0 = ow_lo & ~int64_t{15}; k0 < ow_hi; k0 += 16) {
+      const __mmask16 m = static_cast<__mmask16>(lanes(k0, ow_lo, ow_hi));
+      const __m512 sum =
+          _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + k0), _mm512_maskz_loadu_ps(m, in + k0));
+      _mm512_mask_storeu_ps(dst + k0, m, sum);
+    }
+  }
+}
+#endif
+
+/// Whether the AVX-512 row kernels run here.
+bool rows_avx512() {
+#ifdef VT_CONV_AVX512
+  static const bool on = cpu_has_avx512();
+  return on;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 void CpuBackend::im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) {
   VT_ASSERT(x.shape.size() == 3 && cols.shape.size() == 2);
@@ -35,6 +107,24 @@ void CpuBackend::im2col(const Strided& x, const Strided& cols, const ConvGeometr
       const auto [ow_lo, ow_hi] = valid_range(j * g.dilation_w, g.width, g.stride_w, g.pad_w, OW);
       win[i * g.kernel_w + j] = {oh_lo, oh_hi, ow_lo, ow_hi};
     }
+  if (x.dtype == DType::Float32 && g.stride_w == 1 && xsw == 1 && rows_avx512()) {
+#ifdef VT_CONV_AVX512
+    const float* xp = x.ptr<float>();
+    float* cp = cols.ptr<float>();
+    parallel_for(rows, L, [&](int64_t r) {
+      const int64_t ij = r % (g.kernel_w * g.kernel_h), c = r / (g.kernel_w * g.kernel_h);
+      const int64_t i = ij / g.kernel_w, j = ij % g.kernel_w;
+      const Window w = win[ij];
+      // Output row oh reads input row oh stride_h - pad_h + i dilation_h, column ow - pad_w +
+      // j dilation_w (pointer arithmetic only: the masked loads read the valid columns alone).
+      const float* base =
+          xp + c * xsc + (i * g.dilation_h - g.pad_h) * xsh + (j * g.dilation_w - g.pad_w);
+      im2col_row_avx512(base, g.stride_h * xsh, g.out_h, OW, w.oh_lo, w.oh_hi, w.ow_lo, w.ow_hi,
+                        cp + r * ld);
+    });
+#endif
+    return;
+  }
   dispatch_float(x.dtype, "im2col", [&]<typename T>() {
     const T* xp = x.ptr<T>();
     T* cp = cols.ptr<T>();
@@ -74,6 +164,7 @@ void CpuBackend::col2im(const Strided& cols, const Strided& dx, const ConvGeomet
   const int64_t ld = cols.strides[0];
   VT_ASSERT((cols.strides[1] == 1 || L <= 1) && (ld >= L || cols.shape[0] <= 1));
   const int64_t dsc = dx.strides[0], dsh = dx.strides[1], dsw = dx.strides[2];
+  const bool avx512 = rows_avx512();
   dispatch_float(dx.dtype, "col2im", [&]<typename T>() {
     const T* cp = cols.ptr<T>();
     T* dp = dx.ptr<T>();
@@ -91,6 +182,17 @@ void CpuBackend::col2im(const Strided& cols, const Strided& dx, const ConvGeomet
               valid_range(j * g.dilation_w, g.width, g.stride_w, g.pad_w, OW);
           const T* row = cp + ((c * g.kernel_h + i) * g.kernel_w + j) * ld;
           const int64_t step = g.stride_w * dsw, n = ow_hi - ow_lo;
+#ifdef VT_CONV_AVX512
+          if constexpr (std::is_same_v<T, float>) {
+            if (step == 1 && avx512) {
+              col2im_row_avx512(
+                  row, OW, oh_lo, oh_hi, ow_lo, ow_hi,
+                  dc + (i * g.dilation_h - g.pad_h) * dsh + (j * g.dilation_w - g.pad_w),
+                  g.stride_h * dsh);
+              continue;
+            }
+          }
+#endif
           for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
             const T* in = row + oh * OW + ow_lo;
             T* out = dc + (oh * g.stride_h - g.pad_h + i * g.dilation_h) * dsh +

@@ -4,15 +4,16 @@
 // another thread. With K = C kh kw, L = OH OW and the group's columns side by side (image i at
 // columns i L .. i L + L - 1):
 //   cols  [K, G L]       = im2col of the group's images
-//   forward:   Yt [G L, Cout] = cols^T W^T                 (rows: output positions, the long side)
-//              y[b, co, l]    = Yt[i L + l, co] + bias[co]
+//   forward:   Y [Cout, G L] = W cols,  y[b, co, l] = Y[co, i L + l] + bias[co]
 //   backward:  dY [Cout, G L] = the group's dy, gathered
 //              dWt_g [K, Cout] = cols dY^T                  (one partial per group)
 //              dcols [K, G L]  = W^T dY,  dx[b] = col2im(dcols's image i)
 //              dW[co, k] = sum over groups, in group order, of dWt_g[k, co]
-// The products run on Vitrine's own GEMM (sgemm.h) on the group's thread; a shape it does not
-// take (a side under its minimum: the 9-deep weight gradient of a one-channel stem, a 1x1
-// convolution of 16 channels) runs the plain loops below instead, which cost little there.
+// The products run on Vitrine's own GEMM (sgemm.h, own_sgemm_in_chunk: any number of rows, so
+// that 16 output channels are one 12-row strip and one 4-row strip at full speed) on the group's
+// thread; a shape it does not take (a side under its minimum: the 9-deep weight gradient of a
+// one-channel stem, a 1x1 convolution of fewer than 16 channels) runs the plain loops below
+// instead, which cost little there.
 // G depends on the shape only (about kGroupColumns output positions, and at least kMinGroups
 // groups), every group is computed by one thread in the same way, and the partials are added
 // in a fixed order: results do not depend on the number of threads.
@@ -23,6 +24,7 @@
 // (docs/performance.md).
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "backends/conv_algorithm.h"
@@ -51,7 +53,7 @@ template <typename T>
 void group_gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, bool a_trans, const T* b,
                 int64_t ldb, bool b_trans, T* c, int64_t ldc, bool accumulate) {
   if constexpr (std::is_same_v<T, float>) {
-    if (own_sgemm(M, N, K, a, lda, a_trans, b, ldb, b_trans, c, ldc, accumulate)) return;
+    if (own_sgemm_in_chunk(M, N, K, a, lda, a_trans, b, ldb, b_trans, c, ldc, accumulate)) return;
   }
   const auto A = [&](int64_t m, int64_t k) { return a_trans ? a[k * lda + m] : a[m * lda + k]; };
   if (b_trans && !a_trans) {  // dot products of contiguous rows (the weight gradient's case)
@@ -138,20 +140,22 @@ bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Stride
       for (int64_t grp = g0; grp < g1; ++grp) {
         const int64_t b0 = grp * G, n = std::min(G, B - b0), nL = n * L;
         T* cols = scratch<T>(static_cast<size_t>(K * nL), 0);
-        T* yt = scratch<T>(static_cast<size_t>(nL * Cout), 1);
+        T* yt = scratch<T>(static_cast<size_t>(Cout * nL), 1);
         for (int64_t i = 0; i < n; ++i)
           im2col(image(x, b0 + i), block(cols, x.dtype, K, n, L, i), g);
-        // Yt [n L, Cout] = cols^T [n L, K] W^T [K, Cout]
-        group_gemm<T>(nL, Cout, K, cols, nL, true, wp, K, true, yt, Cout, false);
-        for (int64_t i = 0; i < n; ++i) {
-          T* yb = yp + (b0 + i) * Cout * L;
-          const T* src = yt + i * L * Cout;
+        // Y [Cout, n L] = W [Cout, K] cols [K, n L], then y[b0 + i] = Y's columns i L ..
+        group_gemm<T>(Cout, nL, K, wp, K, false, cols, nL, false, yt, nL, false);
+        for (int64_t i = 0; i < n; ++i)
           for (int64_t co = 0; co < Cout; ++co) {
-            const T add = bp ? bp[co] : T(0);
-            T* dst = yb + co * L;
-            for (int64_t l = 0; l < L; ++l) dst[l] = src[l * Cout + co] + add;
+            const T* src = yt + co * nL + i * L;
+            T* dst = yp + ((b0 + i) * Cout + co) * L;
+            if (bp) {
+              const T add = bp[co];
+              for (int64_t l = 0; l < L; ++l) dst[l] = src[l] + add;
+            } else {
+              std::memcpy(dst, src, static_cast<size_t>(L) * sizeof(T));
+            }
           }
-        }
       }
     });
   });
@@ -172,7 +176,7 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
     const T* wp = w.ptr<T>();
     const T* dyp = dy.ptr<T>();
     // The weight gradient's partials, one [K, Cout] per group.
-    std::vector<T> partial(dw.data ? static_cast<size_t>(groups * K * Cout) : 0);
+    std::unique_ptr<T[]> partial(dw.data ? new T[static_cast<size_t>(groups * K * Cout)] : nullptr);
     parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
       for (int64_t grp = g0; grp < g1; ++grp) {
         const int64_t b0 = grp * G, n = std::min(G, B - b0), nL = n * L;
@@ -186,7 +190,7 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
           for (int64_t i = 0; i < n; ++i)
             im2col(image(x, b0 + i), block(cols, x.dtype, K, n, L, i), g);
           // dWt_g [K, Cout] = cols [K, n L] dY^T [n L, Cout]
-          group_gemm<T>(K, Cout, nL, cols, nL, false, dY, nL, true, partial.data() + grp * K * Cout,
+          group_gemm<T>(K, Cout, nL, cols, nL, false, dY, nL, true, partial.get() + grp * K * Cout,
                         Cout, false);
         }
         if (dx.data) {

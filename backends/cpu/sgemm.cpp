@@ -104,12 +104,12 @@ __mmask16 column_mask(int64_t n) {
 constexpr __mmask16 kAll16 = 0xFFFF;
 constexpr __mmask8 kAll8 = 0xFF;
 
-/// dst[k * 32 + j] = src[j * lds + k] for j < rows, k < kr (both at most 16), and 0 for
-/// rows <= j < 16: one 16 x 16 block of a transposed weight, transposed in registers. Rows of
-/// src are loaded (masked to kr floats), interleaved in pairs (unpack ps), in fours (unpack pd),
-/// then their 128-bit lanes are gathered (shuffle f32x4) so that vector c holds column c.
-__attribute__((target("avx512f"))) void pack_block16(const float* src, int64_t lds, int rows,
-                                                     int kr, float* dst) {
+/// cols[k][j] = src[j * lds + k] for j < rows, k < kr (both at most 16), and 0 for rows <= j <
+/// 16: one 16 x 16 block transposed in registers (cols[k] is column k of the block). Rows of src
+/// are loaded (masked to kr floats), interleaved in pairs (unpack ps), in fours (unpack pd), then
+/// their 128-bit lanes are gathered (shuffle f32x4) so that vector k holds column k.
+__attribute__((target("avx512f"))) inline void transpose16(const float* src, int64_t lds, int rows,
+                                                           int kr, __m512 cols[16]) {
   const __mmask16 km = column_mask(kr);
   __m512 r[16], t[16], u[16];
 #pragma GCC unroll 16
@@ -136,14 +136,22 @@ __attribute__((target("avx512f"))) void pack_block16(const float* src, int64_t l
     const __m512 v1 = _mm512_maskz_shuffle_f32x4(kAll16, u[8 + c], u[12 + c], 0x88);
     const __m512 w0 = _mm512_maskz_shuffle_f32x4(kAll16, u[c], u[4 + c], 0xDD);
     const __m512 w1 = _mm512_maskz_shuffle_f32x4(kAll16, u[8 + c], u[12 + c], 0xDD);
-    const __m512 col[4] = {_mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0x88),
-                           _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0x88),
-                           _mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0xDD),
-                           _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0xDD)};
-#pragma GCC unroll 4
-    for (int l = 0; l < 4; ++l)
-      if (4 * l + c < kr) _mm512_storeu_ps(dst + (4 * l + c) * kNR, col[l]);
+    cols[c] = _mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0x88);
+    cols[4 + c] = _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0x88);
+    cols[8 + c] = _mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0xDD);
+    cols[12 + c] = _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0xDD);
   }
+}
+
+/// dst[k * 32 + j] = src[j * lds + k] for j < rows, k < kr (both at most 16), and 0 for
+/// rows <= j < 16: one 16 x 16 block of a transposed weight.
+__attribute__((target("avx512f"))) void pack_block16(const float* src, int64_t lds, int rows,
+                                                     int kr, float* dst) {
+  __m512 cols[16];
+  transpose16(src, lds, rows, kr, cols);
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k)
+    if (k < kr) _mm512_storeu_ps(dst + k * kNR, cols[k]);
 }
 
 /// Packs panel p of a transposed B (B[k][n] = b[n * ldb + k]; columns 32p .. 32p+31, zero past
@@ -342,12 +350,31 @@ GemmPolicy gemm_policy() {
   return policy;
 }
 
+namespace {
+bool sgemm_impl(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
+                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
+                const SgemmEpilogue& ep, int64_t min_rows);
+}  // namespace
+
 bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
                const SgemmEpilogue& ep) {
   // Made for tall products: below a few strips per thread OpenBLAS does as well.
+  return sgemm_impl(M, N, K, a, lda, a_trans, b, ldb, b_trans, c, ldc, accumulate, ep, 4 * kMR);
+}
+
+bool own_sgemm_in_chunk(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
+                        const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc,
+                        bool accumulate) {
+  return sgemm_impl(M, N, K, a, lda, a_trans, b, ldb, b_trans, c, ldc, accumulate, {}, 1);
+}
+
+namespace {
+bool sgemm_impl(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
+                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
+                const SgemmEpilogue& ep, int64_t min_rows) {
   const GemmPolicy policy = gemm_policy();
-  if (M < 4 * kMR || N < 16 || K < 8 || policy == GemmPolicy::Off) return false;
+  if (M < min_rows || N < 16 || K < 8 || policy == GemmPolicy::Off) return false;
   // Made for a weight against many tokens: the weight (N x K in the forward and dx, M x N in
   // dW) up to 2^20 floats, ViT-S/16's largest (1536 x 384) included, where its fused epilogues
   // made ViT-S/16 5% to 10% faster than OpenBLAS on a Zen 4. Square products of 2048 (the
@@ -389,6 +416,7 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
   });
   return true;
 }
+}  // namespace
 
 #else
 
@@ -396,6 +424,11 @@ GemmPolicy gemm_policy() { return GemmPolicy::Off; }
 
 bool own_sgemm(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*, int64_t, bool,
                float*, int64_t, bool, const SgemmEpilogue&) {
+  return false;
+}
+
+bool own_sgemm_in_chunk(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*,
+                        int64_t, bool, float*, int64_t, bool) {
   return false;
 }
 

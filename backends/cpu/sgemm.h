@@ -72,4 +72,11 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
                const SgemmEpilogue& ep = {});
 
+/// own_sgemm for a product inside a parallel loop's chunk (it runs on the calling thread), taking
+/// any number of rows: a convolution's 16 output channels (backends/cpu/conv_batched.cpp), where
+/// there is no OpenBLAS call to prefer. No epilogue. false as own_sgemm's.
+bool own_sgemm_in_chunk(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
+                        const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc,
+                        bool accumulate);
+
 }  // namespace vitrine::cpu

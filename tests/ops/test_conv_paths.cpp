@@ -149,7 +149,8 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
                                      {{10, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}, {1, 1}},
                                      {{10, 16, 28, 28}, {32, 16, 3, 3}, {2, 2}, {1, 1}},
                                      {{10, 16, 28, 28}, {32, 16, 1, 1}, {2, 2}, {0, 0}},
-                                     {{10, 64, 7, 7}, {64, 64, 3, 3}, {1, 1}, {1, 1}}};
+                                     {{10, 64, 7, 7}, {64, 64, 3, 3}, {1, 1}, {1, 1}},
+                                     {{3, 5, 37, 19}, {20, 5, 3, 5}, {1, 1}, {2, 0}}};
   uint64_t seed = 40;
   for (const Shape& s : shapes) {
     INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w));
@@ -161,6 +162,13 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
     const ConvRun p = run_conv(ConvAlgorithm::PerImage, x, w, b, r, s.stride, s.padding);
     check_close(a.y, p.y, 1e-4, 1e-4);
     check_close(a.dx, p.dx, 1e-4, 1e-4);
+    // Both float32 paths share im2col and col2im (AVX-512 rows at unit stride): against the same
+    // convolution in float64 (the plain loops).
+    const ConvRun d = run_conv(ConvAlgorithm::PerImage, x.to(kFloat64), w.to(kFloat64),
+                               b.to(kFloat64), r.to(kFloat64), s.stride, s.padding);
+    check_close(a.y, d.y, 1e-4, 1e-4);
+    check_close(a.dx, d.dx, 1e-4, 1e-4);
+    check_close(a.dw, d.dw, 1e-3, 1e-4);
     check_close(a.dw, p.dw, 1e-3, 1e-4);
     check_close(a.db, p.db, 1e-3, 1e-4);
     // The first layer's input needs no gradient: the weight's alone.
