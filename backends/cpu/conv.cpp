@@ -56,19 +56,30 @@ __attribute__((target("avx512f"))) void im2col_row_avx512(const float* base, int
   }
 }
 
-/// col2im's row at unit column stride: dst(oh)[ow] += row[oh OW + ow] for the valid (oh, ow).
-__attribute__((target("avx512f"))) void col2im_row_avx512(const float* row, int64_t OW,
-                                                          int64_t oh_lo, int64_t oh_hi,
-                                                          int64_t ow_lo, int64_t ow_hi, float* base,
-                                                          int64_t row_step) {
-  for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
-    float* dst = base + oh * row_step;
-    const float* in = row + oh * OW;
-    for (int64_t k0 = ow_lo & ~int64_t{15}; k0 < ow_hi; k0 += 16) {
-      const __mmask16 m = static_cast<__mmask16>(lanes(k0, ow_lo, ow_hi));
-      const __m512 sum =
-          _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + k0), _mm512_maskz_loadu_ps(m, in + k0));
-      _mm512_mask_storeu_ps(dst + k0, m, sum);
+/// col2im of one channel at unit column stride, as a gather: each 16-pixel block of dx[c] ([H, W],
+/// rows dsh apart) is the sum over the taps (i, j), in the plain loop's order, of the cols
+/// entries that read it, loaded from row (c, i, j) (cols_c + (i kw + j) ld) with the lanes whose
+/// output column falls outside [0, OW) masked off; then stored once (every pixel written).
+__attribute__((target("avx512f"))) void col2im_channel_avx512(const float* cols_c, int64_t ld,
+                                                              const ConvGeometry& g, float* dc,
+                                                              int64_t dsh) {
+  const int64_t OW = g.out_w;
+  for (int64_t h = 0; h < g.height; ++h) {
+    for (int64_t w0 = 0; w0 < g.width; w0 += 16) {
+      const __mmask16 store = static_cast<__mmask16>(lanes(w0, 0, g.width));
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t i = 0; i < g.kernel_h; ++i) {
+        const int64_t t = h + g.pad_h - i * g.dilation_h;  // oh stride_h
+        if (t < 0 || t % g.stride_h != 0 || t / g.stride_h >= g.out_h) continue;
+        const float* rows_i = cols_c + i * g.kernel_w * ld + (t / g.stride_h) * OW;
+        for (int64_t j = 0; j < g.kernel_w; ++j) {
+          // Pixel w reads output column ow = w + pad_w - j dilation_w.
+          const int64_t shift = g.pad_w - j * g.dilation_w;
+          const __mmask16 m = store & static_cast<__mmask16>(lanes(w0, -shift, OW - shift));
+          acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, rows_i + j * ld + w0 + shift));
+        }
+      }
+      _mm512_mask_storeu_ps(dc + h * dsh + w0, store, acc);
     }
   }
 }
@@ -172,6 +183,14 @@ void CpuBackend::col2im(const Strided& cols, const Strided& dx, const ConvGeomet
     // races and the summation order is fixed.
     parallel_for(g.channels, kk * L, [&](int64_t c) {
       T* dc = dp + c * dsc;
+#ifdef VT_CONV_AVX512
+      if constexpr (std::is_same_v<T, float>) {
+        if (g.stride_w == 1 && dsw == 1 && avx512) {
+          col2im_channel_avx512(cp + c * kk * ld, ld, g, dc, dsh);
+          return;
+        }
+      }
+#endif
       for (int64_t h = 0; h < g.height; ++h)
         for (int64_t w = 0; w < g.width; ++w) dc[h * dsh + w * dsw] = T(0);
       for (int64_t i = 0; i < g.kernel_h; ++i) {
@@ -182,17 +201,6 @@ void CpuBackend::col2im(const Strided& cols, const Strided& dx, const ConvGeomet
               valid_range(j * g.dilation_w, g.width, g.stride_w, g.pad_w, OW);
           const T* row = cp + ((c * g.kernel_h + i) * g.kernel_w + j) * ld;
           const int64_t step = g.stride_w * dsw, n = ow_hi - ow_lo;
-#ifdef VT_CONV_AVX512
-          if constexpr (std::is_same_v<T, float>) {
-            if (step == 1 && avx512) {
-              col2im_row_avx512(
-                  row, OW, oh_lo, oh_hi, ow_lo, ow_hi,
-                  dc + (i * g.dilation_h - g.pad_h) * dsh + (j * g.dilation_w - g.pad_w),
-                  g.stride_h * dsh);
-              continue;
-            }
-          }
-#endif
           for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
             const T* in = row + oh * OW + ow_lo;
             T* out = dc + (oh * g.stride_h - g.pad_h + i * g.dilation_h) * dsh +
