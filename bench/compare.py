@@ -2,7 +2,8 @@
 """Vitrine against PyTorch on the CPU (issues 8 and 25): runs vitrine-bench and bench/torch_bench.py side
 by side, several rounds, and prints the ratios against the goals.
 
-    python3 bench/compare.py                          # fmnist, cifar10, ViT-S; 2 then 1 thread
+    python3 bench/compare.py                          # the ViTs and the CNNs; 2 then 1 thread
+    python3 bench/compare.py --models fmnist-resnet8,resnet18 --threads 2   # the CNN rows
     python3 bench/compare.py --models fmnist --threads 2 --rounds 5
     python3 bench/compare.py --explain --markdown /tmp/compare.md
     python3 bench/compare.py --models fmnist,cifar10 --threads 2 --load 2   # beside 2 busy loops
@@ -65,14 +66,18 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_BENCH = os.path.join(REPO, "bench", "torch_bench.py")
 DEFAULT_VITRINE = os.path.join("build", "tools", "bench", "vitrine-bench")
-MODELS = ["fmnist", "cifar10", "vit_small_patch16_224"]
+MODELS = ["fmnist", "cifar10", "vit_small_patch16_224", "fmnist-resnet8", "resnet18"]
+# The CNN rows (issue 47): vitrine-train's ResNet-8 on Fashion-MNIST (--set model.arch=resnet:
+# 1x28x28, batch 128) and torchvision's ResNet-18 (3x224x224, batch 8), the same flags to both.
+MODEL_FLAGS = {"fmnist-resnet8": ["--model", "fmnist", "--set", "model.arch=resnet"]}
 SIDES = ["vitrine", "torch-tuned", "torch-default"]
 SIDE_TITLES = {"vitrine": "Vitrine", "torch-tuned": "PyTorch tuned",
                "torch-default": "PyTorch default"}
 METHODS = ["attention", "rollout", "grad-rollout", "chefer", "gradcam", "saliency", "smoothgrad",
            "integrated-gradients"]
 # issue 25: Vitrine's images/s over PyTorch's, training and inference alike, on a quiet machine
-SPEED_GOALS = {"fmnist": 2.0, "cifar10": 1.5, "vit_small_patch16_224": 1.25}
+SPEED_GOALS = {"fmnist": 2.0, "cifar10": 1.5, "vit_small_patch16_224": 1.25,
+               "fmnist-resnet8": 1.25, "resnet18": 1.0}  # the CNNs': issue 47
 # ... and under load (--load N): at least level with PyTorch under the same load
 LOADED_SPEED_GOAL = 1.0
 # issue 25: the share of its own sgemm peak that Vitrine's training step reaches, quiet
@@ -161,7 +166,8 @@ def openblas_plan(args):
 
 
 def command(args, side, model, threads, what, json_path):
-    common = ["--model", model, "--threads", str(threads), "--what", what, "--json", json_path]
+    common = MODEL_FLAGS.get(model, ["--model", model]) + [
+        "--threads", str(threads), "--what", what, "--json", json_path]
     for flag in ("warmup", "repeats", "steps"):
         value = getattr(args, flag)
         if value is not None:

@@ -27,6 +27,23 @@ TEST_CASE("bench: forward FLOPs of the fmnist preset, counted by hand") {
   CHECK(bench::train_flops(c) == 3 * expected);
 }
 
+TEST_CASE("bench: forward FLOPs of vitrine-train's ResNet-8, measured from its layers") {
+  // 1x28x28, width 16: the stem 1 -> 16 (3x3, 784 positions); layer1 two 3x3 16 -> 16; layer2 a
+  // stride-2 3x3 16 -> 32 and a 3x3 32 -> 32 on 196 positions with a 1x1 16 -> 32 shortcut;
+  // layer3 the same at 64 channels on 49; fc 64 -> 10.
+  const double expected = 2.0 * 784 * 16 * 9 + 2 * (2.0 * 784 * 16 * 144) + 2.0 * 196 * 32 * 144 +
+                          2.0 * 196 * 32 * 288 + 2.0 * 196 * 32 * 16 + 2.0 * 49 * 64 * 288 +
+                          2.0 * 49 * 64 * 576 + 2.0 * 49 * 64 * 32 + 2.0 * 64 * 10;
+  models::ResNetConfig c = models::ResNetConfig::preset("resnet8");
+  c.channels = 1;
+  c.image_h = c.image_w = 28;
+  models::ResNet model(c);
+  model.train();
+  CHECK(bench::forward_flops(model, {1, 1, 28, 28}) == expected);
+  CHECK(model.is_training());  // restored
+  CHECK_FALSE(model.has_forward_hooks_below());
+}
+
 TEST_CASE("bench: a block's products in a training step of the fmnist preset, and their timing") {
   // 128 images of 50 tokens: 6400 rows; dim 128, qkv 384, MLP 256.
   const auto c = models::ViTConfig::preset("fmnist");
@@ -142,6 +159,30 @@ TEST_CASE("bench-cli: a tiny config end to end, then bad input with its messages
                   dir, "gemm_cuda");
   CHECK(r.code == 1);
   CHECK(r.output.find("--what gemm: times the CPU's own GEMM, not a product on cuda") !=
+        std::string::npos);
+  // Any model vitrine-train takes: a ResNet preset, and --set as vitrine-train's.
+  r = run_process(exe,
+                  {"--model", "fmnist", "--set", "model.arch=resnet", "--set", "model.width=4",
+                   "--batch", "2", "--warmup", "1", "--repeats", "1", "--steps", "1", "--threads",
+                   "1", "--json", dir / "resnet.json"},
+                  dir, "resnet");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("ResNet-8, 1x28x28 input, 10 classes, width 4") != std::string::npos);
+  const json jr = json::parse(read_text(dir / "resnet.json"));
+  CHECK(jr["arch"] == "resnet");
+  CHECK(jr["sets"] == json::array({"model.arch=resnet", "model.width=4"}));
+  CHECK(jr["flops_per_image"]["forward"].get<double>() > 0);
+  CHECK(jr["train"]["images_per_s"]["median"].get<double>() > 0);
+  r = run_process(exe, {"--model", "resnet8", "--what", "explain", "--json", dir / "bad.json"}, dir,
+                  "resnet_explain");
+  CHECK(r.code == 1);
+  CHECK(
+      r.output.find("--what explain: times a Vision Transformer's parts; this model is ResNet-8") !=
+      std::string::npos);
+  r = run_process(exe, {"--set", "optim.lr=1", "--json", dir / "bad.json"}, dir, "set_optim");
+  CHECK(r.code == 1);
+  CHECK(r.output.find("--set optim.lr=1: vitrine-bench sets the model's keys only") !=
         std::string::npos);
   r = run_process(exe, {"--batch", "0"}, dir, "batch");
   CHECK(r.code == 2);
