@@ -124,11 +124,20 @@ PRESETS = {
     "fmnist": dict(VIT_DEFAULTS, image_size=[28, 28], patch=4, channels=1, num_classes=10,
                    dim=128, depth=6, heads=4, mlp_dim=256),
 }
-# ResNetConfig's defaults (models/resnet.h) and presets: depth 6 n + 2, 3 channels, 10 classes,
-# 32x32; vitrine-train's --set model.arch=resnet keeps the data's channels, classes and size.
+# ResNetConfig's defaults (models/resnet.h) and presets: the CIFAR networks (depth 6 n + 2, 3
+# channels, 10 classes, 32x32) and torchvision's resnet18 / resnet34 (the imagenet stem, width 64,
+# 1000 classes, 224x224); vitrine-train's --set model.arch=resnet keeps the data's channels,
+# classes and size. RESNET_OPTIONAL: the keys ResNetConfig::to_json writes only where they are not
+# the CIFAR network's (blocks per stage, [n, n, n] from depth when absent; the stem), with a value
+# of their type (ResNetConfig::fields).
 RESNET_DEFAULTS = {"arch": "resnet", "depth": 20, "channels": 3, "num_classes": 10, "width": 16,
                    "image_size": [32, 32]}
+RESNET_OPTIONAL = {"layers": [3, 3, 3], "stem": "cifar"}
 RESNET_PRESETS = {f"resnet{d}": dict(RESNET_DEFAULTS, depth=d) for d in (8, 14, 20, 32, 44, 56)}
+RESNET_PRESETS.update({
+    f"resnet{d}": dict(RESNET_DEFAULTS, depth=d, num_classes=1000, width=64, image_size=[224, 224],
+                       layers=layers, stem="imagenet")
+    for d, layers in ((18, [2, 2, 2, 2]), (34, [3, 4, 6, 3]))})
 # The model fields this script implements beyond the preset.
 SUPPORTED_MODEL_FIELDS = ["dim", "depth", "heads", "mlp_dim", "patch", "patch_kernel", "stem",
                           "pool", "dropout", "drop_path", "eps", "qkv_bias"]
@@ -231,7 +240,7 @@ def optional_keys(parent, node):
     """Keys that may be --set though absent, with a value of their type (None: any)."""
     if parent == "model":
         if isinstance(node, dict) and node.get("arch") == "resnet":
-            return dict(RESNET_DEFAULTS, preset="resnet8")
+            return dict(RESNET_DEFAULTS, **RESNET_OPTIONAL, preset="resnet8")
         return dict(VIT_DEFAULTS, preset="fmnist", arch="vit")
     if parent == "data.transforms":
         return {k: None for k in TRANSFORM_KEYS}
@@ -333,6 +342,10 @@ def model_config(config):
         merged = dict(VIT_DEFAULTS)
     elif preset in PRESETS:
         merged = dict(PRESETS[preset])
+    elif preset in RESNET_PRESETS:
+        raise ConfigError(f"config: model: preset '{preset}' is a ResNet's, and this model "
+                          'section\'s arch is vit: give "arch": "resnet" with it (vitrine-train: '
+                          f"--set model.arch=resnet --set model.preset={preset})")
     else:
         raise ConfigError(f'config: model.preset "{preset}": this benchmark implements only the '
                           f'{", ".join(PRESETS)} preset (Vitrine knows more)')
@@ -392,30 +405,66 @@ def model_config(config):
 
 
 def resnet_config(section):
-    """A ResNet model section (ResNetConfig::from_json and preset): the preset, then the fields."""
+    """A ResNet model section (ResNetConfig::from_json and preset, ClassifierSpec::from_json): the
+    preset, then the fields; layers given without depth take the depth they make. The result has
+    every field, layers and stem included."""
+    keys = list(RESNET_DEFAULTS) + list(RESNET_OPTIONAL)
     for k in section:
-        if k != "preset" and k not in RESNET_DEFAULTS:
+        if k != "preset" and k not in keys:
             raise ConfigError(f'config: model: unknown key "{k}" for a resnet; the keys are: '
-                              f'preset, {", ".join(RESNET_DEFAULTS)}')
+                              f'preset, {", ".join(keys)}')
     preset = section.get("preset", "resnet20")
     if preset not in RESNET_PRESETS:
         raise ConfigError(f'config: model.preset "{preset}": the resnet presets are '
                           f'{", ".join(RESNET_PRESETS)}')
-    merged = dict(RESNET_PRESETS[preset])
+    merged = dict(RESNET_OPTIONAL, layers=None)
+    merged.update(RESNET_PRESETS[preset])
     merged.update({k: v for k, v in section.items() if k != "preset"})
     if is_number(merged["image_size"]):
         merged["image_size"] = [merged["image_size"]] * 2
+    layers = merged["layers"]
+    if layers is not None:
+        if not (isinstance(layers, list) and 1 <= len(layers) <= 8):
+            raise ConfigError(f"config: model.layers must list the basic blocks of 1 to 8 stages "
+                              f"(as [2, 2, 2, 2] for ResNet-18), got {layers}")
+        for i, b in enumerate(layers):
+            if not (is_number(b) and b == int(b) and 1 <= b <= 600):
+                raise ConfigError(f"config: model.layers[{i}] must be a number of blocks in "
+                                  f"[1, 600], got {b}")
+        layers = [int(b) for b in layers]
+        if "layers" in section and "depth" not in section:
+            merged["depth"] = 2 * sum(layers) + 2
     for k in ["depth", "channels", "num_classes", "width"]:
         if not (is_number(merged[k]) and merged[k] == int(merged[k]) and merged[k] > 0):
             raise ConfigError(f"config: model.{k} must be a positive integer")
         merged[k] = int(merged[k])
-    if merged["depth"] < 8 or (merged["depth"] - 2) % 6:
-        raise ConfigError(f"config: model.depth {merged['depth']}: a resnet's depth is 6 n + 2 "
-                          "(8, 14, 20, ...)")
+    if layers is None:
+        if merged["depth"] < 8 or (merged["depth"] - 2) % 6:
+            raise ConfigError(f"config: model.depth {merged['depth']}: a resnet's depth is 6 n + 2 "
+                              "(8, 14, 20, ...) without model.layers")
+        layers = [(merged["depth"] - 2) // 6] * 3
+    elif merged["depth"] != 2 * sum(layers) + 2:
+        raise ConfigError(f"config: model.depth {merged['depth']} disagrees with model.layers "
+                          f"{layers}: basic blocks make depth 2 x {sum(layers)} blocks + 2 = "
+                          f"{2 * sum(layers) + 2}")
+    merged["layers"] = layers
+    if merged["stem"] not in ("cifar", "imagenet"):
+        raise ConfigError(f'config: model.stem must be "cifar" or "imagenet", got {merged["stem"]}')
     if (merged["channels"], merged["num_classes"], list(merged["image_size"])) != (1, 10, [28, 28]):
         raise ConfigError("config: this benchmark trains on Fashion-MNIST: 1 channel, 10 classes, "
                           "28x28")
     return merged
+
+
+def resnet_json(m):
+    """A resolved ResNet section as ResNetConfig::to_json writes it: layers and stem only where
+    they are not the CIFAR network's."""
+    out = {k: m[k] for k in RESNET_DEFAULTS}
+    if m["layers"] != [(m["depth"] - 2) // 6] * 3:
+        out["layers"] = m["layers"]
+    if m["stem"] != "cifar":
+        out["stem"] = m["stem"]
+    return out
 
 
 def size_pair(v, key):
@@ -697,17 +746,19 @@ def build_model(m):
 
 
 def build_resnet(m):
-    """models/resnet.{h,cpp}: the CIFAR ResNet (He et al. 2016), torchvision's BasicBlock with
-    option-B shortcuts, as tests/fixtures/make_resnet_fixtures.py writes it (the network of the
-    parity fixture), with torchvision's init (convs kaiming_normal fan_out, BatchNorm 1 and 0, fc
-    PyTorch's Linear default)."""
+    """models/resnet.{h,cpp}: the ResNet of He et al. 2016 (the CIFAR networks, or torchvision's
+    resnet18/34 with the imagenet stem), torchvision's BasicBlock with option-B shortcuts, as
+    tests/fixtures/make_resnet_fixtures.py writes it (the network of the parity fixtures, checked
+    there against torchvision's own), with torchvision's init (convs kaiming_normal fan_out,
+    BatchNorm 1 and 0, fc PyTorch's Linear default)."""
     import importlib.util
     from torch import nn
     spec = importlib.util.spec_from_file_location(
         "make_resnet_fixtures", os.path.join(REPO, "tests", "fixtures", "make_resnet_fixtures.py"))
     fixtures = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fixtures)
-    model = fixtures.ResNet(m["depth"], m["channels"], m["num_classes"], m["width"])
+    model = fixtures.ResNet(m["depth"], m["channels"], m["num_classes"], m["width"], m["layers"],
+                            m["stem"])
     for mod in model.modules():
         if isinstance(mod, nn.Conv2d):
             nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
@@ -858,7 +909,7 @@ def train(args, config, m, t):
 
     run = datetime.datetime.now().isoformat(timespec="seconds")
     print(f"pytorch {torch.__version__}, {torch.get_num_threads()} threads; model "
-          f"{json.dumps({k: m[k] for k in (RESNET_DEFAULTS if m.get('arch') == 'resnet' else SUPPORTED_MODEL_FIELDS)})}"
+          f"{json.dumps(resnet_json(m) if m.get('arch') == 'resnet' else {k: m[k] for k in SUPPORTED_MODEL_FIELDS})}"
           f", {n_params} parameters; data {folder}: {n_train} training images"
           f"{f', {val[0].shape[0]} validation' if val else ''}, {test_x.shape[0]} test; "
           f"batch {batch_size}, {steps_per_epoch} steps per epoch, {epochs} epochs", flush=True)
@@ -1045,6 +1096,27 @@ def self_check():
     check("ResNet logits shape", tuple(resnet(torch.zeros(2, 1, 28, 28)).shape), (2, 10))
     mr20, _ = check_recipe(load_config(DEFAULT_CONFIG, ["model.arch=resnet", "model.depth=20"]))
     check("--set model.depth=20 after model.arch=resnet", mr20["depth"], 20)
+    # torchvision's ResNet-18 for Fashion-MNIST: 11,689,512 less a 3-channel conv1 and 1000 classes.
+    m18, _ = check_recipe(load_config(DEFAULT_CONFIG, ["model.arch=resnet", "model.preset=resnet18"]))
+    check("--set model.preset=resnet18: layers and stem", (m18["depth"], m18["layers"], m18["stem"]),
+          (18, [2, 2, 2, 2], "imagenet"))
+    r18 = build_model(m18)
+    check("ResNet-18 parameters (vitrine-train --summary)",
+          sum(p.numel() for p in r18.parameters()), 11175370)
+    check("ResNet-18 stem", (tuple(r18.conv1.weight.shape), r18.conv1.stride, r18.maxpool.stride),
+          ((64, 1, 7, 7), (2, 2), 2))
+    check("ResNet-18 logits shape", tuple(r18(torch.zeros(2, 1, 28, 28)).shape), (2, 10))
+    m10, _ = check_recipe(load_config(DEFAULT_CONFIG, ["model.arch=resnet", "model.layers=[1,1,1,1]",
+                                                       "model.stem=imagenet", "model.width=8"]))
+    check("--set model.layers=[1,1,1,1] model.stem=imagenet: depth", m10["depth"], 10)
+    check("ResNet-10 width 8 stages", [n for n, _ in build_model(m10).named_children()],
+          ["conv1", "bn1", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc"])
+    try:
+        check_recipe(load_config(DEFAULT_CONFIG, ["model.arch=resnet", "model.preset=resnet18",
+                                                  "model.depth=34"]))
+        check("depth 34 with layers [2, 2, 2, 2] is refused", False, True)
+    except ConfigError as e:
+        check("depth 34 with layers [2, 2, 2, 2] is refused", "disagrees" in str(e), True)
 
     # Augmentation: padding 2 then a 28x28 window is a shift of the image within zeros.
     g = torch.Generator().manual_seed(0)

@@ -1,5 +1,7 @@
 #include "models/classifier.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -49,10 +51,17 @@ ClassifierSpec ClassifierSpec::from_json(const json& j) {
   if (c.is_object() && c.contains("preset")) {  // the preset's config with the other keys changed
     const json& preset = j.at("preset");
     VT_CHECK(preset.is_string(), "\"preset\" must be a preset name, got {}", preset.dump());
-    c = arch == "resnet" ? ResNetConfig::preset(preset.get<std::string>()).to_json()
-                         : ViTConfig::preset(preset.get<std::string>()).to_json();
+    const std::string name = preset.get<std::string>();
+    const std::vector<std::string> resnets = ResNetConfig::preset_names();
+    VT_CHECK(arch == "resnet" || std::find(resnets.begin(), resnets.end(), name) == resnets.end(),
+             "preset '{}' is a ResNet's, and this model section's arch is {}: give \"arch\": "
+             "\"resnet\" with it (vitrine-train: --set model.arch=resnet --set model.preset={})",
+             name, arch, name);
+    c = arch == "resnet" ? ResNetConfig::preset(name).to_json() : ViTConfig::preset(name).to_json();
     for (const auto& [k, v] : j.items())
       if (k != "preset") c[k] = v;
+    // A ResNet's depth follows the layers given (the preset's depth counts the preset's layers).
+    if (arch == "resnet" && j.contains("layers") && !j.contains("depth")) c.erase("depth");
   }
   if (arch == "resnet") return of(ResNetConfig::from_json(c));
   if (c.is_object()) c.erase("arch");
@@ -72,9 +81,7 @@ ViTConfig ClassifierSpec::vit(const std::string& what) const {
 
 std::string ClassifierSpec::describe() const {
   if (arch == "resnet") {
-    const ResNetConfig c = ResNetConfig::from_json(config);
-    return fmt::format("ResNet-{}, {}x{}x{} input, {} classes, width {}", c.depth, c.channels,
-                       c.image_h, c.image_w, c.num_classes, c.width);
+    return ResNetConfig::from_json(config).describe();
   }
   const ViTConfig m = ViTConfig::from_json(config);
   const std::string overlap =

@@ -29,7 +29,8 @@ struct ClassifierSpec {
   static ClassifierSpec of(const ResNetConfig& c);
   /// A model config JSON: "arch" absent or "vit" is a ViTConfig (without the arch key), "resnet"
   /// a ResNetConfig; an unknown arch is an Error listing the known ones. A "preset" key starts
-  /// from that preset's config, the other keys changing it ({"preset": "fmnist", "depth": 3}).
+  /// from that preset's config, the other keys changing it ({"preset": "fmnist", "depth": 3});
+  /// a ResNet's "layers" without "depth" take the depth they make.
   static ClassifierSpec from_json(const nlohmann::json& j);
   /// A fresh model, initialised from gen.
   std::shared_ptr<nn::Module> build(Generator& gen) const;

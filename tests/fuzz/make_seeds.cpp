@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
           R"("num_attention_heads": 2, "mlp_ratio": 2, "image_size": 8, "patch_size": 4})");
     write(dir / "model_config/resnet.json",
           R"({"arch": "resnet", "depth": 8, "channels": 3, "num_classes": 10, "width": 4})");
+    write(dir / "model_config/resnet_imagenet.json",
+          R"({"arch": "resnet", "layers": [1, 2, 1, 1], "stem": "imagenet", "width": 4})");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_make_seeds: %s\n", e.what());
     return 1;

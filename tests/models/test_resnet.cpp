@@ -54,7 +54,7 @@ TEST_CASE("resnet: torchvision's names, depth 6n + 2, presets and config errors"
   CHECK_ERROR_CONTAINS(models::ResNetConfig::from_json({{"depth", 10}}), "model.depth", "6 n + 2",
                        "10");
   CHECK_ERROR_CONTAINS(models::ResNetConfig::from_json({{"dim", 10}}), "unknown model key 'dim'");
-  CHECK_ERROR_CONTAINS(models::ResNetConfig::preset("resnet18"), "unknown preset 'resnet18'",
+  CHECK_ERROR_CONTAINS(models::ResNetConfig::preset("resnet50"), "unknown preset 'resnet50'",
                        "resnet20");
   CHECK_ERROR_CONTAINS(r20(ops::zeros({1, 1, 32, 32})), "ResNet", "[B, 3, H, W]");
 }

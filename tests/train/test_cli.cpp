@@ -259,6 +259,23 @@ TEST_CASE("train-cli: --eval reproduces the run's test metrics, --summary prints
   CHECK(small.output.find("blocks.1") == std::string::npos);
 }
 
+TEST_CASE("train-cli: --summary of torchvision's ResNet-18 by --model and by --set") {
+  TempDir dir;
+  const Ran preset = run({"--summary", "--model", "resnet18"}, dir, "resnet18");
+  INFO(preset.output);
+  REQUIRE(preset.code == 0);
+  CHECK(count(preset.output,
+              "ResNet-18 (ImageNet stem), 3x224x224 input, 1000 classes, width 64") == 1);
+  CHECK(count(preset.output, "total parameters: 11689512") == 1);  // torchvision's
+  CHECK(count(preset.output, "maxpool: MaxPool2d(kernel_size=3, stride=2, padding=1)") == 1);
+  CHECK(count(preset.output, "layer4: Sequential") == 1);
+  const Ran set = run({"--summary", "--set", "model.arch=resnet", "--set", "model.preset=resnet34"},
+                      dir, "resnet34");
+  INFO(set.output);
+  REQUIRE(set.code == 0);
+  CHECK(count(set.output, "ResNet-34 (ImageNet stem), 1x28x28 input, 10 classes, width 64") == 1);
+}
+
 TEST_CASE("train-cli: --finetune --freeze-backbone trains the new head only") {
   Reference& r = reference();
   TempDir dir;

@@ -384,6 +384,46 @@ TEST_CASE("train config: validate_config on the structure and the cross-section 
   }
 }
 
+TEST_CASE("train config: a ResNet by --set, the CIFAR ones or torchvision's ResNet-18") {
+  // model.arch=resnet starts from ResNet-8 for the data's 1x28x28 images and 10 classes.
+  json c = with("model.arch=resnet");
+  CHECK(tr::model_spec(c).describe() == "ResNet-8, 1x28x28 input, 10 classes, width 16");
+  tr::apply_override(c, "model.preset=resnet18");
+  CHECK_NOTHROW(tr::validate_config(c));
+  const models::ClassifierSpec r18 = tr::model_spec(c);
+  CHECK(r18.describe() == "ResNet-18 (ImageNet stem), 1x28x28 input, 10 classes, width 64");
+  Generator gen(0);
+  // torchvision's 11,689,512 with a conv1 of 1 channel (-6,272) and 10 classes (-507,870)
+  CHECK(r18.build(gen)->num_parameters() == 11175370);
+
+  // layers and stem are keys of a ResNet's model section, set like the others.
+  json d = with("model.arch=resnet");
+  tr::apply_override(d, "model.layers=[1, 1, 1, 1]");
+  tr::apply_override(d, "model.stem=imagenet");
+  tr::apply_override(d, "model.width=8");
+  CHECK(d["model"]["layers"] == json{1, 1, 1, 1});
+  CHECK_NOTHROW(tr::validate_config(d));
+  CHECK(tr::model_spec(d).describe() ==
+        "ResNet-10 (ImageNet stem, layers [1, 1, 1, 1]), 1x28x28 input, 10 classes, width 8");
+  CHECK_ERROR_CONTAINS(tr::apply_override(d, "model.layers=2"), "model.layers holds an array",
+                       "got 2 (a number)");
+  json e = with("model.arch=resnet");
+  CHECK_ERROR_CONTAINS(tr::apply_override(e, "model.layers=2"), "model.layers takes an array",
+                       "got 2");
+  CHECK_ERROR_CONTAINS(tr::apply_override(e, "model.stme=imagenet"),
+                       "did you mean \"model.stem\"?");
+  tr::apply_override(e, "model.stem=fancy");
+  CHECK_ERROR_CONTAINS(tr::validate_config(e), "config: model: ", "model.stem must be \"cifar\"",
+                       "got \"fancy\"");
+  json f = with("model.arch=resnet");
+  tr::apply_override(f, "model.preset=resnet18");
+  tr::apply_override(f, "model.depth=34");
+  CHECK_ERROR_CONTAINS(tr::validate_config(f), "model.depth 34 disagrees with model.layers");
+  // A ResNet preset in the ViT's section says to set the architecture first.
+  CHECK_ERROR_CONTAINS(tr::validate_config(with("model.preset=resnet18")),
+                       "preset 'resnet18' is a ResNet's", "--set model.arch=resnet");
+}
+
 TEST_CASE("train config: load_config errors name the file, JSON errors their line and column") {
   TempDir tmp;
   CHECK_ERROR_CONTAINS(tr::load_config(tmp / "nope.json"), "config file", "nope.json",

@@ -596,7 +596,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--gradcam-layer", cli.gradcam_layer,
                  "a model other than a ViT: the submodule whose activations Grad-CAM weighs, by "
-                 "its dotted name (a ResNet: layer3, its last stage, by default)");
+                 "its dotted name (a ResNet: its last stage, layer3 or layer4, by default)");
   app.add_option("--cell", cli.cell,
                  "a model other than a ViT (no patches): the side in pixels of the squares the "
                  "grid maps average over and --evaluate deletes")

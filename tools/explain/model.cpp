@@ -107,8 +107,9 @@ LoadedModel load_model(const ModelSource& source) {
              source.gradcam_layer);
   } else {
     l.patch = source.cell;
-    l.gradcam_layer =
-        source.gradcam_layer.empty() && l.spec.arch == "resnet" ? "layer3" : source.gradcam_layer;
+    l.gradcam_layer = source.gradcam_layer;
+    if (l.gradcam_layer.empty() && l.spec.arch == "resnet")  // its last stage: layer3, layer4
+      l.gradcam_layer = models::ResNetConfig::from_json(l.spec.config).last_stage();
     if (!l.gradcam_layer.empty()) (void)submodule(*l.model, l.gradcam_layer);  // checked
   }
   const models::ClassifierSpec& c = l.spec;

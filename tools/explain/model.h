@@ -21,7 +21,7 @@ struct ModelSource {
   std::string checkpoint;
   /// The architecture when the checkpoint names none: a preset or a JSON file (empty: none).
   std::string model_config;
-  /// A model other than a ViT: the submodule Grad-CAM reads (empty: a ResNet's layer3).
+  /// A model other than a ViT: the submodule Grad-CAM reads (empty: a ResNet's last stage).
   std::string gradcam_layer;
   /// A model other than a ViT: the squares (in pixels) its grid maps average over.
   int64_t cell = 4;
@@ -43,8 +43,8 @@ struct LoadedModel {
   /// A ViT's patch; for another model the cell, the squares its grid maps average over: images
   /// are cropped to (resize none) or must be (a raw input) a multiple of it.
   int64_t patch = 1;
-  std::string gradcam_layer;    // another model: the submodule Grad-CAM reads (a ResNet's layer3)
-  nn::Metadata meta;            // the checkpoint's metadata
+  std::string gradcam_layer;  // another model: the submodule Grad-CAM reads (a ResNet's last stage)
+  nn::Metadata meta;          // the checkpoint's metadata
   std::string checkpoint_name;  // the checkpoint's file name (without its folder)
   bool headless = false;        // no classification head: attention methods only
   std::vector<std::string>

@@ -75,7 +75,7 @@ using DatasetSpec = nn::data::DatasetInfo;
 std::vector<std::string> model_keys(const std::string& arch) {
   std::vector<std::string> keys = {"arch", "preset"};
   const json fields =
-      arch == "resnet" ? models::ResNetConfig{}.to_json() : models::ViTConfig{}.to_json();
+      arch == "resnet" ? models::ResNetConfig::fields() : models::ViTConfig{}.to_json();
   for (const auto& [k, v] : fields.items()) {
     (void)v;
     if (k != "arch") keys.push_back(k);
@@ -473,7 +473,7 @@ std::map<std::string, json> optional_keys(const std::string& parent, const json&
   std::map<std::string, json> out;
   if (parent == "model") {
     const bool resnet = node.is_object() && node.value("arch", std::string()) == "resnet";
-    const json fields = resnet ? models::ResNetConfig{}.to_json() : models::ViTConfig{}.to_json();
+    const json fields = resnet ? models::ResNetConfig::fields() : models::ViTConfig{}.to_json();
     for (const auto& [k, v] : fields.items()) out[k] = v;
     out["preset"] = resnet ? "resnet8" : "fmnist";
     out["arch"] = "vit";

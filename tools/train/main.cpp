@@ -68,7 +68,12 @@ struct Options {
 json build_config(const Options& o, json c, std::vector<std::string>& notes) {
   const int64_t file_epochs =
       c["train"]["epochs"].is_number_integer() ? c["train"]["epochs"].get<int64_t>() : 0;
-  if (!o.model.empty()) c["model"] = {{"preset", o.model}};
+  if (!o.model.empty()) {
+    c["model"] = {{"preset", o.model}};
+    const std::vector<std::string> resnets = models::ResNetConfig::preset_names();
+    if (std::find(resnets.begin(), resnets.end(), o.model) != resnets.end())
+      c["model"]["arch"] = "resnet";
+  }
   if (!o.model_config.empty() && o.finetune.empty() && o.eval.empty()) {
     json m = models::resolve_config(o.model_config).to_json();
     m.erase("num_classes");  // the architecture; the classes are the data set's
@@ -462,7 +467,9 @@ int main(int argc, char** argv) {
                  "config.json); needed by --finetune and "
                  "--eval for a checkpoint without Vitrine's metadata (timm, torchvision, DINO)")
       ->type_name("PRESET|FILE");
-  app.add_option("--model", o.model, "model.preset: train this preset's architecture")
+  app.add_option("--model", o.model,
+                 "model.preset: train this preset's architecture (a ResNet's, as resnet18, sets "
+                 "model.arch=resnet too)")
       ->type_name("PRESET");
   app.add_option("--batch-size", o.batch_size, "data.batch_size")->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "optim.lr")->check(CLI::PositiveNumber);
