@@ -7,6 +7,7 @@
 
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/thread_wait.h"
+#include "models/resnet.h"
 #include "test_util.h"
 #include "tools/bench/bench.h"
 
