@@ -257,6 +257,15 @@ class Backend {
     (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)g;
     return false;
   }
+  /// Max pooling's argmax (backends/cpu/pool.cpp): x [B, C, H, W] contiguous -> indices int64
+  /// [B, C, OH, OW], the flat index h W + w of each window's maximum (the first in row-major
+  /// order; a NaN wins, as PyTorch's max_pool2d); the window of output (oh, ow) is rows
+  /// oh stride_h - pad_h + i dilation_h (i < kernel_h) and the columns likewise, inside the image.
+  /// false when the backend has no such kernel (ops/pool.cpp then composes the windows).
+  virtual bool max_pool2d_indices(const Strided& x, const Strided& indices, const ConvGeometry& g) {
+    (void)x, (void)indices, (void)g;
+    return false;
+  }
   /// Depthwise convolution (groups = C; backends/cpu/conv_depthwise.cpp): x [B, C, H, W] (any
   /// strides), w [m C, 1, kh, kw] and y [B, m C, OH, OW] contiguous, bias [m C] (data null: none),
   ///   y[b, co] = bias[co] + x[b, co / m] (*) w[co]      (g.channels = C)

@@ -72,16 +72,18 @@ Tensor Sigmoid::forward(const Tensor& x) { return ops::sigmoid(x); }
 Tensor SiLU::forward(const Tensor& x) { return x * ops::sigmoid(x); }
 
 Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, Size2 s, Size2 pad, bool with_bias, Generator& gen)
-    : Conv2d(in, out, k, Conv2dOptions{.stride = s, .padding = pad, .bias = with_bias}, gen) {}
+    : Conv2d(Conv2dOptions(in, out, k).stride(s).padding(pad).bias(with_bias), gen) {}
 
-Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, const Conv2dOptions& o, Generator& gen)
-    : in_channels(in),
-      out_channels(out),
-      groups(o.groups),
-      kernel(k.pair()),
-      stride(o.stride.pair()),
-      padding(o.padding.pair()),
-      dilation(o.dilation.pair()) {
+Conv2d::Conv2d(const Conv2dOptions& o, Generator& gen)
+    : in_channels(o.in_),
+      out_channels(o.out_),
+      groups(o.groups_),
+      kernel(o.kernel_.pair()),
+      stride(o.stride_.pair()),
+      padding(o.padding_.pair()),
+      dilation(o.dilation_.pair()) {
+  const int64_t in = in_channels, out = out_channels;
+  const Size2 k = o.kernel_;
   VT_CHECK(in > 0 && out > 0 && k.h > 0 && k.w > 0,
            "Conv2d: channels and kernel sizes must be positive (got {}, {}, {}x{})", in, out, k.h,
            k.w);
@@ -97,7 +99,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, const Conv2dOptions& o, Generat
            groups, in, out);
   weight = register_parameter("weight", ops::empty({out, in / groups, k.h, k.w}));
   init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
-  if (o.bias) {
+  if (o.bias_) {
     bias = register_parameter("bias", ops::empty({out}));
     double bound = 1.0 / std::sqrt(static_cast<double>(in / groups * k.h * k.w));
     init::uniform_(bias, -bound, bound, gen);

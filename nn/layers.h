@@ -121,13 +121,22 @@ struct Size2 {
   int64_t h, w;
 };
 
-/// Conv2d's arguments after the kernel size, with torch.nn.Conv2d's names and defaults, for
-/// designated initializers: Conv2d(32, 32, 3, {.padding = 1, .groups = 32}) is PyTorch's
-/// Conv2d(32, 32, 3, padding=1, groups=32) (a depthwise convolution).
-struct Conv2dOptions {
-  Size2 stride = 1, padding = 0, dilation = 1;
-  int64_t groups = 1;
-  bool bias = true;
+/// All of Conv2d's arguments, as the PyTorch C++ API's torch::nn::Conv2dOptions, with
+/// torch.nn.Conv2d's names and defaults: Conv2d(Conv2dOptions(32, 32, 3).padding(1).groups(32))
+/// is PyTorch's Conv2d(32, 32, 3, padding=1, groups=32) (a depthwise convolution).
+class Conv2dOptions {
+ public:
+  Conv2dOptions(int64_t in_channels, int64_t out_channels, Size2 kernel_size)
+      : in_(in_channels), out_(out_channels), kernel_(kernel_size) {}
+  Conv2dOptions& stride(Size2 s) { return stride_ = s, *this; }
+  Conv2dOptions& padding(Size2 p) { return padding_ = p, *this; }
+  Conv2dOptions& dilation(Size2 d) { return dilation_ = d, *this; }
+  Conv2dOptions& groups(int64_t g) { return groups_ = g, *this; }
+  Conv2dOptions& bias(bool b) { return bias_ = b, *this; }
+  int64_t in_, out_;
+  Size2 kernel_, stride_ = 1, padding_ = 0, dilation_ = 1;
+  int64_t groups_ = 1;
+  bool bias_ = true;
 };
 
 /// 2-D convolution (ops::conv2d), x [B, Cin, H, W] -> [B, Cout, OH, OW], weight [Cout, Cin /
@@ -139,8 +148,7 @@ class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1,
          Size2 padding = 0, bool bias = true, Generator& gen = default_generator());
-  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, const Conv2dOptions& options,
-         Generator& gen = default_generator());
+  explicit Conv2d(const Conv2dOptions& options, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;

@@ -1,5 +1,7 @@
 // 2-D pooling as compositions of existing ops, so that every backend runs them and autograd
-// differentiates them without a rule of their own.
+// differentiates them without a rule of their own. Max pooling takes a backend's argmax kernel
+// first where there is one (the CPU's, backends/cpu/pool.cpp), and gathers the maxima: no copy of
+// the k_h k_w windows below.
 //
 // A k_h x k_w window with stride s and padding p over x [B, C, H, W] gives
 //   OH = (H + 2 p_h - k_h) / s_h + 1,  OW likewise,
@@ -73,6 +75,21 @@ Tensor max_pool2d(const Tensor& x, std::pair<int64_t, int64_t> kernel,
                   std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding) {
   const Window w = window(x, kernel, stride, padding, "max_pool2d");
   if (w.kh == 1 && w.kw == 1) return squeeze(windows(x, w), 2);
+  // A backend's argmax kernel, then the values gathered there (no window copies; gather's
+  // gradient scatters dy onto the maxima).
+  const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const Tensor xc = contiguous(x);
+  Tensor index = detail::empty_on(x, {B, C, w.oh, w.ow}, kInt64);
+  bool done;
+  {
+    NoGradGuard no_grad;
+    done = x.backend().max_pool2d_indices(
+        xc.strided(), index.strided(),
+        ConvGeometry{C, H, W, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.oh, w.ow});
+  }
+  if (done)
+    return reshape(gather(reshape(xc, {B * C, H * W}), 1, reshape(index, {B * C, w.oh * w.ow})),
+                   {B, C, w.oh, w.ow});
   const double lowest = -std::numeric_limits<double>::infinity();
   return max(windows(padded(x, w, lowest), w), 2).values;
 }
