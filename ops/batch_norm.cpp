@@ -27,13 +27,12 @@ namespace {
 /// The whole batch's statistics from each process's count n_p, mean mu_p and biased variance s2_p,
 /// [C] each (one all_gather of [mu_p, s2_p, n_p]), N = sum_p n_p:
 ///   mu = sum_p n_p mu_p / N,  s2 = sum_p n_p (s2_p + (mu_p - mu)^2) / N
-/// mu and s2 are replaced by the whole batch's; returns N.
+/// mu and s2 are replaced by the whole batch's; returns N. In float64, as the kernels accumulate.
 int64_t combine_stats(const BatchNormSync& sync, int64_t n, Tensor& mu, Tensor& s2) {
   const int64_t C = mu.numel();
-  // float32 at least: the counts are exact up to 2^24 there.
-  const DType dt = mu.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  const Tensor mine =
-      cat({mu.to(dt), s2.to(dt), full({1}, static_cast<double>(n), dt, mu.device())}, 0);
+  const Tensor mine = cat(
+      {mu.to(kFloat64), s2.to(kFloat64), full({1}, static_cast<double>(n), kFloat64, mu.device())},
+      0);
   const Tensor all = sync.all_gather(mine);
   VT_CHECK(all.defined() && all.dim() == 2 && all.size(1) == 2 * C + 1,
            "batch_norm: BatchNormSync::all_gather must return [processes, {}] for a [{}] tensor, "
@@ -146,7 +145,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
           if (needs[0] && training) {
             Tensor all_dy = sum_dy, all_dot = dot;  // with sync: summed over the processes
             if (sync.all_gather) {
-              const Tensor sums = sum(sync.all_gather(cat({sum_dy, dot}, 0)), {0});
+              const Tensor mine = cat({sum_dy, dot}, 0).to(kFloat64);
+              const Tensor sums = sum(sync.all_gather(mine), {0}).to(x.dtype());
               all_dy = narrow(sums, 0, 0, C);
               all_dot = narrow(sums, 0, C, C);
             }

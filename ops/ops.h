@@ -244,9 +244,9 @@ Tensor avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> kernel,
 /// y[..., i, j] = mean of x over rows [floor(i H / OH), ceil((i + 1) H / OH)) and the columns
 /// likewise (pool.cpp), PyTorch's adaptive bins; output_size {1, 1} is the global average.
 Tensor adaptive_avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_size);
-/// A batch split across processes, for batch_norm (nn::SyncBatchNorm): all_gather(t [k]) returns
-/// [P, k], row p process p's t (a collective: every process calls it, in the same order). In
-/// training the statistics are then the whole batch's, N = sum_p n_p values per channel:
+/// A batch split across processes, for batch_norm (nn::SyncBatchNorm): all_gather(t [k], float64)
+/// returns [P, k], row p process p's t (a collective: every process calls it, in the same order).
+/// In training the statistics are then the whole batch's, N = sum_p n_p values per channel:
 ///   mu = sum_p n_p mu_p / N,  s2 = sum_p n_p (s2_p + (mu_p - mu)^2) / N
 /// the running variance is unbiased by N / (N - 1), and dx takes sum dy and sum dy (x - mu) summed
 /// over the processes; dweight and dbias are this process's share (DDP averages them).
