@@ -10,15 +10,19 @@ namespace vitrine::nn {
 
 BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, std::optional<double> momentum,
                          bool affine, bool track_running_stats)
+    : BatchNorm2d("BatchNorm2d", num_features, eps, momentum, affine, track_running_stats) {}
+
+BatchNorm2d::BatchNorm2d(const char* type, int64_t num_features, double eps,
+                         std::optional<double> momentum, bool affine, bool track_running_stats)
     : num_features(num_features),
       eps(eps),
       momentum(momentum),
       affine(affine),
       track_running_stats(track_running_stats) {
-  VT_CHECK(num_features > 0, "BatchNorm2d: num_features must be positive, got {}", num_features);
-  VT_CHECK(eps > 0, "BatchNorm2d: eps must be positive, got {}", eps);
+  VT_CHECK(num_features > 0, "{}: num_features must be positive, got {}", type, num_features);
+  VT_CHECK(eps > 0, "{}: eps must be positive, got {}", type, eps);
   VT_CHECK(!momentum || (*momentum >= 0 && *momentum <= 1),
-           "BatchNorm2d: momentum must be in [0, 1], got {}", momentum.value_or(0));
+           "{}: momentum must be in [0, 1], got {}", type, momentum.value_or(0));
   if (affine) {
     weight = register_parameter("weight", ops::ones({num_features}));
     bias = register_parameter("bias", ops::zeros({num_features}));
@@ -31,9 +35,14 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, std::optional<double>
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
+  if (replaced_by_) return (*replaced_by_)(x);
   VT_CHECK(x.dim() == 4, "BatchNorm2d: expected x [B, C, H, W], got shape {}", x.shape());
-  VT_CHECK(x.size(1) == num_features, "BatchNorm2d({}): x has {} channels (shape {})", num_features,
-           x.size(1), x.shape());
+  return normalize(x, {});
+}
+
+Tensor BatchNorm2d::normalize(const Tensor& x, const ops::BatchNormSync& sync) {
+  VT_CHECK(x.dim() >= 2 && x.size(1) == num_features, "{}({}): x has {} channels (shape {})",
+           type_name(), num_features, x.dim() >= 2 ? x.size(1) : 0, x.shape());
   // The batch's statistics in training, and always without running ones (whose buffers are then
   // undefined, so ops::batch_norm updates nothing).
   const bool batch_stats = is_training() || !track_running_stats;
@@ -43,7 +52,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     num_batches_tracked.add_(1.0);
     if (!momentum) m = 1.0 / num_batches_tracked.item<int64_t>();  // the cumulative average
   }
-  return ops::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, m, eps);
+  return ops::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, m, eps, sync);
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -2,9 +2,15 @@
 // (weight, bias, running_mean, running_var, num_batches_tracked), so its checkpoints load as they
 // are.
 #pragma once
+#include <memory>
 #include <optional>
 
 #include "nn/layers.h"
+#include "ops/ops.h"
+
+namespace vitrine::dist {
+class ProcessGroup;
+}
 
 namespace vitrine::nn {
 
@@ -28,6 +34,22 @@ class BatchNorm2d : public Module {
   double eps;
   std::optional<double> momentum;
   bool affine, track_running_stats;
+
+ protected:
+  /// As the public constructor; `type` names the class in its errors.
+  BatchNorm2d(const char* type, int64_t num_features, double eps, std::optional<double> momentum,
+              bool affine, bool track_running_stats);
+  /// ops::batch_norm on x [B, C, ...] with this module's tensors and mode (the running statistics
+  /// counted and updated in training); sync: the batch split across processes (SyncBatchNorm).
+  Tensor normalize(const Tensor& x, const ops::BatchNormSync& sync);
+
+ private:
+  friend std::shared_ptr<Module> convert_sync_batchnorm(std::shared_ptr<Module> module,
+                                                        dist::ProcessGroup* group);
+  /// Set by convert_sync_batchnorm: the SyncBatchNorm that took this module's place in the tree.
+  /// forward calls it, so a model that calls this module through a handle of its own (a
+  /// Sequential's list, a member such as ResNet's bn1) calls its replacement.
+  std::shared_ptr<BatchNorm2d> replaced_by_;
 };
 
 /// A lookup table (ops::embedding): indices int64 [...] -> weight rows [..., dim]; weight

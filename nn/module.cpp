@@ -57,7 +57,10 @@ Tensor Module::register_buffer(const std::string& name, Tensor t) {
   check_name(name, "buffer", type_name());
   VT_CHECK(!has_name(params_, name) && !has_name(buffers_, name) && !has_name(children_, name),
            "{}: '{}' is already registered", type_name(), name);
-  buffers_.emplace_back(name, t.defined() ? t.detach() : t);
+  // A leaf without a gradient (another module's buffer) is kept as it is, so that the two modules
+  // share it, as they can share a parameter; anything else loses its autograd history.
+  if (t.defined() && (!t.is_leaf() || t.requires_grad())) t = t.detach();
+  buffers_.emplace_back(name, t);
   return buffers_.back().second;
 }
 

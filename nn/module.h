@@ -51,7 +51,8 @@ class Module {
   /// One line describing the hyperparameters ("in=4, out=3, bias=true").
   virtual std::string extra_repr() const { return ""; }
 
-  // Registration (call from constructors).
+  // Registration (call from constructors). A leaf tensor is registered as it is: a parameter or
+  // buffer of another module is then shared by the two (weight tying, convert_sync_batchnorm).
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor t);
   template <typename M>

@@ -17,6 +17,7 @@
 #include "nn/optim/sgd.h"
 #include "nn/parallel/collectives.h"
 #include "nn/parallel/ddp.h"
+#include "nn/parallel/sync_batch_norm.h"
 #include "nn/parallel/zero.h"
 #include "nn/pool.h"
 #include "nn/state.h"

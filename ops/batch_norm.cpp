@@ -13,13 +13,46 @@
 // Each full-size step is one backend kernel (batch_norm_stats, batch_norm_backward_reduce,
 // channel_affine); the per-channel arithmetic is ops on [C] tensors. The gradients are not
 // differentiable again (create_graph through batch_norm is an error, as for layer_norm).
+// With a BatchNormSync (nn::SyncBatchNorm), training uses the statistics of the batch split across
+// processes: mu, s2 and n above become the whole batch's (combine_stats), and dx's sum_dy and dot
+// are gathered and summed over the processes; db and dw stay this process's share (data-parallel
+// training then averages them across processes, as it does every parameter's gradient).
+#include <cmath>
+
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
 
+namespace {
+/// The whole batch's statistics from each process's count n_p, mean mu_p and biased variance s2_p,
+/// [C] each (one all_gather of [mu_p, s2_p, n_p]), N = sum_p n_p:
+///   mu = sum_p n_p mu_p / N,  s2 = sum_p n_p (s2_p + (mu_p - mu)^2) / N
+/// mu and s2 are replaced by the whole batch's; returns N. In float64, as the kernels accumulate.
+int64_t combine_stats(const BatchNormSync& sync, int64_t n, Tensor& mu, Tensor& s2) {
+  const int64_t C = mu.numel();
+  const Tensor mine = cat(
+      {mu.to(kFloat64), s2.to(kFloat64), full({1}, static_cast<double>(n), kFloat64, mu.device())},
+      0);
+  const Tensor all = sync.all_gather(mine);
+  VT_CHECK(all.defined() && all.dim() == 2 && all.size(1) == 2 * C + 1,
+           "batch_norm: BatchNormSync::all_gather must return [processes, {}] for a [{}] tensor, "
+           "got {}",
+           2 * C + 1, 2 * C + 1, all.defined() ? all.shape().str() : std::string("undefined"));
+  const Tensor counts = narrow(all, 1, 2 * C, 1);  // [P, 1]
+  const double total = sum(counts).item();
+  const Tensor mean = mul(sum(mul(narrow(all, 1, 0, C), counts), {0}), 1.0 / total);
+  const Tensor dev = sub(narrow(all, 1, 0, C), mean);
+  const Tensor var =
+      mul(sum(mul(add(narrow(all, 1, C, C), mul(dev, dev)), counts), {0}), 1.0 / total);
+  mu = mean.to(mu.dtype());
+  s2 = var.to(s2.dtype());
+  return static_cast<int64_t>(std::llround(total));
+}
+}  // namespace
+
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps) {
+                  double eps, const BatchNormSync& sync) {
   detail::check_defined(x, "batch_norm", "x");
   detail::check_float(x, "batch_norm");
   VT_CHECK(x.dim() >= 2, "batch_norm: expected x [B, C, ...], got shape {}", x.shape());
@@ -41,6 +74,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   const int64_t B = x.size(0);
   const int64_t L = C == 0 || B == 0 ? 0 : x.numel() / (B * C);
   const int64_t n = B * L;
+  int64_t count = n;  // values per channel: this batch's, or with sync the whole batch's
   using detail::empty_on;
   using detail::plain;
   // The kernels' view of a contiguous [B, C, *] tensor as [B, C, L].
@@ -59,18 +93,25 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   {
     NoGradGuard no_grad;
     if (training) {
-      VT_CHECK(n > 1,
-               "batch_norm: expected more than 1 value per channel when training, got input "
-               "shape {}",
-               x.shape());
       mu = empty_on(x, {C}, x.dtype());
       Tensor s2 = empty_on(x, {C}, x.dtype());
-      be.batch_norm_stats(bcl(xc), mu.strided(), s2.strided());
+      if (n > 0) {
+        be.batch_norm_stats(bcl(xc), mu.strided(), s2.strided());
+      } else {  // (a process with no images of a synced batch)
+        mu.zero_();
+        s2.zero_();
+      }
+      if (sync.all_gather) count = combine_stats(sync, n, mu, s2);
+      VT_CHECK(count > 1,
+               "batch_norm: expected more than 1 value per channel when training, got input "
+               "shape {}{}",
+               x.shape(),
+               sync.all_gather ? fmt::format(" ({} values in all processes)", count) : "");
       if (running_mean.defined()) {
         Tensor rm = running_mean, rv = running_var;
         rm.mul_(1 - momentum).add_(mu, momentum);
         rv.mul_(1 - momentum)
-            .add_(s2, momentum * static_cast<double>(n) / static_cast<double>(n - 1));
+            .add_(s2, momentum * static_cast<double>(count) / static_cast<double>(count - 1));
       }
       rstd = rsqrt(add(s2, eps));
     } else {
@@ -85,7 +126,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 
   return record(
       y, "batch_norm", {x, weight, bias},
-      [sx = save(x), sw = save(weight), mu, rstd, a, training, n, bcl](
+      [sx = save(x), sw = save(weight), mu, rstd, a, training, count, sync, bcl](
           const Tensor& dy, const Needs& needs) -> Grads {
         const Tensor& x = sx.get();
         const Tensor& w = sw.get();
@@ -102,11 +143,18 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                                           dot.strided());
           }
           if (needs[0] && training) {
+            Tensor all_dy = sum_dy, all_dot = dot;  // with sync: summed over the processes
+            if (sync.all_gather) {
+              const Tensor mine = cat({sum_dy, dot}, 0).to(kFloat64);
+              const Tensor sums = sum(sync.all_gather(mine), {0}).to(x.dtype());
+              all_dy = narrow(sums, 0, 0, C);
+              all_dot = narrow(sums, 0, C, C);
+            }
             // dx = dy a + x (-k a) + (mu k - sum_dy / n) a,  k = dot rstd^2 / n
-            const double inv_n = 1.0 / static_cast<double>(n);
-            const Tensor k = mul(mul(dot, mul(rstd, rstd)), inv_n);
+            const double inv_n = 1.0 / static_cast<double>(count);
+            const Tensor k = mul(mul(all_dot, mul(rstd, rstd)), inv_n);
             const Tensor xcoef = neg(mul(k, a));
-            const Tensor d = mul(sub(mul(mu, k), mul(sum_dy, inv_n)), a);
+            const Tensor d = mul(sub(mul(mu, k), mul(all_dy, inv_n)), a);
             dx = empty_on(x, x.shape(), x.dtype());
             be.channel_affine(bcl(dyc), a.strided(), bcl(xc), xcoef.strided(), d.strided(),
                               bcl(dx));

@@ -4,6 +4,7 @@
 // Broadcasting follows NumPy; `dim` arguments may be negative (counted from the end).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -250,13 +251,23 @@ Tensor avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> kernel,
 /// y[..., i, j] = mean of x over rows [floor(i H / OH), ceil((i + 1) H / OH)) and the columns
 /// likewise (pool.cpp), PyTorch's adaptive bins; output_size {1, 1} is the global average.
 Tensor adaptive_avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_size);
+/// A batch split across processes, for batch_norm (nn::SyncBatchNorm): all_gather(t [k], float64)
+/// returns [P, k], row p process p's t (a collective: every process calls it, in the same order).
+/// In training the statistics are then the whole batch's, N = sum_p n_p values per channel:
+///   mu = sum_p n_p mu_p / N,  s2 = sum_p n_p (s2_p + (mu_p - mu)^2) / N
+/// the running variance is unbiased by N / (N - 1), and dx takes sum dy and sum dy (x - mu) summed
+/// over the processes; dweight and dbias are this process's share (DDP averages them).
+struct BatchNormSync {
+  std::function<Tensor(const Tensor&)> all_gather;  // empty: this process's batch only
+};
 /// PyTorch's F.batch_norm (batch_norm.cpp), x [B, C, ...], statistics per channel over the rest:
 /// y = (x - mu) / sqrt(s2 + eps) * weight + bias with the batch's mean and biased variance when
 /// training (updating running_mean/var by momentum m: r = (1 - m) r + m stat, the variance
 /// unbiased), else the running ones. weight, bias, running_* may be undefined (not training).
+/// sync: the batch is split across processes (above).
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
-                  double eps = 1e-5);
+                  double eps = 1e-5, const BatchNormSync& sync = {});
 /// y[..., :] = weight[indices[...], :] (index.cpp): indices int64 of any shape -> shape + [dim];
 /// the gradient adds each row's gradients back into weight (index_add).
 Tensor embedding(const Tensor& weight, const Tensor& indices);

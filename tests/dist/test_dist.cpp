@@ -6,6 +6,12 @@
 //     1 process with batch B to float32 summation order (max relative difference <= 1e-5), with
 //     DistributedDataParallel and with ZeRO-1, with and without gradient accumulation (no_sync),
 //     with one bucket and with many;
+//   * SyncBatchNorm on each rank's share of a batch (unequal shares) gives what batch norm on the
+//     whole batch gives in one process: output, running statistics, dx, and dweight and dbias
+//     summed over the ranks (float32 to 1e-5, float64 to 1e-12); in eval, BatchNorm2d's output;
+//   * a small ResNet converted to SyncBatchNorm, under DDP, after K SGD steps holds the weights
+//     and running statistics of 1 process with the whole batch (1e-5); without the conversion it
+//     does not (each rank normalises by its own images' statistics);
 //   * the loader's shards across the ranks: disjoint, covering, equal, changing with the epoch;
 //   * metrics summed across ranks equal those of one process on the whole data.
 #include <omp.h>
@@ -16,13 +22,17 @@
 #include <set>
 
 #include "explain/tiny_vit.h"
+#include "models/resnet.h"
 #include "models/vit.h"
 #include "nn/data/loader.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/clip.h"
+#include "nn/optim/sgd.h"
 #include "nn/parallel/collectives.h"
 #include "nn/parallel/ddp.h"
+#include "nn/parallel/sync_batch_norm.h"
 #include "nn/parallel/zero.h"
+#include "nn/state.h"
 #include "ops/ops.h"
 #include "test_util.h"
 #include "tools/train/metrics.h"
@@ -133,6 +143,58 @@ double parity(const Run& run, int64_t* buckets = nullptr, nn::DDPStats* stats = 
   return max_relative_difference(*replica, *reference);
 }
 
+/// max |a - b| / max |b| over every tensor of the state dicts (parameters and buffers), the
+/// largest.
+double max_state_difference(nn::Module& a, nn::Module& b) {
+  const nn::NamedTensors sa = a.state_dict(), sb = b.state_dict();
+  REQUIRE(sa.size() == sb.size());
+  double worst = 0;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    REQUIRE(sa[i].first == sb[i].first);
+    const Tensor x = sa[i].second.to(kFloat64), y = sb[i].second.to(kFloat64);
+    const double diff = ops::max(ops::abs(ops::sub(x, y))).item();
+    const double scale = ops::max(ops::abs(y)).item();
+    worst = std::max(worst, diff / std::max(scale, 1e-12));
+  }
+  return worst;
+}
+
+/// K SGD steps (momentum 0.9: the updates are proportional to the gradients, so a gradient off by
+/// any factor shows, where Adam's would not) of a ResNet-8 (width 4, 8x8 grey images, 3 classes;
+/// 9 BatchNorms) under DDP: the reference on the whole global batch in this process, the replica
+/// on this rank's share, converted to SyncBatchNorm when sync_bn; returns the replica's difference
+/// from the reference (weights and running statistics).
+double resnet_parity(bool sync_bn) {
+  const int64_t B = 8, K = 3;
+  const int64_t rank = world().rank(), ranks = world().size();
+  models::ResNetConfig c;
+  c.depth = 8;
+  c.channels = 1;
+  c.num_classes = 3;
+  c.width = 4;
+  c.image_h = c.image_w = 8;
+  Generator g1(7), g2(7);
+  auto reference = std::make_shared<models::ResNet>(c, g1);
+  std::shared_ptr<nn::Module> replica = std::make_shared<models::ResNet>(c, g2);
+  if (sync_bn) replica = nn::convert_sync_batchnorm(replica);  // before DDP and the optimizer
+  auto ddp = std::make_shared<nn::DistributedDataParallel>(replica);
+  nn::optim::SGDOptions o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  nn::optim::SGD ref_opt(reference->parameters(), o), opt(replica->parameters(), o);
+  for (int64_t s = 0; s < K; ++s) {
+    ref_opt.zero_grad();
+    opt.zero_grad();
+    auto [x, y] = global_batch(B, s, 0);
+    ops::cross_entropy(reference->forward(x), y).backward();
+    ops::cross_entropy(ddp->forward(shard_rows(x, rank, ranks)), shard_rows(y, rank, ranks))
+        .backward();
+    ref_opt.step();
+    opt.step();
+  }
+  return max_state_difference(*replica, *reference);
+}
+
 }  // namespace
 
 TEST_CASE("dist: collectives on float32, float64 and int64 buffers") {
@@ -224,6 +286,74 @@ TEST_CASE("dist: ZeRO-1 after K steps holds the parameters of one process with t
   const nn::NamedTensors back = again.state_tensors();
   REQUIRE(back.size() == state.size());
   for (size_t i = 0; i < back.size(); ++i) check_close(back[i].second, state[i].second, 0, 0);
+}
+
+TEST_CASE("dist: SyncBatchNorm on each rank's share of a batch is batch norm on the whole batch") {
+  omp_set_num_threads(1);
+  const int64_t rank = world().rank(), ranks = world().size();
+  const int64_t B = 5, C = 3;  // 2 and 3 images with 2 ranks: the counts weigh the statistics
+  const int64_t begin = B * rank / ranks, mine = B * (rank + 1) / ranks - begin;
+  for (DType dt : {kFloat32, kFloat64}) {
+    INFO("dtype " << dtype_name(dt));
+    const double tol = dt == kFloat64 ? 1e-12 : 1e-5;
+    Generator g(21);
+    const Tensor w = ops::randn({C}, g, dt) + 1.0, b = ops::randn({C}, g, dt);
+    nn::SyncBatchNorm sync(C);
+    nn::BatchNorm2d whole(C);
+    for (nn::BatchNorm2d* bn : {static_cast<nn::BatchNorm2d*>(&sync), &whole}) {
+      bn->to(dt);
+      NoGradGuard ng;
+      bn->weight.copy_(w);
+      bn->bias.copy_(b);
+    }
+    for (int step = 0; step < 2; ++step) {  // the running statistics move twice
+      const Tensor x = ops::randn({B, C, 3, 4}, g, dt) * 2.0 + 0.5;
+      const Tensor r = ops::randn({B, C, 3, 4}, g, dt);
+      const Tensor xw = x.detach().requires_grad_();
+      const Tensor xl = x.narrow(0, begin, mine).contiguous().requires_grad_();
+      sync.zero_grad();
+      whole.zero_grad();
+      const Tensor y = whole(xw), yl = sync(xl);
+      ops::sum(y * r).backward();
+      ops::sum(yl * r.narrow(0, begin, mine)).backward();
+      check_close(yl, y.narrow(0, begin, mine), tol, tol);
+      check_close(xl.grad(), xw.grad().narrow(0, begin, mine), tol, tol);
+      // Each rank's parameter gradients are its share: summed, the whole batch's.
+      for (auto [local, ref] : {std::pair{sync.weight.grad(), whole.weight.grad()},
+                                std::pair{sync.bias.grad(), whole.bias.grad()}}) {
+        Tensor sum = local.clone();
+        dist::all_reduce(sum);
+        check_close(sum, ref, tol, tol);
+      }
+      check_close(sync.running_mean, whole.running_mean, tol, tol);
+      check_close(sync.running_var, whole.running_var, tol, tol);  // unbiased by 60 / 59
+    }
+    CHECK(sync.num_batches_tracked.item<int64_t>() == 2);
+    // eval: the running statistics, as BatchNorm2d with the same state, bit for bit
+    sync.eval();
+    nn::BatchNorm2d plain(C);
+    plain.to(dt);
+    nn::load_state_dict(plain, sync.state_dict());
+    plain.eval();
+    const Tensor xe = ops::randn({2, C, 3, 4}, g, dt);
+    check_close(sync(xe), plain(xe), 0, 0);
+  }
+  dist::barrier();
+}
+
+TEST_CASE(
+    "dist: a ResNet with SyncBatchNorm under DDP after K steps holds the weights of one process "
+    "with the whole batch") {
+  omp_set_num_threads(1);
+  const double synced = resnet_parity(true);
+  INFO("SyncBatchNorm: " << synced);
+  CHECK(synced <= 1e-5);
+  if (world().size() > 1) {
+    // Without it each rank normalises by the statistics of its own images: another training.
+    const double plain = resnet_parity(false);
+    INFO("BatchNorm2d: " << plain);
+    CHECK(plain > 1e-3);
+  }
 }
 
 TEST_CASE("dist: the loader's shards are disjoint, cover the data, and change with the epoch") {

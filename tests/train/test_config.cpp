@@ -44,6 +44,7 @@ TEST_CASE("train config: the built-in default is configs/fashion_mnist.json and 
   CHECK(c["model"] ==
         json{{"preset", "fmnist"}, {"depth", 3}, {"stem", {32, 64, 128}}, {"drop_path", 0.1}});
   CHECK(c["train"]["tta_hflip"] == false);
+  CHECK(c["train"]["sync_bn"] == true);  // BatchNorm synchronised under mpirun
   CHECK(c["train"]["epochs"] == 10);
   CHECK(c["data"]["dataset"] == "fashion-mnist");
   CHECK(c["data"]["batch_size"] == 128);
@@ -120,6 +121,10 @@ TEST_CASE("train config: --set overrides of each type") {
   }
   SUBCASE("bool") {
     CHECK(with("optim.nesterov=true")["optim"]["nesterov"] == true);
+    const json no_sync = with("train.sync_bn=false");
+    CHECK(no_sync["train"]["sync_bn"] == false);
+    CHECK(tr::TrainConfig::from_json(no_sync).train.sync_bn == false);
+    CHECK(tr::TrainConfig::from_json(tr::default_config()).train.sync_bn == true);
     CHECK(with("model.qkv_bias=false")["model"]["qkv_bias"] == false);
   }
   SUBCASE("arrays, and sizes as a number or [h, w]") {
@@ -318,6 +323,15 @@ TEST_CASE("train config: validate_config on the structure and the cross-section 
     json c = base;
     c.erase("schedule");
     CHECK_ERROR_CONTAINS(tr::validate_config(c), "config: missing section \"schedule\"");
+  }
+  {  // train.sync_bn: optional (true when absent), a bool when given
+    json c = base;
+    c["train"]["sync_bn"] = 1;
+    CHECK_ERROR_CONTAINS(tr::validate_config(c), "config: train.sync_bn must be true or false",
+                         "got 1");
+    c["train"].erase("sync_bn");
+    CHECK_NOTHROW(tr::validate_config(c));
+    CHECK(tr::TrainConfig::from_json(c).train.sync_bn == true);
   }
   {
     json c = base;

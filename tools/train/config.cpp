@@ -424,7 +424,7 @@ void validate_schedule(const json& config, int64_t epochs) {
 int64_t validate_train(const json& config, double validation_fraction) {
   Section train(config, "train");
   train.check_keys(kSectionKeys.at("train"),
-                   {"zero", "bucket_mb", "early_stopping_metric"});  // (optional keys)
+                   {"zero", "bucket_mb", "sync_bn", "early_stopping_metric"});  // (optional keys)
   const int64_t epochs = train.integer("epochs", 1);
   train.integer("seed", 0);
   train.integer("eval_every", 0);
@@ -455,6 +455,7 @@ int64_t validate_train(const json& config, double validation_fraction) {
   VT_CHECK(!train.string("out").empty(), "config: train.out must name the run folder, got \"\"");
   if (train.has("zero")) train.integer("zero", 0, 1);  // 1 = ZeRO-1
   if (train.has("bucket_mb")) train.number("bucket_mb", 0, true, 1e6);
+  if (train.has("sync_bn")) train.boolean("sync_bn");
   return epochs;
 }
 

@@ -101,6 +101,9 @@ struct TrainOptions {
   /// the parameters; 0 = DistributedDataParallel with every rank holding all of it.
   int64_t zero = 0;
   double bucket_mb = 25;  // DistributedDataParallel's gradient bucket size
+  /// Under a launcher: every BatchNorm2d becomes a SyncBatchNorm (nn::convert_sync_batchnorm), so
+  /// batch statistics are the whole batch's; false: each process's own, as PyTorch's DDP alone.
+  bool sync_bn = true;
 };
 
 // The sections' fields are their JSON keys: nlohmann's to_json / from_json for each (a key absent
@@ -114,7 +117,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainOptions, epochs, seed, eval
                                                 early_stopping_patience, early_stopping_metric,
                                                 accum_steps, ema_decay, test_each_epoch, tta_hflip,
                                                 max_steps, finetune, freeze_backbone, device,
-                                                precision, out, zero, bucket_mb)
+                                                precision, out, zero, bucket_mb, sync_bn)
 
 /// A whole config, typed.
 struct TrainConfig {

@@ -19,6 +19,7 @@
 #include "nn/optim/adam.h"
 #include "nn/optim/clip.h"
 #include "nn/optim/sgd.h"
+#include "nn/parallel/sync_batch_norm.h"
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "tools/common/files.h"
@@ -48,9 +49,11 @@ json resumable_part(json c) {
   c["data"].erase("workers");
   c["train"].erase("zero");  // the checkpoints hold whole optimizer states either way
   c["train"].erase("bucket_mb");
-  // Keys added since a run may have been saved, at their defaults (0: off), compare as absent.
+  // Keys added since a run may have been saved, at their defaults (0: off; sync_bn true), compare
+  // as absent.
   if (c["data"].value("subset", json(0)) == json(0)) c["data"].erase("subset");
   if (c["train"].value("max_steps", json(0)) == json(0)) c["train"].erase("max_steps");
+  if (c["train"].value("sync_bn", json(true)) == json(true)) c["train"].erase("sync_bn");
   return without_comments(c);
 }
 
@@ -70,6 +73,14 @@ void copy_backbone(nn::Module& model, const nn::Module& pretrained, const std::s
              name, it->second.shape().str(), t.shape().str());
     t.copy_(it->second.to(t.dtype()));
   }
+}
+
+/// The model's BatchNorm2d modules not yet synchronised across processes.
+int64_t unsynced_batch_norms(nn::Module& model) {
+  int64_t n = 0;
+  for (auto& [name, m] : model.named_modules())
+    n += dynamic_cast<nn::BatchNorm2d*>(m) && !dynamic_cast<nn::SyncBatchNorm*>(m);
+  return n;
 }
 
 int64_t correct_count(const Tensor& logits, const Tensor& labels) {
@@ -135,6 +146,14 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
   model_->to(device_);
   model_->train();
   if (ranks > 1) {
+    if (const int64_t n = unsynced_batch_norms(*model_); n > 0 && t.sync_bn) {
+      model_ = nn::convert_sync_batchnorm(model_, group_);  // before DDP and the optimizer
+      notes_.push_back(fmt::format(
+          "the model's {} BatchNorm2d layer{} became SyncBatchNorm: batch statistics over the "
+          "whole batch of the {} processes, as one process's (train.sync_bn false: each "
+          "process's own)",
+          n, n == 1 ? "" : "s", ranks));
+    }
     if (t.zero == 0) {
       nn::DDPOptions o;
       o.bucket_cap_mb = t.bucket_mb;

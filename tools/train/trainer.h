@@ -15,7 +15,8 @@
 // same model (rank 0's weights are broadcast), reads its shard of each epoch (the loader's
 // distributed sharding) with data.batch_size / N images per batch, so data.batch_size stays the
 // global batch, and averages gradients through nn::DistributedDataParallel (or, with
-// train.zero = 1, through nn::ZeroAdam's reduce-scatter). Printed and logged metrics are summed
+// train.zero = 1, through nn::ZeroAdam's reduce-scatter); a model with BatchNorm2d has it converted
+// to nn::SyncBatchNorm first (train.sync_bn, with a note). Printed and logged metrics are summed
 // across the ranks (the whole data set's); only rank 0 writes the run folder. A run resumes with
 // the world size it was saved with (checkpoints are the same files whatever the size).
 //
