@@ -226,18 +226,20 @@ TEST_CASE("conv2d: groups and dilation bad input") {
 }
 
 TEST_CASE("nn::Conv2d: dilation and groups as torch.nn.Conv2d") {
-  nn::Conv2d depthwise(8, 16, 3, {.padding = 1, .groups = 8});
+  nn::Conv2d depthwise(nn::Conv2dOptions(8, 16, 3).padding(1).groups(8));
   CHECK(depthwise.weight.shape() == Dims{16, 1, 3, 3});
   CHECK(depthwise.extra_repr() == "8, 16, kernel=3x3, stride=1x1, padding=1x1, groups=8");
   Tensor y = depthwise(ops::randn({2, 8, 5, 5}));
   CHECK(y.shape() == Dims{2, 16, 5, 5});
-  nn::Conv2d dilated(3, 4, 3, {.padding = 2, .dilation = 2, .bias = false});
+  nn::Conv2d dilated(nn::Conv2dOptions(3, 4, 3).padding(2).dilation(2).bias(false));
   CHECK_FALSE(dilated.bias.defined());
   CHECK(dilated.extra_repr() == "3, 4, kernel=3x3, stride=1x1, padding=2x2, dilation=2x2");
   CHECK(dilated(ops::randn({1, 3, 6, 7})).shape() == Dims{1, 4, 6, 7});
   // PyTorch's init bound: fan_in = in / groups * kh * kw = 9 for the depthwise one.
   const double bound = 1.0 / std::sqrt(9.0);
   CHECK(ops::max(ops::abs(depthwise.bias)).item<float>() <= bound);
-  CHECK_ERROR_CONTAINS(nn::Conv2d(6, 4, 3, {.groups = 4}), "Conv2d", "groups", "6 in", "4 out");
-  CHECK_ERROR_CONTAINS(nn::Conv2d(6, 4, 3, {.dilation = 0}), "Conv2d", "dilation 0x0");
+  CHECK_ERROR_CONTAINS(nn::Conv2d(nn::Conv2dOptions(6, 4, 3).groups(4)), "Conv2d", "groups", "6 in",
+                       "4 out");
+  CHECK_ERROR_CONTAINS(nn::Conv2d(nn::Conv2dOptions(6, 4, 3).dilation(0)), "Conv2d",
+                       "dilation 0x0");
 }
