@@ -241,9 +241,10 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, Generator& gen) 
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor y = ops::relu((*bn1)((*conv1)(x)));
-  y = (*bn2)((*conv2)(y));
-  return ops::relu(y + (downsample ? (*downsample)(x) : x));
+  // relu(bn(conv(x))) and relu(bn(conv(y)) + shortcut) as one op each (BatchNorm2d::forward_relu).
+  const Tensor y = bn1->forward_relu((*conv1)(x));
+  const Tensor h = (*conv2)(y);
+  return bn2->forward_relu(h, downsample ? (*downsample)(x) : x);
 }
 
 ResNet::ResNet(const ResNetConfig& config, Generator& gen) : config_(config) {
@@ -276,7 +277,7 @@ ResNet::ResNet(const ResNetConfig& config, Generator& gen) : config_(config) {
 Tensor ResNet::forward_features(const Tensor& x) {
   VT_CHECK(x.dim() == 4 && x.size(1) == config_.channels,
            "ResNet: expected images [B, {}, H, W], got shape {}", config_.channels, x.shape());
-  Tensor y = ops::relu((*bn1)((*conv1)(x)));
+  Tensor y = bn1->forward_relu((*conv1)(x));
   if (maxpool) y = (*maxpool)(y);
   for (const auto& s : stages) y = (*s)(y);
   return ops::flatten((*avgpool)(y), 1);

@@ -26,6 +26,13 @@ class BatchNorm2d : public Module {
                        std::optional<double> momentum = 0.1, bool affine = true,
                        bool track_running_stats = true);
   Tensor forward(const Tensor& x) override;
+  /// relu(forward(x) + residual) (residual may be undefined): one op, ops::batch_norm_relu, when
+  /// fused_relu is on and nothing needs the batch norm's own output (no forward hook here, not
+  /// a SyncBatchNorm or a module it replaced); else the composition, through forward.
+  Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
+  /// Whether forward_relu fuses (default true; the environment's VITRINE_FUSED_BN_RELU=0 turns it
+  /// off at start, for an A/B run).
+  static bool fused_relu;
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   Tensor weight, bias;                                    // [C], undefined without affine
@@ -42,6 +49,8 @@ class BatchNorm2d : public Module {
   /// ops::batch_norm on x [B, C, ...] with this module's tensors and mode (the running statistics
   /// counted and updated in training); sync: the batch split across processes (SyncBatchNorm).
   Tensor normalize(const Tensor& x, const ops::BatchNormSync& sync);
+  /// normalize's running statistics step: the momentum to use, after counting the batch.
+  double step_momentum();
 
  private:
   friend std::shared_ptr<Module> convert_sync_batchnorm(std::shared_ptr<Module> module,

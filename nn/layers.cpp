@@ -89,8 +89,8 @@ Conv2d::Conv2d(const Conv2dOptions& o, Generator& gen)
            k.w);
   VT_CHECK(stride.first > 0 && stride.second > 0 && padding.first >= 0 && padding.second >= 0 &&
                dilation.first > 0 && dilation.second > 0,
-           "Conv2d: stride and dilation must be positive and padding non-negative (got stride "
-           "{}x{}, padding {}x{}, dilation {}x{})",
+           "Conv2d: stride must be positive, padding non-negative and dilation positive (got "
+           "stride {}x{}, padding {}x{}, dilation {}x{})",
            stride.first, stride.second, padding.first, padding.second, dilation.first,
            dilation.second);
   VT_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,

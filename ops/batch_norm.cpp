@@ -13,6 +13,10 @@
 // Each full-size step is one backend kernel (batch_norm_stats, batch_norm_backward_reduce,
 // channel_affine); the per-channel arithmetic is ops on [C] tensors. The gradients are not
 // differentiable again (create_graph through batch_norm is an error, as for layer_norm).
+// batch_norm_relu is relu(batch_norm(x) + residual) as one op: the forward's affine pass adds the
+// residual and clamps (channel_affine_relu), and the backward masks dy by y > 0 before batch
+// norm's own backward (the residual's gradient is that masked dy). The composition is the
+// reference the tests check it against; nn::BatchNorm2d::forward_relu chooses between them.
 // With a BatchNormSync (nn::SyncBatchNorm), training uses the statistics of the batch split across
 // processes: mu, s2 and n above become the whole batch's (combine_stats), and dx's sum_dy and dot
 // are gathered and summed over the processes; db and dw stay this process's share (data-parallel
@@ -50,9 +54,11 @@ int64_t combine_stats(const BatchNormSync& sync, int64_t n, Tensor& mu, Tensor& 
 }
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps, const BatchNormSync& sync) {
+namespace {
+/// batch_norm, then (relu) y = max(y + residual, 0) in the same pass (see the file comment).
+Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps, const BatchNormSync& sync, const Tensor& residual, bool relu) {
   detail::check_defined(x, "batch_norm", "x");
   detail::check_float(x, "batch_norm");
   VT_CHECK(x.dim() >= 2, "batch_norm: expected x [B, C, ...], got shape {}", x.shape());
@@ -121,15 +127,34 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     a = weight.defined() ? mul(rstd, plain(weight)) : rstd;
     const Tensor ma = mul(mu, a);
     const Tensor d = bias.defined() ? sub(plain(bias), ma) : neg(ma);
-    be.channel_affine(bcl(xc), a.strided(), Strided(), Strided(), d.strided(), bcl(y));
+    if (!relu) {
+      be.channel_affine(bcl(xc), a.strided(), Strided(), Strided(), d.strided(), bcl(y));
+    } else if (residual.defined()) {
+      const Tensor rc = plain(residual), ones_c = ones({C}, x.dtype(), x.device());
+      be.channel_affine_relu(bcl(xc), a.strided(), bcl(rc), ones_c.strided(), d.strided(), bcl(y));
+    } else {
+      be.channel_affine_relu(bcl(xc), a.strided(), Strided(), Strided(), d.strided(), bcl(y));
+    }
   }
 
+  std::vector<Tensor> inputs{x, weight, bias};
+  if (residual.defined()) inputs.push_back(residual);
+  // With the ReLU, its gradient masks dy by y > 0: y is kept detached (the output's own node must
+  // not be held by its closure), as relu keeps its input.
   return record(
-      y, "batch_norm", {x, weight, bias},
-      [sx = save(x), sw = save(weight), mu, rstd, a, training, count, sync, bcl](
-          const Tensor& dy, const Needs& needs) -> Grads {
+      y, relu ? "batch_norm_relu" : "batch_norm", inputs,
+      [sx = save(x), sw = save(weight), mu, rstd, a, training, count, sync, bcl,
+       out = relu ? y.detach() : Tensor(),
+       has_residual = residual.defined()](const Tensor& dy_in, const Needs& needs) -> Grads {
         const Tensor& x = sx.get();
         const Tensor& w = sw.get();
+        Tensor dy = dy_in;
+        if (out.defined()) {  // dy of max(., 0): dy where y > 0
+          NoGradGuard no_grad;
+          dy = detail::empty_on(out, out.shape(), out.dtype());
+          out.backend().binary(BinaryOp::ReluBackward, out.strided(),
+                               detail::broadcast_view(dy_in, out.shape()), dy.strided());
+        }
         const Tensor xc = plain(x), dyc = plain(dy);
         const int64_t C = mu.numel();
         Backend& be = x.backend();
@@ -167,10 +192,34 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
           if (needs[2]) db = sum_dy;
         }
         auto refuse = [&](const Tensor& g) {
-          return g.defined() ? detail::no_double_backward(g, "batch_norm_backward", {x, w, dy}) : g;
+          return g.defined() ? detail::no_double_backward(g, "batch_norm_backward", {x, w, dy_in})
+                             : g;
         };
-        return {refuse(dx), refuse(dw), refuse(db)};
+        Grads grads{refuse(dx), refuse(dw), refuse(db)};
+        if (has_residual) grads.push_back(needs[3] ? refuse(dy) : Tensor());
+        return grads;
       });
+}
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps, const BatchNormSync& sync) {
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, sync,
+                         Tensor(), false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps, const Tensor& residual, const BatchNormSync& sync) {
+  if (residual.defined()) {
+    detail::check_same(x, residual, "batch_norm_relu");
+    VT_CHECK(residual.shape() == x.shape(),
+             "batch_norm_relu: the residual must have x's shape {}, got {}", x.shape(),
+             residual.shape());
+  }
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, sync,
+                         residual, true);
 }
 
 }  // namespace vitrine::ops

@@ -215,7 +215,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 /// train: y = x * mask / (1 - p), mask ~ Bernoulli(1 - p) from gen; eval: y = x
 Tensor dropout(const Tensor& x, double p, bool train, Generator& gen = default_generator());
 /// PyTorch's F.conv2d (conv.cpp): x [B, Cin, H, W], weight [Cout, Cin / groups, kh, kw], bias
-/// [Cout] or undefined -> [B, Cout, OH, OW], OH = (H + 2 pad_h - dil_h (kh - 1) - 1) / stride_h + 1:
+/// [Cout] or undefined -> [B, Cout, OH, OW], OH = (H + 2 pad_h - dil_h (kh - 1) - 1) / stride_h +
+/// 1:
 ///   y[b, co, oh, ow] = bias[co] + sum_{c in co's group, i, j} weight[co, c, i, j]
 ///                      x[b, c, oh stride_h - pad_h + i dil_h, ow stride_w - pad_w + j dil_w]
 /// (zero padding; channel group gi is input channels gi Cin / groups .. and output channels
@@ -260,6 +261,13 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_s
 struct BatchNormSync {
   std::function<Tensor(const Tensor&)> all_gather;  // empty: this process's batch only
 };
+/// relu(batch_norm(x, ...) + residual) in one op (batch_norm.cpp): the ResNet's BN-ReLU
+/// (residual undefined) and its block's last BN + shortcut + ReLU; one pass forward, the ReLU's
+/// mask applied to dy inside the backward. Equals the composition, which the tests check.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps, const Tensor& residual = Tensor(),
+                       const BatchNormSync& sync = {});
 /// PyTorch's F.batch_norm (batch_norm.cpp), x [B, C, ...], statistics per channel over the rest:
 /// y = (x - mu) / sqrt(s2 + eps) * weight + bias with the batch's mean and biased variance when
 /// training (updating running_mean/var by momentum m: r = (1 - m) r + m stat, the variance

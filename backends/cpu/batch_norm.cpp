@@ -102,9 +102,10 @@ void CpuBackend::batch_norm_backward_reduce(const Strided& x, const Strided& mea
   });
 }
 
-// y = x a[c] (+ z zc[c]) + d[c]
-void CpuBackend::channel_affine(const Strided& x, const Strided& a, const Strided& z,
-                                const Strided& zc, const Strided& d, const Strided& y) {
+namespace {
+/// y = x a[c] (+ z zc[c]) + d[c], then max(y, 0) when relu (on each row while it is in L1).
+void affine_rows(const Strided& x, const Strided& a, const Strided& z, const Strided& zc,
+                 const Strided& d, const Strided& y, bool relu) {
   const Bcl dims = bcl_of(x);
   const int64_t B = dims.B, C = dims.C, L = dims.L;
   VT_ASSERT(y.shape == x.shape && y.is_contiguous() && a.numel() == C && d.numel() == C);
@@ -116,6 +117,30 @@ void CpuBackend::channel_affine(const Strided& x, const Strided& a, const Stride
     parallel_for(B * C, 2 * L, [&](int64_t r) {
       const int64_t c = r % C, o = r * L;
       const T ac = a.ptr<T>()[c], dc = d.ptr<T>()[c];
+      if (relu) {
+        // (x a + d) + z zc, then max(., 0): batch norm's own rounding, then the residual's add,
+        // as relu(batch_norm(x) + z) rounds them (zc = 1 there), so that the fused op gives the
+        // composition's bits.
+        T* row = yp + o;
+        if constexpr (std::is_same_v<T, float>) {
+          simd::affine_row(xp + o, ac, dc, row, L);
+        } else {
+          for (int64_t l = 0; l < L; ++l) row[l] = xp[o + l] * ac + dc;
+        }
+        if (zp) {
+          const T* zr = zp + o;
+          const T zcc = zc.ptr<T>()[c];
+#pragma omp simd
+          for (int64_t l = 0; l < L; ++l) {
+            const T v = row[l] + zr[l] * zcc;
+            row[l] = v > T(0) ? v : T(0);
+          }
+        } else {
+#pragma omp simd
+          for (int64_t l = 0; l < L; ++l) row[l] = row[l] > T(0) ? row[l] : T(0);
+        }
+        return;
+      }
       if constexpr (std::is_same_v<T, float>) {
         if (zp)
           simd::affine2_row(xp + o, ac, zp + o, zc.ptr<T>()[c], dc, yp + o, L);
@@ -128,6 +153,19 @@ void CpuBackend::channel_affine(const Strided& x, const Strided& a, const Stride
       }
     });
   });
+}
+}  // namespace
+
+// y = x a[c] (+ z zc[c]) + d[c]
+void CpuBackend::channel_affine(const Strided& x, const Strided& a, const Strided& z,
+                                const Strided& zc, const Strided& d, const Strided& y) {
+  affine_rows(x, a, z, zc, d, y, false);
+}
+
+// y = max(x a[c] (+ z zc[c]) + d[c], 0)
+void CpuBackend::channel_affine_relu(const Strided& x, const Strided& a, const Strided& z,
+                                     const Strided& zc, const Strided& d, const Strided& y) {
+  affine_rows(x, a, z, zc, d, y, true);
 }
 
 }  // namespace vitrine::cpu
