@@ -5,10 +5,11 @@
 // pad_w + j dilation_w] for every output position (oh, ow), 0 where that falls in the padding.
 // col2im is the adjoint: dx = 0, then every cols entry is added back to the pixel it came from.
 //
-// float32 at unit column stride (every stride-1 convolution's rows, the common case) takes the
-// AVX-512 row kernels below where the CPU has them: each output row of a cols row is 16 lanes at
-// a time, a masked load that reads the valid pixels and gives 0 for the padding, with no branch
-// and no call per row (the plain loops' short zero runs became memset calls).
+// float32 at column stride 1 or 2 (a ResNet's every convolution) takes the AVX-512 im2col rows
+// below where the CPU has them: each output row of a cols row is 16 lanes at a time, a masked
+// load that reads the valid pixels and gives 0 for the padding, with no branch and no call per
+// row (the plain loops' short zero runs became memset calls); col2im at column stride 1 is a
+// gather of the same kind.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -33,25 +34,52 @@ inline uint32_t lanes(int64_t k0, int64_t lo, int64_t hi) {
   return b <= a ? 0u : static_cast<uint32_t>(((uint64_t{1} << b) - 1) & ~((uint64_t{1} << a) - 1));
 }
 
+/// Output blocks of 16 columns a row of cols has at most on the AVX-512 path (OW <= 1024).
+constexpr int64_t kMaxBlocks = 64;
+
 #ifdef VT_CONV_AVX512
-/// One cols row of one image at unit column stride: out[oh OW + ow] = src(oh)[ow] for ow in
-/// [ow_lo, ow_hi) and oh in [oh_lo, oh_hi), 0 elsewhere, where src(oh) = base + oh row_step is
-/// the input row that output row oh reads, shifted so that column ow is src(oh)[ow] (only the
-/// valid columns are ever read).
+/// One cols row of one image at column stride S (1 or 2): out[oh OW + ow] = src(oh)[S ow] for ow
+/// in [ow_lo, ow_hi) and oh in [oh_lo, oh_hi), 0 elsewhere, where src(oh) = base + oh row_step
+/// is the input row that output row oh reads, shifted so that column ow is src(oh)[S ow] (only
+/// the valid columns are ever read: masked loads). The masks are the same for every output row,
+/// so they are made once. At stride 2 a block's 16 outputs are the even lanes of 32 inputs,
+/// picked by one permute.
+template <int S>
 __attribute__((target("avx512f"))) void im2col_row_avx512(const float* base, int64_t row_step,
                                                           int64_t OH, int64_t OW, int64_t oh_lo,
                                                           int64_t oh_hi, int64_t ow_lo,
                                                           int64_t ow_hi, float* out) {
+  const int64_t blocks = (OW + 15) / 16;
+  __mmask16 store[kMaxBlocks], load[kMaxBlocks][S];
+  for (int64_t k = 0; k < blocks; ++k) {
+    store[k] = static_cast<__mmask16>(lanes(16 * k, 0, OW));
+    const uint32_t m = lanes(16 * k, ow_lo, ow_hi);  // the outputs that read the image
+    for (int h = 0; h < S; ++h) {
+      uint32_t bits = 0;  // input lane t of vector h is output (16 h + t) / S: its even lanes
+      for (int t = 0; t < 16; t += S)
+        if (m >> ((16 * h + t) / S) & 1u) bits |= 1u << t;
+      load[k][h] = static_cast<__mmask16>(bits);
+    }
+  }
   const __m512 zero = _mm512_setzero_ps();
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   for (int64_t oh = 0; oh < OH; ++oh) {
     float* o = out + oh * OW;
-    const bool inside = oh >= oh_lo && oh < oh_hi;
+    if (oh < oh_lo || oh >= oh_hi) {
+      for (int64_t k = 0; k < blocks; ++k) _mm512_mask_storeu_ps(o + 16 * k, store[k], zero);
+      continue;
+    }
     const float* src = base + oh * row_step;
-    for (int64_t k0 = 0; k0 < OW; k0 += 16) {
-      const __mmask16 store = static_cast<__mmask16>(lanes(k0, 0, OW));
-      const __mmask16 load = inside ? static_cast<__mmask16>(lanes(k0, ow_lo, ow_hi)) : 0;
-      const __m512 v = load ? _mm512_maskz_loadu_ps(load, src + k0) : zero;
-      _mm512_mask_storeu_ps(o + k0, store, v);
+    for (int64_t k = 0; k < blocks; ++k) {
+      __m512 v;
+      if constexpr (S == 1) {
+        v = _mm512_maskz_loadu_ps(load[k][0], src + 16 * k);
+      } else {
+        const __m512 lo = _mm512_maskz_loadu_ps(load[k][0], src + 32 * k);
+        const __m512 hi = _mm512_maskz_loadu_ps(load[k][1], src + 32 * k + 16);
+        v = _mm512_permutex2var_ps(lo, even, hi);
+      }
+      _mm512_mask_storeu_ps(o + 16 * k, store[k], v);
     }
   }
 }
@@ -118,7 +146,8 @@ void CpuBackend::im2col(const Strided& x, const Strided& cols, const ConvGeometr
       const auto [ow_lo, ow_hi] = valid_range(j * g.dilation_w, g.width, g.stride_w, g.pad_w, OW);
       win[i * g.kernel_w + j] = {oh_lo, oh_hi, ow_lo, ow_hi};
     }
-  if (x.dtype == DType::Float32 && g.stride_w == 1 && xsw == 1 && rows_avx512()) {
+  if (x.dtype == DType::Float32 && (g.stride_w == 1 || g.stride_w == 2) && xsw == 1 &&
+      OW <= 16 * kMaxBlocks && rows_avx512()) {
 #ifdef VT_CONV_AVX512
     const float* xp = x.ptr<float>();
     float* cp = cols.ptr<float>();
@@ -126,12 +155,17 @@ void CpuBackend::im2col(const Strided& x, const Strided& cols, const ConvGeometr
       const int64_t ij = r % (g.kernel_w * g.kernel_h), c = r / (g.kernel_w * g.kernel_h);
       const int64_t i = ij / g.kernel_w, j = ij % g.kernel_w;
       const Window w = win[ij];
-      // Output row oh reads input row oh stride_h - pad_h + i dilation_h, column ow - pad_w +
-      // j dilation_w (pointer arithmetic only: the masked loads read the valid columns alone).
+      // Output row oh reads input row oh stride_h - pad_h + i dilation_h, column ow stride_w -
+      // pad_w + j dilation_w (pointer arithmetic only: the masked loads read the valid columns
+      // alone).
       const float* base =
           xp + c * xsc + (i * g.dilation_h - g.pad_h) * xsh + (j * g.dilation_w - g.pad_w);
-      im2col_row_avx512(base, g.stride_h * xsh, g.out_h, OW, w.oh_lo, w.oh_hi, w.ow_lo, w.ow_hi,
-                        cp + r * ld);
+      if (g.stride_w == 1)
+        im2col_row_avx512<1>(base, g.stride_h * xsh, g.out_h, OW, w.oh_lo, w.oh_hi, w.ow_lo,
+                             w.ow_hi, cp + r * ld);
+      else
+        im2col_row_avx512<2>(base, g.stride_h * xsh, g.out_h, OW, w.oh_lo, w.oh_hi, w.ow_lo,
+                             w.ow_hi, cp + r * ld);
     });
 #endif
     return;
