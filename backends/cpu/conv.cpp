@@ -125,6 +125,40 @@ bool rows_avx512() {
 
 }  // namespace
 
+bool im2col_rows_f32_runs(const Strided& x, const ConvGeometry& g) {
+  return x.dtype == DType::Float32 && (g.stride_w == 1 || g.stride_w == 2) &&
+         x.strides.back() == 1 && g.out_w <= 16 * kMaxBlocks && rows_avx512();
+}
+
+bool im2col_rows_f32(const Strided& x, float* cols, int64_t ld, const ConvGeometry& g, int64_t oh0,
+                     int64_t oh1) {
+  const int64_t OW = g.out_w, rows = g.channels * g.kernel_h * g.kernel_w, n = oh1 - oh0;
+  const int64_t xsc = x.strides[0], xsh = x.strides[1];
+  if (!im2col_rows_f32_runs(x, g)) return false;
+#ifdef VT_CONV_AVX512
+  const float* xp = x.ptr<float>();
+  parallel_for(rows, n * OW, [&](int64_t r) {
+    const int64_t ij = r % (g.kernel_w * g.kernel_h), c = r / (g.kernel_w * g.kernel_h);
+    const int64_t i = ij / g.kernel_w, j = ij % g.kernel_w;
+    const auto [oh_lo, oh_hi] =
+        valid_range(i * g.dilation_h, g.height, g.stride_h, g.pad_h, g.out_h);
+    const auto [ow_lo, ow_hi] = valid_range(j * g.dilation_w, g.width, g.stride_w, g.pad_w, OW);
+    // Output row oh reads input row oh stride_h - pad_h + i dilation_h, column ow stride_w -
+    // pad_w + j dilation_w (pointer arithmetic only: the masked loads read the valid columns
+    // alone); this call's rows start at oh0.
+    const float* base = xp + c * xsc + (oh0 * g.stride_h + i * g.dilation_h - g.pad_h) * xsh +
+                        (j * g.dilation_w - g.pad_w);
+    const int64_t lo = std::clamp<int64_t>(oh_lo - oh0, 0, n);
+    const int64_t hi = std::clamp<int64_t>(oh_hi - oh0, 0, n);
+    if (g.stride_w == 1)
+      im2col_row_avx512<1>(base, g.stride_h * xsh, n, OW, lo, hi, ow_lo, ow_hi, cols + r * ld);
+    else
+      im2col_row_avx512<2>(base, g.stride_h * xsh, n, OW, lo, hi, ow_lo, ow_hi, cols + r * ld);
+  });
+#endif
+  return true;
+}
+
 void CpuBackend::im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) {
   VT_ASSERT(x.shape.size() == 3 && cols.shape.size() == 2);
   VT_ASSERT(x.shape[0] == g.channels && x.shape[1] == g.height && x.shape[2] == g.width);
@@ -146,30 +180,7 @@ void CpuBackend::im2col(const Strided& x, const Strided& cols, const ConvGeometr
       const auto [ow_lo, ow_hi] = valid_range(j * g.dilation_w, g.width, g.stride_w, g.pad_w, OW);
       win[i * g.kernel_w + j] = {oh_lo, oh_hi, ow_lo, ow_hi};
     }
-  if (x.dtype == DType::Float32 && (g.stride_w == 1 || g.stride_w == 2) && xsw == 1 &&
-      OW <= 16 * kMaxBlocks && rows_avx512()) {
-#ifdef VT_CONV_AVX512
-    const float* xp = x.ptr<float>();
-    float* cp = cols.ptr<float>();
-    parallel_for(rows, L, [&](int64_t r) {
-      const int64_t ij = r % (g.kernel_w * g.kernel_h), c = r / (g.kernel_w * g.kernel_h);
-      const int64_t i = ij / g.kernel_w, j = ij % g.kernel_w;
-      const Window w = win[ij];
-      // Output row oh reads input row oh stride_h - pad_h + i dilation_h, column ow stride_w -
-      // pad_w + j dilation_w (pointer arithmetic only: the masked loads read the valid columns
-      // alone).
-      const float* base =
-          xp + c * xsc + (i * g.dilation_h - g.pad_h) * xsh + (j * g.dilation_w - g.pad_w);
-      if (g.stride_w == 1)
-        im2col_row_avx512<1>(base, g.stride_h * xsh, g.out_h, OW, w.oh_lo, w.oh_hi, w.ow_lo,
-                             w.ow_hi, cp + r * ld);
-      else
-        im2col_row_avx512<2>(base, g.stride_h * xsh, g.out_h, OW, w.oh_lo, w.oh_hi, w.ow_lo,
-                             w.ow_hi, cp + r * ld);
-    });
-#endif
-    return;
-  }
+  if (x.dtype == DType::Float32 && im2col_rows_f32(x, cols.ptr<float>(), ld, g, 0, g.out_h)) return;
   dispatch_float(x.dtype, "im2col", [&]<typename T>() {
     const T* xp = x.ptr<T>();
     T* cp = cols.ptr<T>();

@@ -14,6 +14,9 @@
 // thread; a shape it does not take (a side under its minimum: the 9-deep weight gradient of a
 // one-channel stem, a 1x1 convolution of fewer than 16 channels) runs the plain loops below
 // instead, which cost little there.
+// A large map (over kGroupColumns outputs an image: a 224x224 network's early stages) goes in
+// bands of output rows instead, G = 1: the forward's columns of one band stay in L2, and its
+// product lands in y directly. (The backward keeps whole images.)
 // G depends on the shape only (about kGroupColumns output positions, and at least kMinGroups
 // groups), every group is computed by one thread in the same way, and the partials are added
 // in a fixed order: results do not depend on the number of threads.
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "backends/conv_algorithm.h"
+#include "backends/cpu/conv_window.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/sgemm.h"
@@ -39,6 +43,9 @@ namespace {
 /// Output positions per group, and the fewest groups a batch is cut into.
 constexpr int64_t kGroupColumns = 1024;
 constexpr int64_t kMinGroups = 16;
+/// The columns of one band of a large image's output rows, at most (1 MiB of float32: they stay
+/// in L2 between im2col's writes and the product's reads).
+constexpr int64_t kBandFloats = int64_t{1} << 18;
 
 int64_t group_size(int64_t B, int64_t L) {
   const int64_t by_columns = (kGroupColumns + L - 1) / std::max<int64_t>(L, 1);
@@ -131,6 +138,31 @@ bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Stride
   const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
   VT_ASSERT(w.is_contiguous() && w.numel() == Cout * K && y.is_contiguous());
   VT_ASSERT(!bias.data || bias.numel() == Cout);
+  // A large map (over kGroupColumns outputs an image) in float32: bands of output rows, whose
+  // columns stay under kBandFloats, each band's product written straight into y (rows L apart).
+  if (L > kGroupColumns && im2col_rows_f32_runs(x, g)) {
+    const int64_t OW = g.out_w, OH = g.out_h;
+    const int64_t band = std::clamp<int64_t>(kBandFloats / std::max<int64_t>(K, 1) / OW, 1,
+                                             std::max<int64_t>(OH, 1));
+    const int64_t bands = (OH + band - 1) / band;
+    const float* wp = w.ptr<float>();
+    const float* bp = bias.data ? bias.ptr<float>() : nullptr;
+    float* yp = y.ptr<float>();
+    parallel_chunks(B * bands, 1, [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t b = u / bands, oh0 = (u % bands) * band, oh1 = std::min(OH, oh0 + band);
+        const int64_t n = (oh1 - oh0) * OW;
+        float* cols = scratch<float>(static_cast<size_t>(K * n), 0);
+        im2col_rows_f32(image(x, b), cols, n, g, oh0, oh1);
+        float* out = yp + b * Cout * L + oh0 * OW;  // y[b, :, oh0 : oh1] [Cout, n], rows L apart
+        group_gemm<float>(Cout, n, K, wp, K, false, cols, n, false, out, L, false);
+        if (bp)
+          for (int64_t co = 0; co < Cout; ++co)
+            for (int64_t l = 0; l < n; ++l) out[co * L + l] += bp[co];
+      }
+    });
+    return true;
+  }
   const int64_t G = group_size(B, L), groups = (B + G - 1) / G;
   dispatch_float(x.dtype, "conv2d", [&]<typename T>() {
     const T* wp = w.ptr<T>();

@@ -1,9 +1,12 @@
 // Which output positions of a convolution read a given kernel tap from inside the image: the one
-// index computation im2col, col2im and the depthwise kernels share.
+// index computation im2col, col2im and the depthwise kernels share; and im2col of a band of
+// output rows, which the batched convolution tiles large images with.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <utility>
+
+#include "backends/backend.h"
 
 namespace vitrine::cpu {
 
@@ -17,5 +20,14 @@ inline std::pair<int64_t, int64_t> valid_range(int64_t k, int64_t size, int64_t 
   const int64_t hi = b < 0 ? 0 : std::min(out, b / stride + 1);
   return {lo, std::max(lo, hi)};
 }
+
+/// im2col of output rows [oh0, oh1) of one image (x [C, H, W], float32, unit column stride of
+/// its rows) into cols [C kh kw, (oh1 - oh0) out_w] with rows ld apart, on the AVX-512 row
+/// kernels (conv.cpp). false, having done nothing, where those do not run (another dtype, a
+/// column stride over 2, no AVX-512): then CpuBackend::im2col's plain loops do the whole image.
+bool im2col_rows_f32(const Strided& x, float* cols, int64_t ld, const ConvGeometry& g, int64_t oh0,
+                     int64_t oh1);
+/// Whether im2col_rows_f32 runs for this image ([C, H, W] or [B, C, H, W]) and geometry.
+bool im2col_rows_f32_runs(const Strided& x, const ConvGeometry& g);
 
 }  // namespace vitrine::cpu

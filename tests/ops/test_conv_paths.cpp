@@ -151,7 +151,9 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
                                      {{10, 16, 28, 28}, {32, 16, 1, 1}, {2, 2}, {0, 0}},
                                      {{10, 64, 7, 7}, {64, 64, 3, 3}, {1, 1}, {1, 1}},
                                      {{3, 5, 37, 19}, {20, 5, 3, 5}, {1, 1}, {2, 0}},
-                                     {{4, 3, 9, 8}, {5, 3, 3, 3}, {2, 1}, {1, 1}}};
+                                     {{4, 3, 9, 8}, {5, 3, 3, 3}, {2, 1}, {1, 1}},
+                                     // L = 1296 > 1024: the forward in bands of 12 output rows
+                                     {{2, 64, 36, 36}, {8, 64, 3, 3}, {1, 1}, {1, 1}}};
   uint64_t seed = 40;
   for (const Shape& s : shapes) {
     INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w));
