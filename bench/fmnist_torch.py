@@ -75,8 +75,10 @@ final test accuracy and the train_seconds at which test accuracy first reached 0
 
 train.tta_hflip evaluates as vitrine-train does: the softmax of each test image and of its mirror
 image averaged, log of it as the logits.
-Train keys that do not apply here (eval_every, log_every, early_stopping_patience, test_each_epoch,
-precision (a GPU setting), out, data.workers) are ignored; accum_steps != 1, ema_decay, finetune, freeze_backbone, a device
+Train keys that do not apply here (eval_every, log_every, early_stopping_patience,
+early_stopping_metric, test_each_epoch, sync_bn (one process), precision (a GPU setting), out,
+data.workers) are ignored; optim.no_decay names the parameters without weight decay as
+vitrine-train's ("ndim<=1": every vector and scalar, else a substring of the name); accum_steps != 1, ema_decay, finetune, freeze_backbone, a device
 other than "cpu" and optimizers other than adamw are errors.
 """
 
@@ -101,11 +103,12 @@ SECTION_KEYS = {
     "data": ["dataset", "path", "validation_fraction", "subset", "batch_size", "workers",
              "transforms"],
     "optim": ["name", "lr", "weight_decay", "betas", "eps", "momentum", "nesterov",
-              "label_smoothing", "grad_clip"],
+              "label_smoothing", "grad_clip", "no_decay"],
     "schedule": ["name", "warmup_epochs", "min_lr_factor", "step_epochs", "gamma"],
     "train": ["epochs", "seed", "eval_every", "log_every", "early_stopping_patience",
               "accum_steps", "ema_decay", "test_each_epoch", "tta_hflip", "finetune",
-              "max_steps", "freeze_backbone", "device", "precision", "out", "zero", "bucket_mb"],
+              "max_steps", "freeze_backbone", "device", "precision", "out", "zero", "bucket_mb",
+              "early_stopping_metric", "sync_bn"],
 }
 TRANSFORM_KEYS = ["resize", "center_crop", "random_crop", "hflip", "mean", "std"]
 SIZE_KEYS = ["model.image_size", "data.transforms.resize", "data.transforms.center_crop",
@@ -766,12 +769,12 @@ def build_resnet(m):
 
 
 def param_groups_with_decay(model, lr, weight_decay,
-                            no_decay_names=("pos_embed", "cls_token", "register_tokens")):
+                            no_decay_names=("ndim<=1", "pos_embed", "cls_token", "register_tokens")):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        exempt = p.dim() < 2 or any(n in name for n in no_decay_names)
+        exempt = any(p.dim() <= 1 if n == "ndim<=1" else n in name for n in no_decay_names)
         (no_decay if exempt else decay).append(p)
     return [{"params": decay, "lr": lr, "weight_decay": weight_decay, "name": "decay"},
             {"params": no_decay, "lr": lr, "weight_decay": 0.0, "name": "no_decay"}]
@@ -894,7 +897,7 @@ def train(args, config, m, t):
 
     o = config["optim"]
     optimizer = torch.optim.AdamW(
-        param_groups_with_decay(model, o["lr"], o["weight_decay"]), lr=o["lr"],
+        param_groups_with_decay(model, o["lr"], o["weight_decay"], o["no_decay"]), lr=o["lr"],
         betas=tuple(o["betas"]), eps=o["eps"], weight_decay=o["weight_decay"])
     for g in optimizer.param_groups:
         g["initial_lr"] = g["lr"]

@@ -377,6 +377,25 @@ TEST_CASE("cuda ops: conv2d (patch embedding), interpolate, dropout") {
         return ops::conv2d(v[0], v[1], v[2], {1, 1}, {1, 1});
       },
       {randn({1, 2, 7, 6}, 35), randn({4, 2, 3, 3}, 36), randn({4}, 37)}, t);
+  // The CPU's batched, depthwise and grouped paths against CUDA's image-by-image im2col.
+  both(
+      "conv2d, a batch of 20, stride 2, dilation 2",
+      [](auto v) {
+        return ops::conv2d(v[0], v[1], v[2], {2, 2}, {2, 2}, {2, 2});
+      },
+      {randn({20, 4, 9, 8}, 130), randn({6, 4, 3, 3}, 131), randn({6}, 132)}, t);
+  both(
+      "conv2d, depthwise x2",
+      [](auto v) {
+        return ops::conv2d(v[0], v[1], v[2], {1, 1}, {1, 1}, {1, 1}, 3);
+      },
+      {randn({2, 3, 7, 6}, 133), randn({6, 1, 3, 3}, 134), randn({6}, 135)}, t);
+  both(
+      "conv2d, groups 2",
+      [](auto v) {
+        return ops::conv2d(v[0], v[1], Tensor(), {1, 1}, {1, 1}, {1, 1}, 2);
+      },
+      {randn({2, 4, 5, 5}, 136), randn({6, 2, 3, 3}, 137)}, t);
   for (const char* mode : {"nearest", "bilinear", "bicubic"}) {
     for (bool ac : {false, true}) {
       if (std::string(mode) == "nearest" && ac) continue;
@@ -431,6 +450,12 @@ TEST_CASE("cuda ops: pooling, batch norm, embedding, masked attention (compositi
                                false);
       },
       {x, randn({3}, 63), randn({3}, 64), randn({3}, 65), randn({3}, 66)}, t);
+  both(
+      "batch_norm_relu with a residual, training",
+      [](auto v) {
+        return ops::batch_norm_relu(v[0], Tensor(), Tensor(), v[1], v[2], true, 0.1, 1e-5, v[3]);
+      },
+      {x, randn({3}, 68), randn({3}, 69), randn({2, 3, 7, 6}, 70)}, t);
   const Tensor idx = ops::from_vector(std::vector<int64_t>{1, 3, 3, 0, 6, 1}, {2, 3});
   both(
       "embedding", [&](auto v) { return ops::embedding(v[0], idx.to(v[0].device())); },
