@@ -297,10 +297,11 @@ class Backend {
   /// Batch norm's output (x a + d) and its input gradient (dy a + x zc + d) are both this form.
   virtual void channel_affine(const Strided& x, const Strided& a, const Strided& z,
                               const Strided& zc, const Strided& d, const Strided& y);
-  /// max(channel_affine(...), 0): batch norm with the ReLU that follows it (and a residual as
-  /// the z term). The default runs channel_affine, then relu in place.
-  virtual void channel_affine_relu(const Strided& x, const Strided& a, const Strided& z,
-                                   const Strided& zc, const Strided& d, const Strided& y);
+  /// y[b,c,l] = max(x[b,c,l] a[c] + d[c] + z[b,c,l], 0), the z term only when z.data is
+  /// non-null: batch norm with the ReLU that follows it and a residual. The default runs
+  /// channel_affine, the add and relu as kernels of their own.
+  virtual void channel_affine_relu(const Strided& x, const Strided& a, const Strided& d,
+                                   const Strided& z, const Strided& y);
 
   /// x: [B, C, H, W] -> y: [B, C, OH, OW], PyTorch's nearest / bilinear / bicubic (A = -0.75).
   virtual void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) = 0;

@@ -66,9 +66,10 @@ void Backend::channel_affine(const Strided& x, const Strided& a, const Strided& 
   binary(BinaryOp::Add, y, per_channel(d, x.shape), y);
 }
 
-void Backend::channel_affine_relu(const Strided& x, const Strided& a, const Strided& z,
-                                  const Strided& zc, const Strided& d, const Strided& y) {
-  channel_affine(x, a, z, zc, d, y);
+void Backend::channel_affine_relu(const Strided& x, const Strided& a, const Strided& d,
+                                  const Strided& z, const Strided& y) {
+  channel_affine(x, a, Strided(), Strided(), d, y);
+  if (z.data != nullptr) binary(BinaryOp::Add, y, z, y);
   unary(UnaryOp::Relu, y, y, 0, 0);
 }
 

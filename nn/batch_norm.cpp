@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <typeinfo>
 
 #include "autograd/grad_mode.h"
 #include "nn/init.h"
@@ -43,23 +44,22 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   return normalize(x, {});
 }
 
-double BatchNorm2d::step_momentum() {
+Tensor BatchNorm2d::normalize(const Tensor& x, const ops::BatchNormSync& sync, bool relu,
+                              const Tensor& residual) {
+  VT_CHECK(x.dim() >= 2 && x.size(1) == num_features, "{}({}): x has {} channels (shape {})",
+           type_name(), num_features, x.dim() >= 2 ? x.size(1) : 0, x.shape());
+  // The batch's statistics in training, and always without running ones (whose buffers are then
+  // undefined, so ops::batch_norm updates nothing).
+  const bool batch_stats = is_training() || !track_running_stats;
   double m = momentum.value_or(0);
   if (is_training() && track_running_stats) {
     NoGradGuard no_grad;
     num_batches_tracked.add_(1.0);
     if (!momentum) m = 1.0 / num_batches_tracked.item<int64_t>();  // the cumulative average
   }
-  return m;
-}
-
-Tensor BatchNorm2d::normalize(const Tensor& x, const ops::BatchNormSync& sync) {
-  VT_CHECK(x.dim() >= 2 && x.size(1) == num_features, "{}({}): x has {} channels (shape {})",
-           type_name(), num_features, x.dim() >= 2 ? x.size(1) : 0, x.shape());
-  // The batch's statistics in training, and always without running ones (whose buffers are then
-  // undefined, so ops::batch_norm updates nothing).
-  const bool batch_stats = is_training() || !track_running_stats;
-  const double m = step_momentum();
+  if (relu)
+    return ops::batch_norm_relu(x, running_mean, running_var, weight, bias, batch_stats, m, eps,
+                                residual, sync);
   return ops::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, m, eps, sync);
 }
 
@@ -69,15 +69,11 @@ bool BatchNorm2d::fused_relu = [] {
 }();
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
-  if (!fused_relu || replaced_by_ || has_forward_hooks() || type_name() != "BatchNorm2d")
+  // A subclass (SyncBatchNorm) or a replaced module: through forward, which they override.
+  if (!fused_relu || replaced_by_ || has_forward_hooks() || typeid(*this) != typeid(BatchNorm2d))
     return ops::relu(residual.defined() ? (*this)(x) + residual : (*this)(x));
   VT_CHECK(x.dim() == 4, "BatchNorm2d: expected x [B, C, H, W], got shape {}", x.shape());
-  VT_CHECK(x.size(1) == num_features, "BatchNorm2d({}): x has {} channels (shape {})", num_features,
-           x.size(1), x.shape());
-  const bool batch_stats = is_training() || !track_running_stats;
-  const double m = step_momentum();
-  return ops::batch_norm_relu(x, running_mean, running_var, weight, bias, batch_stats, m, eps,
-                              residual);
+  return normalize(x, {}, true, residual);
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -48,9 +48,9 @@ class BatchNorm2d : public Module {
               bool affine, bool track_running_stats);
   /// ops::batch_norm on x [B, C, ...] with this module's tensors and mode (the running statistics
   /// counted and updated in training); sync: the batch split across processes (SyncBatchNorm).
-  Tensor normalize(const Tensor& x, const ops::BatchNormSync& sync);
-  /// normalize's running statistics step: the momentum to use, after counting the batch.
-  double step_momentum();
+  /// relu: ops::batch_norm_relu with the residual instead (forward_relu).
+  Tensor normalize(const Tensor& x, const ops::BatchNormSync& sync, bool relu = false,
+                   const Tensor& residual = Tensor());
 
  private:
   friend std::shared_ptr<Module> convert_sync_batchnorm(std::shared_ptr<Module> module,

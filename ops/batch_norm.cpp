@@ -129,11 +129,10 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
     const Tensor d = bias.defined() ? sub(plain(bias), ma) : neg(ma);
     if (!relu) {
       be.channel_affine(bcl(xc), a.strided(), Strided(), Strided(), d.strided(), bcl(y));
-    } else if (residual.defined()) {
-      const Tensor rc = plain(residual), ones_c = ones({C}, x.dtype(), x.device());
-      be.channel_affine_relu(bcl(xc), a.strided(), bcl(rc), ones_c.strided(), d.strided(), bcl(y));
     } else {
-      be.channel_affine_relu(bcl(xc), a.strided(), Strided(), Strided(), d.strided(), bcl(y));
+      const Tensor rc = residual.defined() ? plain(residual) : Tensor();
+      be.channel_affine_relu(bcl(xc), a.strided(), d.strided(),
+                             residual.defined() ? bcl(rc) : Strided(), bcl(y));
     }
   }
 

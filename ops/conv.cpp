@@ -99,7 +99,7 @@ Strided matrix(const Tensor& t, int64_t rows, int64_t cols, bool transposed = fa
 /// The gradients of conv2d (see the file comment); dx and dW are fused kernels, so a second
 /// derivative through them is refused; db is a sum, so it differentiates again.
 Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, const Tensor& w,
-                      const ConvGeometry& g, bool has_bias) {
+                      const ConvGeometry& g, bool has_bias, bool depthwise) {
   const int64_t B = x.size(0), Cout = w.size(0);
   const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
   const DType dt = x.dtype();
@@ -114,9 +114,15 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
   Tensor dx, dw;
   if (needs[0]) dx = empty_on(x, x.shape(), dt);
   if (needs[1]) dw = empty_on(w, w.shape(), dt);
-  if (be.conv2d_batched_backward(x.strided(), wc.strided(), dy.strided(),
-                                 needs[0] ? dx.strided() : Strided(),
-                                 needs[1] ? dw.strided() : Strided(), g)) {
+  // The backend's whole-batch kernels first (the depthwise one always: a backend with its forward
+  // has its backward), then im2col and gemm.
+  const Strided dxs = needs[0] ? dx.strided() : Strided(),
+                dws = needs[1] ? dw.strided() : Strided();
+  const bool done =
+      depthwise ? be.depthwise_conv2d_backward(x.strided(), wc.strided(), dy.strided(), dxs, dws, g)
+                : be.conv2d_batched_backward(x.strided(), wc.strided(), dy.strided(), dxs, dws, g);
+  VT_ASSERT(done || !depthwise);
+  if (done) {
     if (needs[0]) out[0] = no_double_backward(dx, "conv2d_backward", {dy_in, w});
     if (needs[1]) out[1] = no_double_backward(dw, "conv2d_backward", {dy_in, x});
     return out;
@@ -174,86 +180,65 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
 
 /// y's graph node: conv2d_backward from the saved x and weight.
 Tensor record_conv(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                   const ConvGeometry& g) {
+                   const ConvGeometry& g, bool depthwise = false) {
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   return record(y, "conv2d", inputs,
-                [sx = save(x), sw_ = save(weight), g, has_bias = bias.defined()](
+                [sx = save(x), sw_ = save(weight), g, has_bias = bias.defined(), depthwise](
                     const Tensor& dy, const Needs& needs) -> Grads {
-                  return conv2d_backward(dy, needs, sx.get(), sw_.get(), g, has_bias);
+                  return conv2d_backward(dy, needs, sx.get(), sw_.get(), g, has_bias, depthwise);
                 });
 }
 
-/// groups = 1: the whole batch on the backend's batched path, else im2col and gemm (file comment).
-Tensor conv2d_dense(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                    const ConvGeometry& g) {
-  const int64_t B = x.size(0), Cout = weight.size(0), Cin = g.channels;
-  const int64_t kh = g.kernel_h, kw = g.kernel_w, OH = g.out_h, OW = g.out_w;
-  const int64_t K = Cin * kh * kw, L = OH * OW;
+/// y = conv2d(x, W) through im2col and gemm, image by image or in chunks side by side (file
+/// comment): every backend's path. wc [Cout, K] contiguous.
+void conv2d_im2col(const Tensor& x, const Tensor& wc, const Tensor& bias, const Tensor& y,
+                   const ConvGeometry& g) {
+  const int64_t B = x.size(0), Cout = wc.size(0);
+  const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
   const DType dt = x.dtype();
   Backend& be = x.backend();
+  const Strided y3 = view_as(y, {B, Cout, L}, {Cout * L, L, 1});
+  const int64_t chunk = chunk_size(B, K, Cout, L);
+  Tensor cols = empty_on(x, {chunk, K, L}, dt);
+  const Strided xs = x.strided(), cs = cols.strided();
+  if (L < kWideBelow) {  // side by side (file comment)
+    Tensor y_wide = empty_on(x, {Cout, chunk, L}, dt);
+    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+      const int64_t n = std::min(chunk, B - b0), nL = n * L;
+      for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), block(cols, K, n, L, i), g);
+      const Strided yw = view_as(y_wide, {Cout, n, L}, {nL, L, 1});
+      if (bias.defined()) be.copy(view_as(bias, {Cout, n, L}, {bias.strides()[0], 0, 0}), yw);
+      // Y [Cout, n L] (+)= W [Cout, K] @ cols [K, n L], then y[b0 : b0 + n] = Y as [n, Cout, L]
+      be.gemm(view_as(wc, {Cout, K}, {K, 1}), matrix(cols, K, nL), matrix(y_wide, Cout, nL),
+              bias.defined());
+      be.copy(swap01(yw), rows(y3, b0, n));
+    }
+  } else {
+    if (bias.defined()) be.copy(view_as(bias, {B, Cout, L}, {0, bias.strides()[0], 0}), y3);
+    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+      const int64_t n = std::min(chunk, B - b0);
+      for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), item(cs, i), g);
+      // y[b0 : b0 + n] (+)= W (broadcast over the chunk) @ cols
+      be.gemm(view_as(wc, {n, Cout, K}, {0, K, 1}), rows(cs, 0, n), rows(y3, b0, n),
+              bias.defined());
+    }
+  }
+}
 
-  Tensor y = empty_on(x, {B, Cout, OH, OW}, dt);
-  bool batched;
+/// groups = 1: the whole batch on the backend's batched path, else im2col and gemm.
+Tensor conv2d_dense(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    const ConvGeometry& g) {
+  Tensor y = empty_on(x, {x.size(0), weight.size(0), g.out_h, g.out_w}, x.dtype());
   {
     NoGradGuard no_grad;
     const Tensor wc = weight.contiguous();  // [Cout, K]
     const Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
-    batched = be.conv2d_batched(x.strided(), wc.strided(),
-                                bias.defined() ? bc.strided() : Strided(), y.strided(), g);
+    if (!x.backend().conv2d_batched(x.strided(), wc.strided(),
+                                    bias.defined() ? bc.strided() : Strided(), y.strided(), g))
+      conv2d_im2col(x, wc, bias, y, g);
   }
-  if (batched) return record_conv(y, x, weight, bias, g);
-  {
-    NoGradGuard no_grad;
-    const Tensor wc = weight.contiguous();  // [Cout, K]
-    const Strided y3 = view_as(y, {B, Cout, L}, {Cout * L, L, 1});
-    const int64_t chunk = chunk_size(B, K, Cout, L);
-    Tensor cols = empty_on(x, {chunk, K, L}, dt);
-    const Strided xs = x.strided(), cs = cols.strided();
-    if (L < kWideBelow) {  // side by side (file comment)
-      Tensor y_wide = empty_on(x, {Cout, chunk, L}, dt);
-      for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-        const int64_t n = std::min(chunk, B - b0), nL = n * L;
-        for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), block(cols, K, n, L, i), g);
-        const Strided yw = view_as(y_wide, {Cout, n, L}, {nL, L, 1});
-        if (bias.defined()) be.copy(view_as(bias, {Cout, n, L}, {bias.strides()[0], 0, 0}), yw);
-        // Y [Cout, n L] (+)= W [Cout, K] @ cols [K, n L], then y[b0 : b0 + n] = Y as [n, Cout, L]
-        be.gemm(view_as(wc, {Cout, K}, {K, 1}), matrix(cols, K, nL), matrix(y_wide, Cout, nL),
-                bias.defined());
-        be.copy(swap01(yw), rows(y3, b0, n));
-      }
-    } else {
-      if (bias.defined()) be.copy(view_as(bias, {B, Cout, L}, {0, bias.strides()[0], 0}), y3);
-      for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-        const int64_t n = std::min(chunk, B - b0);
-        for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), item(cs, i), g);
-        // y[b0 : b0 + n] (+)= W (broadcast over the chunk) @ cols
-        be.gemm(view_as(wc, {n, Cout, K}, {0, K, 1}), rows(cs, 0, n), rows(y3, b0, n),
-                bias.defined());
-      }
-    }
-  }
-
   return record_conv(y, x, weight, bias, g);
-}
-
-/// groups = C with one input channel per filter: the backend's depthwise kernels.
-Grads depthwise_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, const Tensor& w,
-                         const ConvGeometry& g, bool has_bias) {
-  Grads out(has_bias ? 3 : 2);
-  if (has_bias && needs[2]) out[2] = sum(dy_in, {0, 2, 3});
-  if (!needs[0] && !needs[1]) return out;
-  const Tensor dy = dy_in.contiguous(), wc = w.contiguous();
-  Tensor dx, dw;
-  if (needs[0]) dx = empty_on(x, x.shape(), x.dtype());
-  if (needs[1]) dw = empty_on(w, w.shape(), w.dtype());
-  const bool done = x.backend().depthwise_conv2d_backward(x.strided(), wc.strided(), dy.strided(),
-                                                          needs[0] ? dx.strided() : Strided(),
-                                                          needs[1] ? dw.strided() : Strided(), g);
-  VT_ASSERT(done);  // a backend with the forward kernel has the backward one
-  if (needs[0]) out[0] = no_double_backward(dx, "conv2d_backward", {dy_in, w});
-  if (needs[1]) out[1] = no_double_backward(dw, "conv2d_backward", {dy_in, x});
-  return out;
 }
 
 }  // namespace
@@ -316,15 +301,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
       done = x.backend().depthwise_conv2d(
           x.strided(), wc.strided(), bias.defined() ? bc.strided() : Strided(), y.strided(), g);
     }
-    if (done) {
-      std::vector<Tensor> inputs{x, weight};
-      if (bias.defined()) inputs.push_back(bias);
-      return record(y, "conv2d", inputs,
-                    [sx = save(x), sw_ = save(weight), g, has_bias = bias.defined()](
-                        const Tensor& dy, const Needs& needs) -> Grads {
-                      return depthwise_backward(dy, needs, sx.get(), sw_.get(), g, has_bias);
-                    });
-    }
+    if (done) return record_conv(y, x, weight, bias, g, true);
   }
   // Any other grouping (or a backend without a depthwise kernel): one convolution per group of
   // channels, concatenated (slice and cat carry the gradients).

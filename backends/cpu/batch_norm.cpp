@@ -102,10 +102,9 @@ void CpuBackend::batch_norm_backward_reduce(const Strided& x, const Strided& mea
   });
 }
 
-namespace {
-/// y = x a[c] (+ z zc[c]) + d[c], then max(y, 0) when relu (on each row while it is in L1).
-void affine_rows(const Strided& x, const Strided& a, const Strided& z, const Strided& zc,
-                 const Strided& d, const Strided& y, bool relu) {
+// y = x a[c] (+ z zc[c]) + d[c]
+void CpuBackend::channel_affine(const Strided& x, const Strided& a, const Strided& z,
+                                const Strided& zc, const Strided& d, const Strided& y) {
   const Bcl dims = bcl_of(x);
   const int64_t B = dims.B, C = dims.C, L = dims.L;
   VT_ASSERT(y.shape == x.shape && y.is_contiguous() && a.numel() == C && d.numel() == C);
@@ -117,30 +116,6 @@ void affine_rows(const Strided& x, const Strided& a, const Strided& z, const Str
     parallel_for(B * C, 2 * L, [&](int64_t r) {
       const int64_t c = r % C, o = r * L;
       const T ac = a.ptr<T>()[c], dc = d.ptr<T>()[c];
-      if (relu) {
-        // (x a + d) + z zc, then max(., 0): batch norm's own rounding, then the residual's add,
-        // as relu(batch_norm(x) + z) rounds them (zc = 1 there), so that the fused op gives the
-        // composition's bits.
-        T* row = yp + o;
-        if constexpr (std::is_same_v<T, float>) {
-          simd::affine_row(xp + o, ac, dc, row, L);
-        } else {
-          for (int64_t l = 0; l < L; ++l) row[l] = xp[o + l] * ac + dc;
-        }
-        if (zp) {
-          const T* zr = zp + o;
-          const T zcc = zc.ptr<T>()[c];
-#pragma omp simd
-          for (int64_t l = 0; l < L; ++l) {
-            const T v = row[l] + zr[l] * zcc;
-            row[l] = v > T(0) ? v : T(0);
-          }
-        } else {
-#pragma omp simd
-          for (int64_t l = 0; l < L; ++l) row[l] = row[l] > T(0) ? row[l] : T(0);
-        }
-        return;
-      }
       if constexpr (std::is_same_v<T, float>) {
         if (zp)
           simd::affine2_row(xp + o, ac, zp + o, zc.ptr<T>()[c], dc, yp + o, L);
@@ -154,18 +129,36 @@ void affine_rows(const Strided& x, const Strided& a, const Strided& z, const Str
     });
   });
 }
-}  // namespace
 
-// y = x a[c] (+ z zc[c]) + d[c]
-void CpuBackend::channel_affine(const Strided& x, const Strided& a, const Strided& z,
-                                const Strided& zc, const Strided& d, const Strided& y) {
-  affine_rows(x, a, z, zc, d, y, false);
-}
-
-// y = max(x a[c] (+ z zc[c]) + d[c], 0)
-void CpuBackend::channel_affine_relu(const Strided& x, const Strided& a, const Strided& z,
-                                     const Strided& zc, const Strided& d, const Strided& y) {
-  affine_rows(x, a, z, zc, d, y, true);
+// y = max((x a[c] + d[c]) + z, 0): batch norm's own rounding (affine_row), then the residual's
+// add, as relu(batch_norm(x) + z) rounds them, so that the fused op gives the composition's bits.
+void CpuBackend::channel_affine_relu(const Strided& x, const Strided& a, const Strided& d,
+                                     const Strided& z, const Strided& y) {
+  const Bcl dims = bcl_of(x);
+  const int64_t B = dims.B, C = dims.C, L = dims.L;
+  VT_ASSERT(y.shape == x.shape && y.is_contiguous() && a.numel() == C && d.numel() == C);
+  VT_ASSERT(!z.data || (z.shape == x.shape && z.is_contiguous()));
+  dispatch_float(x.dtype, "batch_norm_relu", [&]<typename T>() {
+    const T* xp = x.ptr<T>();
+    const T* zp = z.data ? z.ptr<T>() : nullptr;
+    T* yp = y.ptr<T>();
+    parallel_for(B * C, 2 * L, [&](int64_t r) {  // one row at a time, in L1 for the second loop
+      const int64_t c = r % C, o = r * L;
+      const T ac = a.ptr<T>()[c], dc = d.ptr<T>()[c];
+      T* row = yp + o;
+      if constexpr (std::is_same_v<T, float>) {
+        simd::affine_row(xp + o, ac, dc, row, L);
+      } else {
+        for (int64_t l = 0; l < L; ++l) row[l] = xp[o + l] * ac + dc;
+      }
+      const T* zr = zp ? zp + o : nullptr;
+#pragma omp simd
+      for (int64_t l = 0; l < L; ++l) {
+        const T v = zr ? row[l] + zr[l] : row[l];
+        row[l] = v > T(0) ? v : T(0);
+      }
+    });
+  });
 }
 
 }  // namespace vitrine::cpu

@@ -51,8 +51,8 @@ class CpuBackend final : public Backend {
                                   const Strided& sum_dy, const Strided& sum_dy_xmu) override;
   void channel_affine(const Strided& x, const Strided& a, const Strided& z, const Strided& zc,
                       const Strided& d, const Strided& y) override;
-  void channel_affine_relu(const Strided& x, const Strided& a, const Strided& z, const Strided& zc,
-                           const Strided& d, const Strided& y) override;
+  void channel_affine_relu(const Strided& x, const Strided& a, const Strided& d, const Strided& z,
+                           const Strided& y) override;
   // cross_entropy.cpp
   void cross_entropy(const Strided& logits, const Strided& target, int64_t ignore_index,
                      double label_smoothing, const Strided& loss) override;

@@ -104,12 +104,12 @@ __mmask16 column_mask(int64_t n) {
 constexpr __mmask16 kAll16 = 0xFFFF;
 constexpr __mmask8 kAll8 = 0xFF;
 
-/// cols[k][j] = src[j * lds + k] for j < rows, k < kr (both at most 16), and 0 for rows <= j <
-/// 16: one 16 x 16 block transposed in registers (cols[k] is column k of the block). Rows of src
-/// are loaded (masked to kr floats), interleaved in pairs (unpack ps), in fours (unpack pd), then
-/// their 128-bit lanes are gathered (shuffle f32x4) so that vector k holds column k.
-__attribute__((target("avx512f"))) inline void transpose16(const float* src, int64_t lds, int rows,
-                                                           int kr, __m512 cols[16]) {
+/// dst[k * 32 + j] = src[j * lds + k] for j < rows, k < kr (both at most 16), and 0 for
+/// rows <= j < 16: one 16 x 16 block of a transposed weight, transposed in registers. Rows of
+/// src are loaded (masked to kr floats), interleaved in pairs (unpack ps), in fours (unpack pd),
+/// then their 128-bit lanes are gathered (shuffle f32x4) so that vector c holds column c.
+__attribute__((target("avx512f"))) void pack_block16(const float* src, int64_t lds, int rows,
+                                                     int kr, float* dst) {
   const __mmask16 km = column_mask(kr);
   __m512 r[16], t[16], u[16];
 #pragma GCC unroll 16
@@ -136,22 +136,14 @@ __attribute__((target("avx512f"))) inline void transpose16(const float* src, int
     const __m512 v1 = _mm512_maskz_shuffle_f32x4(kAll16, u[8 + c], u[12 + c], 0x88);
     const __m512 w0 = _mm512_maskz_shuffle_f32x4(kAll16, u[c], u[4 + c], 0xDD);
     const __m512 w1 = _mm512_maskz_shuffle_f32x4(kAll16, u[8 + c], u[12 + c], 0xDD);
-    cols[c] = _mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0x88);
-    cols[4 + c] = _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0x88);
-    cols[8 + c] = _mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0xDD);
-    cols[12 + c] = _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0xDD);
+    const __m512 col[4] = {_mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0x88),
+                           _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0x88),
+                           _mm512_maskz_shuffle_f32x4(kAll16, v0, v1, 0xDD),
+                           _mm512_maskz_shuffle_f32x4(kAll16, w0, w1, 0xDD)};
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; ++l)
+      if (4 * l + c < kr) _mm512_storeu_ps(dst + (4 * l + c) * kNR, col[l]);
   }
-}
-
-/// dst[k * 32 + j] = src[j * lds + k] for j < rows, k < kr (both at most 16), and 0 for
-/// rows <= j < 16: one 16 x 16 block of a transposed weight.
-__attribute__((target("avx512f"))) void pack_block16(const float* src, int64_t lds, int rows,
-                                                     int kr, float* dst) {
-  __m512 cols[16];
-  transpose16(src, lds, rows, kr, cols);
-#pragma GCC unroll 16
-  for (int k = 0; k < 16; ++k)
-    if (k < kr) _mm512_storeu_ps(dst + k * kNR, cols[k]);
 }
 
 /// Packs panel p of a transposed B (B[k][n] = b[n * ldb + k]; columns 32p .. 32p+31, zero past

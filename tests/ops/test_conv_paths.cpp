@@ -237,9 +237,12 @@ TEST_CASE("nn::Conv2d: dilation and groups as torch.nn.Conv2d") {
   CHECK_FALSE(dilated.bias.defined());
   CHECK(dilated.extra_repr() == "3, 4, kernel=3x3, stride=1x1, padding=2x2, dilation=2x2");
   CHECK(dilated(ops::randn({1, 3, 6, 7})).shape() == Dims{1, 4, 6, 7});
-  // PyTorch's init bound: fan_in = in / groups * kh * kw = 9 for the depthwise one.
-  const double bound = 1.0 / std::sqrt(9.0);
-  CHECK(ops::max(ops::abs(depthwise.bias)).item<float>() <= bound);
+  // PyTorch's init: weight and bias uniform within 1 / sqrt(fan_in), fan_in = in / groups kh kw
+  // = 9 here. 144 weights reach past 1 / sqrt(72) (the bound without groups) but never past 1/3.
+  const double weight_max = ops::max(ops::abs(depthwise.weight)).item<float>();
+  CHECK(weight_max <= 1.0 / 3.0 + 1e-7);
+  CHECK(weight_max > 1.0 / std::sqrt(72.0));
+  CHECK(ops::max(ops::abs(depthwise.bias)).item<float>() <= 1.0 / 3.0 + 1e-7);
   CHECK_ERROR_CONTAINS(nn::Conv2d(nn::Conv2dOptions(6, 4, 3).groups(4)), "Conv2d", "groups", "6 in",
                        "4 out");
   CHECK_ERROR_CONTAINS(nn::Conv2d(nn::Conv2dOptions(6, 4, 3).dilation(0)), "Conv2d",
