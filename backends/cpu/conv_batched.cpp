@@ -17,9 +17,9 @@
 // A large map (over kGroupColumns outputs an image: a 224x224 network's early stages) goes in
 // bands of output rows instead, G = 1: the forward's columns of one band stay in L2, and its
 // product lands in y directly. (The backward keeps whole images.)
-// G depends on the shape only (about kGroupColumns output positions, and at least kMinGroups
-// groups), every group is computed by one thread in the same way, and the partials are added
-// in a fixed order: results do not depend on the number of threads.
+// G depends on the shape only (about kGroupColumns output positions, at least kMinGroups
+// groups where that leaves kMinColumns a group), every group is computed by one thread in the same
+// way, and the partials are added in a fixed order: results do not depend on the number of threads.
 //
 // Why not one product per chunk over all threads (the per-image path, ops/conv.cpp): a ResNet's
 // products are small (16 to 64 output channels), and cut between two threads each ended at a
@@ -43,14 +43,21 @@ namespace {
 /// Output positions per group, and the fewest groups a batch is cut into.
 constexpr int64_t kGroupColumns = 1024;
 constexpr int64_t kMinGroups = 16;
+constexpr int64_t kMinColumns = 256;
 /// The columns of one band of a large image's output rows, at most (1 MiB of float32: they stay
 /// in L2 between im2col's writes and the product's reads).
 constexpr int64_t kBandFloats = int64_t{1} << 18;
 
 int64_t group_size(int64_t B, int64_t L) {
-  const int64_t by_columns = (kGroupColumns + L - 1) / std::max<int64_t>(L, 1);
+  const int64_t l = std::max<int64_t>(L, 1);
+  const int64_t by_columns = (kGroupColumns + l - 1) / l;
   const int64_t by_groups = (B + kMinGroups - 1) / kMinGroups;
-  return std::clamp<int64_t>(std::min(by_columns, by_groups), 1, std::max<int64_t>(B, 1));
+  // At least kMinColumns a group, whatever the batch: a small batch of small maps (a 64x64
+  // ResNet-18's 2x2 stage at batch 8) otherwise made 4-column products, under the own GEMM's
+  // minimum and left to the plain loops.
+  const int64_t at_least = (kMinColumns + l - 1) / l;
+  return std::clamp<int64_t>(std::max(std::min(by_columns, by_groups), at_least), 1,
+                             std::max<int64_t>(B, 1));
 }
 
 /// C[M, N] (+)= A[M, K] B[K, N] on the calling thread, C row-major (ldc); A stored transposed
