@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "backends/device.h"
@@ -81,6 +82,11 @@ struct AdamStep {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t step;    // 1 on the first update (after incrementing)
   bool decoupled;  // AdamW: p *= 1 - lr * wd; Adam: g += wd * p
+};
+
+/// One parameter's tensors in a multi-tensor Adam step: all contiguous, of the param's shape.
+struct AdamTensors {
+  Strided param, grad, exp_avg, exp_avg_sq;
 };
 
 /// Options of one SGD step (PyTorch's rule: dampening, nesterov, weight decay added to g).
@@ -313,6 +319,12 @@ class Backend {
   /// Adam/AdamW: updates param, exp_avg and exp_avg_sq from grad.
   virtual void adam_step(const Strided& param, const Strided& grad, const Strided& exp_avg,
                          const Strided& exp_avg_sq, const AdamStep& o) = 0;
+  /// The same step for several parameters that share the options (one param group at one step
+  /// count), results equal to adam_step's on each. The default loops over adam_step; CUDA runs
+  /// one kernel over all of them (backends/cuda/optim.cu).
+  virtual void adam_step_multi(std::span<const AdamTensors> tensors, const AdamStep& o) {
+    for (const AdamTensors& t : tensors) adam_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, o);
+  }
   /// SGD: updates param (and momentum_buf when momentum != 0) from grad.
   virtual void sgd_step(const Strided& param, const Strided& grad, const Strided& momentum_buf,
                         const SgdStep& o) = 0;

@@ -471,6 +471,16 @@ class CudaBackend final : public Backend {
         cuda::adam_step(view(param), view(grad), view(exp_avg), view(exp_avg_sq), a, stream_),
         "adam_step", param.dtype);
   }
+  void adam_step_multi(std::span<const AdamTensors> tensors, const AdamStep& o) override {
+    if (tensors.empty()) return;
+    const Adam a{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.step, o.decoupled};
+    std::vector<cuda::AdamViews> views;
+    views.reserve(tensors.size());
+    for (const AdamTensors& t : tensors)
+      views.push_back({view(t.param), view(t.grad), view(t.exp_avg), view(t.exp_avg_sq)});
+    check_launch(cuda::adam_step_multi(views.data(), static_cast<int64_t>(views.size()), a, stream_),
+                 "adam_step_multi", tensors[0].param.dtype);
+  }
   void sgd_step(const Strided& param, const Strided& grad, const Strided& momentum_buf,
                 const SgdStep& o) override {
     const Sgd s{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.first};

@@ -163,6 +163,13 @@ cudaError_t interpolate_backward(const View& dy, const View& dx, const Interp& g
 // ---- optim.cu: optimizer updates, in place, contiguous ---------------------------------------
 cudaError_t adam_step(const View& param, const View& grad, const View& exp_avg,
                       const View& exp_avg_sq, const Adam& o, cudaStream_t stream);
+/// vitrine::AdamTensors.
+struct AdamViews {
+  View param, grad, exp_avg, exp_avg_sq;
+};
+/// adam_step on each of tensors[0, count), all of one dtype, in one launch per 48 tensors.
+cudaError_t adam_step_multi(const AdamViews* tensors, int64_t count, const Adam& o,
+                            cudaStream_t stream);
 cudaError_t sgd_step(const View& param, const View& grad, const View& momentum_buf, const Sgd& o,
                      cudaStream_t stream);
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "nn/optim/detail.h"
@@ -54,6 +55,20 @@ void Adam::step() {
   NoGradGuard no_grad;
   const std::string type = type_name();
   state_.resize(groups_.size());
+  // Within a group, contiguous parameters with contiguous gradients of their dtype, on one device
+  // and at one step count, go to Backend::adam_step_multi together (one launch on CUDA, not one
+  // per tensor); the others through adam_step one by one. The results are the same either way.
+  std::vector<AdamTensors> batch;
+  std::vector<Tensor> batch_grads;  // alive until the batch has run
+  Device batch_device;
+  DType batch_dtype = DType::Float32;
+  AdamStep batch_options{};
+  auto flush = [&] {
+    if (batch.empty()) return;
+    backend_for(batch_device).adam_step_multi(batch, batch_options);
+    batch.clear();
+    batch_grads.clear();
+  };
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     state_[g].resize(group.params.size());
@@ -70,13 +85,27 @@ void Adam::step() {
       }
       ++s.step;
       const AdamStep o{group.lr, beta1_, beta2_, eps_, group.weight_decay, s.step, decoupled_};
-      detail::update_in_place(p, [&](const Tensor& w) {
-        w.backend().adam_step(w.strided(), grad.strided(), s.exp_avg.strided(),
-                              s.exp_avg_sq.strided(), o);
-      });
+      if (p.is_contiguous() && grad.is_contiguous() && grad.dtype() == p.dtype()) {
+        if (!batch.empty() && (p.device() != batch_device || p.dtype() != batch_dtype ||
+                               s.step != batch_options.step))
+          flush();
+        batch_device = p.device();
+        batch_dtype = p.dtype();
+        batch_options = o;
+        batch.push_back(
+            {p.strided(), grad.strided(), s.exp_avg.strided(), s.exp_avg_sq.strided()});
+        batch_grads.push_back(grad);
+        p.bump_version();
+      } else {
+        detail::update_in_place(p, [&](const Tensor& w) {
+          w.backend().adam_step(w.strided(), grad.strided(), s.exp_avg.strided(),
+                                s.exp_avg_sq.strided(), o);
+        });
+      }
       s.exp_avg.bump_version();
       s.exp_avg_sq.bump_version();
     }
+    flush();  // the next group has its own lr and weight decay
   }
 }
 

@@ -349,6 +349,40 @@ TEST_CASE("adamw: large (parallel) and non-contiguous parameters get the same up
   CHECK(big.to_vector<float>() != values.to_vector<float>());
 }
 
+TEST_CASE("adam: Backend::adam_step_multi equals adam_step on each tensor (the CPU's default)") {
+  Generator gen(8);
+  const std::vector<int64_t> sizes = {1, 7, 0, 5000, 40001};
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (bool decoupled : {true, false}) {
+      INFO(dtype_key(dtype) << (decoupled ? " AdamW" : " Adam"));
+      std::vector<Tensor> pa, pb, ma, mb, va, vb, grads;
+      for (int64_t n : sizes) {
+        Tensor p = ops::randn({n}, gen, dtype);
+        pa.push_back(p.clone());
+        pb.push_back(p.clone());
+        for (auto* v : {&ma, &mb, &va, &vb}) v->push_back(ops::zeros({n}, dtype));
+        grads.push_back(ops::randn({n}, gen, dtype));
+      }
+      Backend& be = pa.front().backend();
+      for (int64_t step = 1; step <= 3; ++step) {
+        const AdamStep o{1e-2, 0.9, 0.999, 1e-8, 0.05, step, decoupled};
+        std::vector<AdamTensors> multi;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          be.adam_step(pa[i].strided(), grads[i].strided(), ma[i].strided(), va[i].strided(), o);
+          multi.push_back({pb[i].strided(), grads[i].strided(), mb[i].strided(), vb[i].strided()});
+        }
+        be.adam_step_multi(multi, o);
+      }
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        CHECK(pa[i].to_vector<double>() == pb[i].to_vector<double>());
+        CHECK(ma[i].to_vector<double>() == mb[i].to_vector<double>());
+        CHECK(va[i].to_vector<double>() == vb[i].to_vector<double>());
+      }
+      CHECK(pa[4].to_vector<double>() != ops::zeros({40001}, dtype).to_vector<double>());
+    }
+  }
+}
+
 // ---- state ---------------------------------------------------------------------------------
 
 TEST_CASE("adamw: a fresh optimizer loaded from state continues the identical trajectory") {
