@@ -6,6 +6,8 @@
 //   Batched   the batched path for float32 and float64 (float64 and shapes the own GEMM does not
 //             take on plain loops: for tests)
 //   PerImage  im2col and one product per image or per chunk (ops/conv.cpp), on any backend
+// CUDA takes its batched path (one im2col launch per chunk of images, cuda_backend.cpp) under
+// Auto and Batched, and ops/conv.cpp's under PerImage.
 // The environment's VITRINE_CONV (auto, batched, per-image) sets it when the process starts.
 #pragma once
 #include <string_view>

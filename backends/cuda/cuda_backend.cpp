@@ -18,11 +18,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <string_view>
 #include <vector>
 
 #include "backends/backend.h"
 #include "backends/block_cache.h"
+#include "backends/conv_algorithm.h"
 #include "backends/cuda/kernels.cuh"
 #include "backends/matmul_precision.h"
 
@@ -456,6 +458,67 @@ class CudaBackend final : public Backend {
   void col2im(const Strided& cols, const Strided& dx, const ConvGeometry& g) override {
     check_launch(cuda::col2im(view(cols), view(dx), conv(g), stream_), "col2im", cols.dtype);
   }
+  /// The whole batch's convolution (groups 1), one im2col launch per chunk of images instead of
+  /// one per image (ops/conv.cpp's path, the reference, runs under VITRINE_CONV=per-image):
+  ///   cols [n, K, L] = im2col(x[b0 : b0 + n])        (one launch)
+  ///   y[b] (+)= W [Cout, K] @ cols[b]                 (one strided-batched product, bias first)
+  /// K = Cin kh kw, L = OH OW; a chunk's buffer stays under kConvBudget elements.
+  bool conv2d_batched(const Strided& x, const Strided& w, const Strided& bias, const Strided& y,
+                      const ConvGeometry& g) override {
+    if (!batched_conv(x.dtype)) return false;
+    const int64_t B = x.shape[0], Cout = w.shape[0], L = g.out_h * g.out_w;
+    const int64_t K = g.channels * g.kernel_h * g.kernel_w;
+    if (B == 0 || Cout == 0 || K == 0 || L == 0) return false;
+    VT_ASSERT(y.is_contiguous() && w.is_contiguous());
+    const DType t = x.dtype;
+    const int64_t n = conv_chunk(B, K, Cout, L);
+    StoragePtr cols = allocate(n * K * L * dtype_size(t));
+    const Strided y3{y.data, t, {B, Cout, L}, {Cout * L, L, 1}};
+    if (bias.data) copy({bias.data, t, {B, Cout, L}, {0, bias.strides[0], 0}}, y3);
+    for (int64_t b0 = 0; b0 < B; b0 += n) {
+      const int64_t m = std::min(n, B - b0);
+      const Strided cs{cols->data, t, {m, K, L}, {K * L, L, 1}};
+      im2col(images(x, b0, m), cs, g);
+      gemm({w.data, t, {m, Cout, K}, {0, K, 1}}, cs, images(y3, b0, m), bias.data != nullptr);
+    }
+    return true;
+  }
+  /// Its backward, the columns side by side ([K, n L], one im2col launch per chunk) so that dW is
+  /// one product per chunk, written by the first (no fill) and accumulated by the others:
+  ///   dY [Cout, n L] = dy[b0 : b0 + n] as [Cout, n, L]     (one copy)
+  ///   dW [Cout, K] (+)= dY @ cols^T                        cols [K, n L] = im2col(x[b0 : b0 + n])
+  ///   dcols [K, n L] = W^T @ dY,  dx[b0 : b0 + n] = col2im(dcols)   (one launch)
+  bool conv2d_batched_backward(const Strided& x, const Strided& w, const Strided& dy,
+                               const Strided& dx, const Strided& dw,
+                               const ConvGeometry& g) override {
+    if (!batched_conv(x.dtype)) return false;
+    const int64_t B = x.shape[0], Cout = w.shape[0], L = g.out_h * g.out_w;
+    const int64_t K = g.channels * g.kernel_h * g.kernel_w;
+    if (B == 0 || Cout == 0 || K == 0 || L == 0) return false;
+    VT_ASSERT(dy.is_contiguous() && w.is_contiguous());
+    VT_ASSERT(!dw.data || dw.is_contiguous());
+    const DType t = x.dtype;
+    const int64_t n = conv_chunk(B, K, Cout, L);
+    StoragePtr cols = allocate(n * K * L * dtype_size(t)),
+               dy_wide = allocate(n * Cout * L * dtype_size(t));
+    for (int64_t b0 = 0; b0 < B; b0 += n) {
+      const int64_t m = std::min(n, B - b0), mL = m * L;
+      const Strided cs{cols->data, t, {m, K, L}, {L, mL, 1}};  // [K, m L] as m images
+      const Strided cmat{cols->data, t, {K, mL}, {mL, 1}};
+      const Strided dyw{dy_wide->data, t, {Cout, mL}, {mL, 1}};
+      copy({at(dy.data, t, b0 * Cout * L), t, {Cout, m, L}, {L, Cout * L, 1}},
+           {dy_wide->data, t, {Cout, m, L}, {mL, L, 1}});
+      if (dw.data) {
+        im2col(images(x, b0, m), cs, g);
+        gemm(dyw, {cols->data, t, {mL, K}, {1, mL}}, {dw.data, t, {Cout, K}, {K, 1}}, b0 > 0);
+      }
+      if (dx.data) {
+        gemm({w.data, t, {K, Cout}, {1, K}}, dyw, cmat, false);
+        col2im(cs, images(dx, b0, m), g);
+      }
+    }
+    return true;
+  }
   void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) override {
     check_launch(cuda::interpolate(view(x), view(y), interp(g), stream_), "interpolate", x.dtype);
   }
@@ -576,6 +639,24 @@ class CudaBackend final : public Backend {
     VT_ASSERT(qkv.shape.size() == 5 && qkv.shape[2] == 3 && qkv.is_contiguous());
     return {qkv.shape[0], qkv.shape[1], qkv.shape[3], qkv.shape[4]};
   }
+  /// Whether conv2d_batched takes dtype t (float32, float64) under the conv algorithm switch.
+  static bool batched_conv(DType t) {
+    return (t == DType::Float32 || t == DType::Float64) &&
+           conv_algorithm() != ConvAlgorithm::PerImage;
+  }
+  /// Images per chunk of the batched convolution: the columns ([n, K, L]) and dy's copy ([Cout,
+  /// n, L]) each under kConvBudget elements (at least one image).
+  static int64_t conv_chunk(int64_t B, int64_t K, int64_t Cout, int64_t L) {
+    constexpr int64_t kConvBudget = int64_t{1} << 24;
+    return std::clamp<int64_t>(kConvBudget / (std::max(K, Cout) * L), 1, B);
+  }
+  /// Images [b0, b0 + m) of s (dim 0).
+  static Strided images(const Strided& s, int64_t b0, int64_t m) {
+    Strided r = s;
+    r.data = at(s.data, s.dtype, b0 * s.strides[0]);
+    r.shape[0] = m;
+    return r;
+  }
   static Conv conv(const ConvGeometry& g) {
     return {g.channels, g.height, g.width, g.kernel_h, g.kernel_w,   g.stride_h,  g.stride_w,
             g.pad_h,    g.pad_w,  g.out_h, g.out_w,    g.dilation_h, g.dilation_w};
@@ -687,19 +768,32 @@ class CudaBackend final : public Backend {
         ptrs[n + k] = at(b.data, t, o * b_outer + i * b.batch_stride);
         ptrs[2 * n + k] = at(c, t, o * c_outer + i * c_batch);
       }
-    // A pageable source is staged before cudaMemcpyAsync returns: ptrs may go right after.
-    StoragePtr dev = allocate(ptrs.size() * sizeof(void*));
-    check(cudaMemcpyAsync(dev->data, ptrs.data(), ptrs.size() * sizeof(void*),
-                          cudaMemcpyHostToDevice, stream_),
-          "copying a gemm's pointer lists");
-    auto* d = static_cast<const void**>(dev->data);
+    const void** d = device_pointer_list(ptrs);
     const BlasArgs g(t, a, b, alpha, beta);
     check_blas(
         cublasGemmBatchedEx(blas_, g.opb, g.opa, N, M, K, g.alpha(), d + n, g.dt, ld(b.ld), d, g.dt,
                             ld(a.ld), g.beta(), const_cast<void**>(d + 2 * n), g.dt, ld(ldc),
                             static_cast<int>(n), compute_type(t), CUBLAS_GEMM_DEFAULT),
         "gemm (batched)");
-    // dev returns to the cache now; whatever reuses it is queued after this product.
+  }
+
+  /// The device copy of a pointer list, kept by its host contents: a training step's lists repeat
+  /// (the caching allocator hands the same blocks to the same tensors), and a list seen before
+  /// is not copied again. A kept copy is never written; when kPointerListsKept are kept, all are
+  /// dropped (their blocks return to the cache, reused only by work queued after this product).
+  const void** device_pointer_list(const std::vector<const void*>& ptrs) {
+    constexpr size_t kPointerListsKept = 128;
+    if (auto it = pointer_lists_.find(ptrs); it != pointer_lists_.end())
+      return static_cast<const void**>(it->second->data);
+    if (pointer_lists_.size() >= kPointerListsKept) pointer_lists_.clear();
+    StoragePtr dev = allocate(ptrs.size() * sizeof(void*));
+    // A pageable source is staged before cudaMemcpyAsync returns: ptrs may go right after.
+    check(cudaMemcpyAsync(dev->data, ptrs.data(), ptrs.size() * sizeof(void*),
+                          cudaMemcpyHostToDevice, stream_),
+          "copying a gemm's pointer lists");
+    auto* d = static_cast<const void**>(dev->data);
+    pointer_lists_.emplace(ptrs, std::move(dev));
+    return d;
   }
 
   /// cuBLAS wants ld >= 1 and >= the rows it steps over; a single row or column may say 1.
@@ -709,6 +803,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   BlockCache cache_;
   MemoryCounter counter_;
+  std::map<std::vector<const void*>, StoragePtr> pointer_lists_;  // device_pointer_list's
 };
 
 }  // namespace cuda

@@ -1,4 +1,5 @@
-// CUDA image kernels: im2col / col2im (the two halves of convolution as a GEMM, one image) and
+// CUDA image kernels: im2col / col2im (the two halves of convolution as a GEMM, one image or a
+// whole batch in one launch) and
 // the nearest / bilinear / bicubic resize with its backward. Semantics, index rules and
 // floating-point sequences are those of the CPU reference (backends/cpu/conv.cpp and
 // backends/cpu/interpolate.cpp), so that results match it bit for bit:
@@ -74,16 +75,20 @@ __host__ __device__ T im2col_at(const T* x, int64_t xsc, int64_t xsh, int64_t xs
   return x[c * xsc + ih * xsh + iw * xsw];
 }
 
-/// x: [C, H, W] (any strides) -> cols: [C * kh * kw, out_h * out_w], rows contiguous and ld
-/// apart; one thread per cols element.
+/// x: [n, C, H, W] (any strides) -> cols: [n, C * kh * kw, out_h * out_w], image b's block at
+/// cols + b cbs, its rows contiguous and ld apart (cbs = rows ld: images one after the other;
+/// cbs = L, ld = n L: side by side, [rows, n L]); one thread per cols element, so the whole batch
+/// is one launch.
 template <typename T>
-__global__ void im2col_kernel(const T* x, int64_t xsc, int64_t xsh, int64_t xsw, T* cols, Conv g,
-                              int64_t rows, int64_t L, int64_t ld) {
-  const int64_t n = rows * L;
+__global__ void im2col_kernel(const T* x, int64_t xsb, int64_t xsc, int64_t xsh, int64_t xsw,
+                              T* cols, int64_t cbs, Conv g, int64_t images, int64_t rows, int64_t L,
+                              int64_t ld) {
+  const int64_t per_image = rows * L, n = images * per_image;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n; e += step) {
-    const int64_t r = e / L, l = e - r * L;
-    cols[r * ld + l] = im2col_at(x, xsc, xsh, xsw, g, r, l);
+    const int64_t b = e / per_image, rl = e - b * per_image;
+    const int64_t r = rl / L, l = rl - r * L;
+    cols[b * cbs + r * ld + l] = im2col_at(x + b * xsb, xsc, xsh, xsw, g, r, l);
   }
 }
 
@@ -115,17 +120,19 @@ __host__ __device__ T col2im_at(const T* cols, int64_t ld, const Conv& g, int64_
   return acc;
 }
 
-/// cols: [C * kh * kw, out_h * out_w], rows ld apart -> dx: [C, H, W] (any strides), every
-/// element written (so dx needs no zeroing first); one thread per dx element.
+/// cols: [n, C * kh * kw, out_h * out_w] laid out as im2col_kernel's (image b at cols + b cbs,
+/// rows ld apart) -> dx: [n, C, H, W] (any strides), every element written (so dx needs no
+/// zeroing first); one thread per dx element.
 template <typename T>
-__global__ void col2im_kernel(const T* cols, int64_t ld, T* dx, int64_t dsc, int64_t dsh,
-                              int64_t dsw, Conv g) {
-  const int64_t HW = g.height * g.width, n = g.channels * HW;
+__global__ void col2im_kernel(const T* cols, int64_t cbs, int64_t ld, T* dx, int64_t dsb,
+                              int64_t dsc, int64_t dsh, int64_t dsw, Conv g, int64_t images) {
+  const int64_t HW = g.height * g.width, per_image = g.channels * HW, n = images * per_image;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n; e += step) {
-    const int64_t c = e / HW, hw = e - c * HW;
+    const int64_t b = e / per_image, chw = e - b * per_image;
+    const int64_t c = chw / HW, hw = chw - c * HW;
     const int64_t h = hw / g.width, w = hw - h * g.width;
-    dx[c * dsc + h * dsh + w * dsw] = col2im_at(cols, ld, g, c, h, w);
+    dx[b * dsb + c * dsc + h * dsh + w * dsw] = col2im_at(cols + b * cbs, ld, g, c, h, w);
   }
 }
 
@@ -341,20 +348,28 @@ __global__ void interpolate_backward_kernel(const T* dy, int64_t C, int64_t sb, 
 template <typename T>
 cudaError_t launch_im2col(const View& x, const View& cols, const Conv& g, cudaStream_t stream) {
   const int64_t rows = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
-  if (rows * L == 0) return cudaSuccess;
-  im2col_kernel<T><<<blocks_for(rows * L), kThreads, 0, stream>>>(
-      static_cast<const T*>(x.data), x.strides[0], x.strides[1], x.strides[2],
-      static_cast<T*>(cols.data), g, rows, L, cols.strides[0]);
+  const bool batch = x.ndim == 4;  // else one image: [C, H, W] -> [rows, L]
+  const int64_t images = batch ? x.shape[0] : 1;
+  const int d = batch ? 1 : 0;  // x's first image dim, cols' rows dim
+  if (images * rows * L == 0) return cudaSuccess;
+  im2col_kernel<T><<<blocks_for(images * rows * L), kThreads, 0, stream>>>(
+      static_cast<const T*>(x.data), batch ? x.strides[0] : 0, x.strides[d], x.strides[d + 1],
+      x.strides[d + 2], static_cast<T*>(cols.data), batch ? cols.strides[0] : 0, g, images, rows,
+      L, cols.strides[d]);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_col2im(const View& cols, const View& dx, const Conv& g, cudaStream_t stream) {
-  const int64_t n = g.channels * g.height * g.width;
+  const bool batch = dx.ndim == 4;  // else one image: [rows, L] -> [C, H, W]
+  const int64_t images = batch ? dx.shape[0] : 1;
+  const int d = batch ? 1 : 0;
+  const int64_t n = images * g.channels * g.height * g.width;
   if (n == 0) return cudaSuccess;
   col2im_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-      static_cast<const T*>(cols.data), cols.strides[0], static_cast<T*>(dx.data), dx.strides[0],
-      dx.strides[1], dx.strides[2], g);
+      static_cast<const T*>(cols.data), batch ? cols.strides[0] : 0, cols.strides[d],
+      static_cast<T*>(dx.data), batch ? dx.strides[0] : 0, dx.strides[d], dx.strides[d + 1],
+      dx.strides[d + 2], g, images);
   return cudaGetLastError();
 }
 
@@ -387,14 +402,22 @@ cudaError_t launch_interpolate_backward(const View& dy, const View& dx, const In
 }  // namespace
 
 cudaError_t im2col(const View& x, const View& cols, const Conv& g, cudaStream_t stream) {
-  if (x.ndim != 3 || cols.ndim != 2 || x.dtype != cols.dtype) return cudaErrorInvalidValue;
+  const bool one = x.ndim == 3 && cols.ndim == 2;
+  const bool batch = x.ndim == 4 && cols.ndim == 3 &&
+                     (cols.strides[2] == 1 || cols.shape[2] == 1) &&
+                     cols.shape[0] == x.shape[0];
+  if (!(one || batch) || x.dtype != cols.dtype) return cudaErrorInvalidValue;
   if (x.dtype == Dt::F32) return launch_im2col<float>(x, cols, g, stream);
   if (x.dtype == Dt::F64) return launch_im2col<double>(x, cols, g, stream);
   return cudaErrorInvalidValue;
 }
 
 cudaError_t col2im(const View& cols, const View& dx, const Conv& g, cudaStream_t stream) {
-  if (dx.ndim != 3 || cols.ndim != 2 || dx.dtype != cols.dtype) return cudaErrorInvalidValue;
+  const bool one = dx.ndim == 3 && cols.ndim == 2;
+  const bool batch = dx.ndim == 4 && cols.ndim == 3 &&
+                     (cols.strides[2] == 1 || cols.shape[2] == 1) &&
+                     cols.shape[0] == dx.shape[0];
+  if (!(one || batch) || dx.dtype != cols.dtype) return cudaErrorInvalidValue;
   if (dx.dtype == Dt::F32) return launch_col2im<float>(cols, dx, g, stream);
   if (dx.dtype == Dt::F64) return launch_col2im<double>(cols, dx, g, stream);
   return cudaErrorInvalidValue;

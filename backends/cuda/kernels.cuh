@@ -154,6 +154,9 @@ cudaError_t scaled_softmax_rows_backward(const View& p, const View& dp, int64_t 
                                          double scale, cudaStream_t stream);
 
 // ---- image.cu: convolution columns and resizing ----------------------------------------------
+/// One image (x [C, H, W], cols [K, L]) as Backend::im2col, or a batch in one launch: x [n, C, H,
+/// W] -> cols [n, K, L] (any strides but a contiguous last dim; [K, n L] side by side is the
+/// view with strides {L, n L, 1}). col2im the same way round.
 cudaError_t im2col(const View& x, const View& cols, const Conv& g, cudaStream_t stream);
 cudaError_t col2im(const View& cols, const View& dx, const Conv& g, cudaStream_t stream);
 cudaError_t interpolate(const View& x, const View& y, const Interp& g, cudaStream_t stream);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/conv_algorithm.h"
 #include "backends/matmul_precision.h"
 #include "models/vit.h"
 #include "nn/optim/adam.h"
@@ -653,4 +654,54 @@ TEST_CASE("cuda ops: AdamW with decay and no-decay groups steps every parameter 
     INFO("parameter " << i);
     CHECK(same_bits(params[i].detach(), copies[i]));
   }
+}
+
+TEST_CASE("cuda ops: the batched convolution (one im2col a chunk) equals the per-image path") {
+  if (!gpu_or_skip()) return;
+  // CUDA's conv2d_batched (backends/cuda/cuda_backend.cpp) against ops/conv.cpp's image-by-image
+  // im2col and gemm on the same GPU (VITRINE_CONV=per-image), forward and backward: a patch
+  // embedding (L < 128, bias), a padded 3x3 (L >= 128), stride and dilation without bias.
+  struct Case {
+    const char* name;
+    Dims x, w;
+    std::pair<int64_t, int64_t> stride, pad, dilation;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {"patch 8", {5, 3, 32, 24}, {16, 3, 8, 8}, {8, 8}, {0, 0}, {1, 1}, true},
+      {"3x3 padded", {3, 4, 13, 11}, {6, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, true},
+      {"stride 2, dilation 2", {7, 2, 9, 10}, {5, 2, 3, 3}, {2, 2}, {2, 2}, {2, 2}, false},
+  };
+  const ConvAlgorithm before = conv_algorithm();
+  for (const Case& c : cases) {
+    for (DType dtype : {kFloat64, kFloat32}) {
+      INFO(c.name << " " << dtype_name(dtype));
+      Generator gen(70);
+      auto leaf = [&](const Dims& shape) {
+        Tensor t = ops::randn(shape, gen, dtype).to(kGpu);
+        t.requires_grad_();
+        return t;
+      };
+      Tensor x = leaf(c.x), w = leaf(c.w), b = c.bias ? leaf({c.w[0]}) : Tensor();
+      Tensor r;  // a fixed random upstream gradient
+      std::vector<Tensor> out[2];
+      for (int k = 0; k < 2; ++k) {
+        set_conv_algorithm(k == 0 ? ConvAlgorithm::PerImage : ConvAlgorithm::Auto);
+        for (Tensor* t : {&x, &w, &b})
+          if (t->defined()) t->set_grad(Tensor());
+        Tensor y = ops::conv2d(x, w, b, c.stride, c.pad, c.dilation);
+        if (!r.defined()) r = ops::randn(y.shape(), gen, dtype).to(kGpu);
+        ops::sum(ops::mul(y, r)).backward();
+        out[k] = {y.detach(), x.grad(), w.grad()};
+        if (c.bias) out[k].push_back(b.grad());
+      }
+      set_conv_algorithm(before);
+      const double tol = dtype == kFloat64 ? 1e-12 : 2e-5;
+      for (size_t i = 0; i < out[0].size(); ++i) {
+        INFO("output " << i << " (y, dx, dw, db)");
+        check_close(out[1][i].to(kCPU), out[0][i].to(kCPU), tol, tol);
+      }
+    }
+  }
+  set_conv_algorithm(before);
 }
