@@ -98,6 +98,12 @@ dtype of --precision (bfloat16 for bf16; float32 with or without TF32 otherwise)
   The flags are only set with --device cuda (they do nothing on the CPU); bf16 also works on
   the CPU (autocast on the CPU), tf32 there is fp32 with a warning.
 
+--timm: the model is timm's own (timm.create_model(--model), random weights), for
+vit_small_patch16_224 and vit_base_patch16_224: what a PyTorch user trains, with timm's fused
+attention (F.scaled_dot_product_attention: flash kernels on a GPU). Without it the model is this
+script's re-implementation, whose attention is unfused (softmax(q k^T) v written out). The JSON
+records "timm": {"version", "fused_attn"}. An error when timm is not importable.
+
 --compile (PyTorch >= 2.0; an older torch exits 2 naming its version): the model wrapped in
 torch.compile(model, mode=--compile-mode) (default "default": TorchInductor, Triton kernels on a
 GPU); the optimizer step stays eager. Compilation happens in the first call of each section's
@@ -114,7 +120,7 @@ unset. The value seen is recorded as "omp_wait_policy", and a mismatch is warned
 JSON (--json FILE; a table goes to stdout):
     {"framework": "pytorch", "version" (torch.__version__), "variant", "omp_wait_policy", "model",
      "batch", "threads", "device" ("cpu" or "cuda"), "precision", "compile" (true or false),
-     "compile_mode" (with --compile), "gpu" (torch.cuda.get_device_name; null on the CPU),
+     "compile_mode" (with --compile), "timm" (with --timm), "gpu" (torch.cuda.get_device_name; null on the CPU),
      "cuda_version" (torch.version.cuda; null on the CPU), "params",
      "flops_per_image": {"forward", "train"}, "sgemm_peak_gflops" (the matmul peak above),
      "train": {"images_per_s": {"median", "min", "max", "runs"}, "gflops", "peak_share"},
@@ -155,6 +161,8 @@ MODELS["resnet18"] = dict(arch="resnet", depth=18, layers=[2, 2, 2, 2], image=22
                           width=64, classes=1000, batch=8, steps=2)
 MODELS["resnet34"] = dict(MODELS["resnet18"], depth=34, layers=[3, 4, 6, 3])
 # the default batch with --device cuda, where it differs (the GPU benchmark's)
+# The models --timm builds with timm.create_model (the same names there, 1000 classes).
+TIMM_MODELS = ["vit_small_patch16_224", "vit_base_patch16_224"]
 CUDA_BATCH = {"vit_small_patch16_224": 64, "vit_base_patch16_224": 64}
 # Vitrine's presets (fmnist: vitrine-train --summary; the 224x224 ones: as timm's)
 EXPECTED_PARAMS = {"fmnist": 805130, "cifar10": 2693578, "vit_small_patch16_224": 22050664,
@@ -281,6 +289,27 @@ def build_resnet(m):
         if isinstance(mod, nn.Conv2d):
             nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
     return model
+
+
+def build_timm_model(name):
+    """timm's own model of that name (timm.create_model, random weights, timm's defaults: its
+    attention runs F.scaled_dot_product_attention, the fused kernels, where timm's
+    use_fused_attn() says so) and what to record of it: {"version", "fused_attn"}."""
+    try:
+        import timm
+    except ImportError as e:
+        raise RuntimeError(f"--timm: timm is not importable in {sys.executable} ({e})")
+    if name not in TIMM_MODELS:
+        raise RuntimeError(f"--timm: {name} is not one of timm's models this script compares "
+                           f"with ({', '.join(TIMM_MODELS)})")
+    model = timm.create_model(name, pretrained=False)
+    fused = None
+    try:
+        from timm.layers import use_fused_attn
+        fused = bool(use_fused_attn())
+    except ImportError:
+        pass
+    return model, {"version": timm.__version__, "fused_attn": fused}
 
 
 def resolve_model(name, sets):
@@ -771,12 +800,16 @@ def run(args):
 
     baseline = current_rss_mb()  # just before the model (the batch comes after it, as in C++)
     torch.manual_seed(0)
-    model = build_model(m)
+    timm_info = None
+    if args.timm:
+        model, timm_info = build_timm_model(args.model)
+    else:
+        model = build_model(m)
     params = sum(p.numel() for p in model.parameters())
     fwd = forward_flops(m, model)
     if args.model in EXPECTED_PARAMS and not args.set and params != EXPECTED_PARAMS[args.model]:
-        raise RuntimeError(f"{args.model}: {params} parameters, Vitrine's preset has "
-                           f"{EXPECTED_PARAMS[args.model]}")
+        raise RuntimeError(f"{args.model}: {params} parameters{' (timm)' if args.timm else ''}, "
+                           f"Vitrine's preset has {EXPECTED_PARAMS[args.model]}")
     gen = torch.Generator().manual_seed(1)
     images = torch.randn(batch, m["channels"], m["image"], m["image"], generator=gen)
     labels = torch.randint(0, m["classes"], (batch,), generator=gen)
@@ -798,6 +831,11 @@ def run(args):
          "params": params, "flops_per_image": {"forward": fwd, "train": 3 * fwd}}
     if args.compile:
         j["compile_mode"] = args.compile_mode
+    if timm_info:
+        j["timm"] = timm_info
+    if timm_info:
+        print(f"torch_bench: timm {timm_info['version']}'s own {args.model} (fused attention "
+              f"{timm_info['fused_attn']})")
     print(f"torch_bench: {args.model} ({params} parameters), batch {batch}, {args.threads} "
           f"thread(s) (torch.get_num_threads() = {torch.get_num_threads()}), torch "
           f"{torch.__version__}, variant {args.variant} (OMP_WAIT_POLICY={policy})")
@@ -890,7 +928,8 @@ def run(args):
                   f"(max_memory_allocated), {mem['device_reserved_peak_mb']:.1f} MiB reserved")
     # the schema's order (vitrine-bench's, then the GPU fields)
     order = ["framework", "version", "variant", "omp_wait_policy", "model", "sets", "arch", "batch", "threads",
-             "device", "precision", "compile", "compile_mode", "gpu", "cuda_version", "params",
+             "device", "precision", "compile", "compile_mode", "timm", "gpu", "cuda_version",
+             "params",
              "flops_per_image", "sgemm_peak_gflops", "gemm", "train", "infer", "memory",
              "first_call_seconds", "explain"]
     j = {k: j[k] for k in order if k in j}
@@ -942,6 +981,10 @@ def main(argv=None):
     p.add_argument("--compile-mode", default="default",
                    choices=["default", "reduce-overhead", "max-autotune"],
                    help="torch.compile's mode (default default)")
+    p.add_argument("--timm", action="store_true",
+                   help="build timm's own model (timm.create_model(--model), fused attention as "
+                        f"timm defaults) instead of this script's re-implementation; for "
+                        f"{', '.join(TIMM_MODELS)}")
     p.add_argument("--openblas-core", action="store_true",
                    help="print the kernel set OpenBLAS chose for this CPU (as torch loads it), "
                         "then exit")
@@ -971,6 +1014,9 @@ def main(argv=None):
                                    or args.compile):
         p.error("--what explain runs on the CPU in float32 only: not with --device cuda, "
                 "--precision tf32 or bf16, or --compile")
+    if args.timm and ("explain" in args.what or args.set or args.model not in TIMM_MODELS):
+        p.error(f"--timm builds timm's {' or '.join(TIMM_MODELS)} for train and infer (not with "
+                "--what explain or --set)")
     try:
         return run(args)
     except (RuntimeError, OSError) as e:
