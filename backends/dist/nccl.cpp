@@ -91,7 +91,8 @@ class NcclGroup final : public ProcessGroup {
     int devices = 0;
     check_cuda(cudaGetDeviceCount(&devices), "counting GPUs");
     VT_CHECK(local_rank() < devices,
-             "dist (NCCL): rank {} is process {} of its machine, which has {} GPU(s): start one "
+             "dist (NCCL): rank {} is process {} of its machine, which has {} GPU(s): one GPU "
+             "cannot hold two ranks (NCCL refuses two ranks on one device); start at most one "
              "process per GPU",
              rank(), local_rank(), devices);
     check_cuda(cudaSetDevice(local_rank()), "cudaSetDevice");

@@ -18,8 +18,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <set>
+#include <string>
 
 #include "explain/tiny_vit.h"
 #include "models/resnet.h"
@@ -437,5 +439,131 @@ TEST_CASE("dist: metrics summed across ranks equal one process's on the whole da
   for (size_t k = 0; k < a.per_class.size(); ++k) {
     CHECK(b.per_class[k].precision == doctest::Approx(a.per_class[k].precision));
     CHECK(b.per_class[k].recall == doctest::Approx(a.per_class[k].recall));
+  }
+}
+
+// ---- NCCL on the GPU (single-process cases: ctest runs them without mpirun) ------------------
+
+namespace {
+
+/// Why an NCCL case cannot run here ("" when it can): the build, the GPU, the world's size.
+std::string nccl_unavailable() {
+  if (!dist::have_nccl())
+    return "this build has no NCCL (VITRINE_CUDA=ON finds nccl.h and libnccl in the CUDA "
+           "toolkit; VITRINE_NCCL=OFF turns it off)";
+  try {
+    ops::zeros({1}, kFloat32, Device::parse("cuda")).to(kCPU);
+  } catch (const Error& e) {
+    return std::string("no GPU: ") + e.what();
+  }
+  if (world().size() != 1) return "a one-rank case, run as a world of one (not under mpirun)";
+  return "";
+}
+
+/// A bootstrap group that says it is rank 1 of 2, the second process of its machine: what an
+/// NCCL group's constructor sees in the second of two processes started on one machine.
+class SecondOfTwo final : public dist::ProcessGroup {
+ public:
+  SecondOfTwo() : ProcessGroup(1, 2, 1) {}
+  std::string backend() const override { return "test"; }
+  std::unique_ptr<dist::Work> all_reduce_async(dist::Buffer, dist::ReduceOp) override {
+    fail("SecondOfTwo: no collectives");
+  }
+  void broadcast(dist::Buffer, int) override { fail("SecondOfTwo: reached the bootstrap"); }
+  void all_gather(dist::Buffer, dist::Buffer) override { fail("SecondOfTwo: no collectives"); }
+  void reduce_scatter(dist::Buffer, dist::Buffer, dist::ReduceOp) override {
+    fail("SecondOfTwo: no collectives");
+  }
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+}  // namespace
+
+TEST_CASE("dist: a one-rank NCCL group on the GPU runs the collectives and a data-parallel step") {
+  if (const std::string why = nccl_unavailable(); !why.empty()) {
+    skip(why);
+    return;
+  }
+  const Device gpu = Device::parse("cuda");
+  dist::ProcessGroup& nccl = dist::nccl_world();
+  CHECK(nccl.backend() == "nccl");
+  CHECK(nccl.size() == 1);
+  CHECK(nccl.rank() == 0);
+
+  // The collectives of one rank: the buffer as it was (Sum, Average, Max), gathered once.
+  Tensor a = ops::arange(0, 5, 1, kFloat32).to(gpu);
+  dist::all_reduce(a, dist::ReduceOp::Sum, &nccl);
+  check_close(a.to(kCPU), {0, 1, 2, 3, 4});
+  Tensor b = ops::full({3}, 2.5, kFloat64).to(gpu);
+  dist::all_reduce(b, dist::ReduceOp::Average, &nccl);
+  check_close(b.to(kCPU), {2.5, 2.5, 2.5});
+  auto work = dist::all_reduce_async(a, dist::ReduceOp::Max, &nccl);
+  work->wait();
+  check_close(a.to(kCPU), {0, 1, 2, 3, 4});
+  dist::broadcast(b, 0, &nccl);
+  check_close(b.to(kCPU), {2.5, 2.5, 2.5});
+  Tensor gathered = dist::all_gather(b, &nccl);
+  CHECK(gathered.shape() == Dims{1, 3});
+  CHECK_ERROR_CONTAINS(dist::all_reduce(ops::zeros({2}), dist::ReduceOp::Sum, &nccl), "NCCL",
+                       "cpu");
+  dist::barrier(&nccl);
+
+  // A data-parallel step by hand on the GPU: forward, backward, every gradient averaged through
+  // NCCL, AdamW; with one rank it is the plain step, bit for bit. Then the same model wrapped in
+  // DistributedDataParallel over the NCCL group takes a step (a group of one averages nothing,
+  // as DDP says) and matches too.
+  Generator g1(7), g2(7), g3(7);
+  auto plain = std::make_shared<models::VisionTransformer>(small_vit(), g1);
+  auto by_hand = std::make_shared<models::VisionTransformer>(small_vit(), g2);
+  auto wrapped = std::make_shared<models::VisionTransformer>(small_vit(), g3);
+  for (auto* m : {&plain, &by_hand, &wrapped}) (*m)->to(gpu);
+  nn::DistributedDataParallel ddp(wrapped, {}, &nccl);
+  nn::optim::AdamW o1(plain->parameters(), {.lr = 1e-2}), o2(by_hand->parameters(), {.lr = 1e-2}),
+      o3(wrapped->parameters(), {.lr = 1e-2});
+  for (int64_t s = 0; s < 2; ++s) {
+    auto batch = global_batch(8, s, 0);
+    Tensor x = batch.first.to(gpu), y = batch.second.to(gpu);
+    ops::cross_entropy(plain->forward(x), y).backward();
+    ops::cross_entropy(by_hand->forward(x), y).backward();
+    ops::cross_entropy(ddp.forward(x), y).backward();
+    for (const Tensor& p : by_hand->parameters())
+      if (p.grad().defined()) dist::all_reduce(p.grad(), dist::ReduceOp::Average, &nccl);
+    for (auto* o : {&o1, &o2, &o3}) {
+      o->step();
+      o->zero_grad();
+    }
+  }
+  auto pp = plain->parameters(), ph = by_hand->parameters(), pw = wrapped->parameters();
+  REQUIRE(pp.size() == ph.size());
+  REQUIRE(pp.size() == pw.size());
+  for (size_t i = 0; i < pp.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(pp[i].device() == gpu);
+    CHECK(pp[i].to(kCPU).to_vector<float>() == ph[i].to(kCPU).to_vector<float>());
+    CHECK(pp[i].to(kCPU).to_vector<float>() == pw[i].to(kCPU).to_vector<float>());
+  }
+}
+
+TEST_CASE("dist: one GPU cannot hold two NCCL ranks") {
+  // The second process on a machine with one GPU asks for cuda:1: NCCL's group refuses before it
+  // joins (NCCL itself refuses two ranks on one device: "Duplicate GPU detected").
+  if (const std::string why = nccl_unavailable(); !why.empty()) {
+    skip(why);
+    return;
+  }
+  SecondOfTwo bootstrap;
+  try {
+    dist::detail::make_nccl_group(bootstrap);
+    FAIL("an NCCL group for the second process of a machine was made");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find("reached the bootstrap") != std::string::npos) {
+      skip("this machine has more than one GPU: a second rank has a GPU of its own here");
+      return;
+    }
+    CHECK(count(what, "one GPU cannot hold two ranks") == 1);
+    CHECK(count(what, "1 GPU(s)") == 1);
+    CHECK(count(what, "one process per GPU") == 1);
   }
 }
