@@ -541,8 +541,9 @@ class CudaBackend final : public Backend {
     views.reserve(tensors.size());
     for (const AdamTensors& t : tensors)
       views.push_back({view(t.param), view(t.grad), view(t.exp_avg), view(t.exp_avg_sq)});
-    check_launch(cuda::adam_step_multi(views.data(), static_cast<int64_t>(views.size()), a, stream_),
-                 "adam_step_multi", tensors[0].param.dtype);
+    check_launch(
+        cuda::adam_step_multi(views.data(), static_cast<int64_t>(views.size()), a, stream_),
+        "adam_step_multi", tensors[0].param.dtype);
   }
   void sgd_step(const Strided& param, const Strided& grad, const Strided& momentum_buf,
                 const SgdStep& o) override {

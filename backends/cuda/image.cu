@@ -354,8 +354,8 @@ cudaError_t launch_im2col(const View& x, const View& cols, const Conv& g, cudaSt
   if (images * rows * L == 0) return cudaSuccess;
   im2col_kernel<T><<<blocks_for(images * rows * L), kThreads, 0, stream>>>(
       static_cast<const T*>(x.data), batch ? x.strides[0] : 0, x.strides[d], x.strides[d + 1],
-      x.strides[d + 2], static_cast<T*>(cols.data), batch ? cols.strides[0] : 0, g, images, rows,
-      L, cols.strides[d]);
+      x.strides[d + 2], static_cast<T*>(cols.data), batch ? cols.strides[0] : 0, g, images, rows, L,
+      cols.strides[d]);
   return cudaGetLastError();
 }
 
@@ -404,8 +404,7 @@ cudaError_t launch_interpolate_backward(const View& dy, const View& dx, const In
 cudaError_t im2col(const View& x, const View& cols, const Conv& g, cudaStream_t stream) {
   const bool one = x.ndim == 3 && cols.ndim == 2;
   const bool batch = x.ndim == 4 && cols.ndim == 3 &&
-                     (cols.strides[2] == 1 || cols.shape[2] == 1) &&
-                     cols.shape[0] == x.shape[0];
+                     (cols.strides[2] == 1 || cols.shape[2] == 1) && cols.shape[0] == x.shape[0];
   if (!(one || batch) || x.dtype != cols.dtype) return cudaErrorInvalidValue;
   if (x.dtype == Dt::F32) return launch_im2col<float>(x, cols, g, stream);
   if (x.dtype == Dt::F64) return launch_im2col<double>(x, cols, g, stream);
@@ -415,8 +414,7 @@ cudaError_t im2col(const View& x, const View& cols, const Conv& g, cudaStream_t 
 cudaError_t col2im(const View& cols, const View& dx, const Conv& g, cudaStream_t stream) {
   const bool one = dx.ndim == 3 && cols.ndim == 2;
   const bool batch = dx.ndim == 4 && cols.ndim == 3 &&
-                     (cols.strides[2] == 1 || cols.shape[2] == 1) &&
-                     cols.shape[0] == dx.shape[0];
+                     (cols.strides[2] == 1 || cols.shape[2] == 1) && cols.shape[0] == dx.shape[0];
   if (!(one || batch) || dx.dtype != cols.dtype) return cudaErrorInvalidValue;
   if (dx.dtype == Dt::F32) return launch_col2im<float>(cols, dx, g, stream);
   if (dx.dtype == Dt::F64) return launch_col2im<double>(cols, dx, g, stream);

@@ -182,8 +182,8 @@ cudaError_t launch_adam_multi(const AdamViews* tensors, int64_t count, const Ada
   AdamMultiArgs<T> a{};
   auto launch = [&]() -> cudaError_t {
     if (a.count == 0) return cudaSuccess;
-    adam_multi_kernel<T><<<static_cast<unsigned>(a.block_start[a.count]), kThreads, 0, stream>>>(
-        a, s);
+    adam_multi_kernel<T>
+        <<<static_cast<unsigned>(a.block_start[a.count]), kThreads, 0, stream>>>(a, s);
     a = AdamMultiArgs<T>{};
     return cudaGetLastError();
   };

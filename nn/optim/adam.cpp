@@ -92,8 +92,7 @@ void Adam::step() {
         batch_device = p.device();
         batch_dtype = p.dtype();
         batch_options = o;
-        batch.push_back(
-            {p.strided(), grad.strided(), s.exp_avg.strided(), s.exp_avg_sq.strided()});
+        batch.push_back({p.strided(), grad.strided(), s.exp_avg.strided(), s.exp_avg_sq.strided()});
         batch_grads.push_back(grad);
         p.bump_version();
       } else {

@@ -596,8 +596,7 @@ TEST_CASE("cuda ops: multi-tensor AdamW equals the per-tensor kernel bit for bit
           std::vector<AdamTensors> multi;
           for (size_t i = 0; i < sizes.size(); ++i) {
             grads.push_back(ops::randn({sizes[i]}, gen, dtype).to(kGpu));
-            be.adam_step(pa[i].strided(), grads[i].strided(), ma[i].strided(), va[i].strided(),
-                         o);
+            be.adam_step(pa[i].strided(), grads[i].strided(), ma[i].strided(), va[i].strided(), o);
             multi.push_back(
                 {pb[i].strided(), grads[i].strided(), mb[i].strided(), vb[i].strided()});
           }
@@ -605,8 +604,8 @@ TEST_CASE("cuda ops: multi-tensor AdamW equals the per-tensor kernel bit for bit
         }
         int mismatched = 0;
         for (size_t i = 0; i < sizes.size(); ++i)
-          mismatched += !same_bits(pa[i], pb[i]) + !same_bits(ma[i], mb[i]) +
-                        !same_bits(va[i], vb[i]);
+          mismatched +=
+              !same_bits(pa[i], pb[i]) + !same_bits(ma[i], mb[i]) + !same_bits(va[i], vb[i]);
         CHECK(mismatched == 0);
         CHECK_FALSE(same_bits(pa[3], ops::randn({sizes[3]}, gen, dtype)));  // it did update
       }
