@@ -12,7 +12,8 @@
 #   train    TRAIN_EPOCHS (2) epochs of the default Fashion-MNIST config on the GPU in bf16, within
 #            what is left of DEADLINE; its evaluation, and vitrine-explain on the GPU and the CPU
 #            with the maps compared
-#   bench    bench/gpu_compare.py (Vitrine against PyTorch eager and torch.compile, bf16, batch 64;
+#   bench    bench/gpu_compare.py (Vitrine against timm's own ViT eager and torch.compile when the
+#            machine's python3 imports timm, else the re-implementation; bf16, batch 64;
 #            BENCH_ARGS narrows it, e.g. "--models vit_base_patch16_224 --rounds 1"; BENCH_SECONDS
 #            bounds it); it exits 3 when not finished: call it again while the machine is warm
 #            (--resume keeps the runs done)
