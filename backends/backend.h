@@ -231,6 +231,28 @@ class Backend {
   virtual void attention_probs_backward(const Strided& qkv, const Strided& probs,
                                         const Strided& dprobs, double scale,
                                         const Strided& dqkv) = 0;
+  /// The same attention without the N x N probabilities (FlashAttention-2: key tiles with an
+  /// online softmax; backends/cuda/flash_attention.cu). qkv [B, N, 3, H, Dh] contiguous; out
+  /// [B, N, H, Dh] contiguous, of qkv's dtype; lse [B, H, N] float32, kept for the backward:
+  ///   S = scale q k^T (causal: S[i, j] = -inf for j > i),  lse[i] = log sum_j exp(S[i, j]),
+  ///   out[b, :, h, :] = exp(S - lse) v
+  /// Returns false, having done nothing, when the backend has no such kernel for these shapes,
+  /// dtype or setting; the caller then takes the materialised path (attention above).
+  virtual bool flash_attention(const Strided& qkv, double scale, bool causal, const Strided& out,
+                               const Strided& lse) {
+    (void)qkv, (void)scale, (void)causal, (void)out, (void)lse;
+    return false;
+  }
+  /// Its backward, the probabilities recomputed from lse: P = exp(S - lse),
+  ///   D[i] = rowsum(dout[i] out[i]),  dv = P^T dout,  dS = P (dout v^T - D),
+  ///   dq = scale dS k,  dk = scale dS^T q
+  /// into dqkv [B, N, 3, H, Dh] contiguous (every element written). false as above.
+  virtual bool flash_attention_backward(const Strided& qkv, const Strided& out, const Strided& dout,
+                                        const Strided& lse, double scale, bool causal,
+                                        const Strided& dqkv) {
+    (void)qkv, (void)out, (void)dout, (void)lse, (void)scale, (void)causal, (void)dqkv;
+    return false;
+  }
 
   /// x: one image [C, H, W] -> cols [C * kh * kw, out_h * out_w] (zero padding). cols' rows are
   /// contiguous and cols.strides[0] >= out_h * out_w apart (a chunk's images side by side).

@@ -5,6 +5,10 @@
 // attention_probs and attention_apply are the same computation in two ops, so that the
 // probabilities are a tensor of the graph (the gradient-based explanations read their gradient,
 // and attention dropout applies to them) while q, k and v are still read in place.
+// When nothing asks for the probabilities, attention first offers the backend its flash attention
+// (backend.h flash_attention: the GPU's FlashAttention-2, backends/cuda/flash_attention.cu), which
+// keeps each row's log-sum-exp instead of the N x N probabilities; a backend without one (the
+// CPU) declines and the materialised path runs.
 #include <cmath>
 #include <limits>
 
@@ -26,20 +30,57 @@ Strided view5(const Tensor& t, int64_t heads) {
   s.strides = {N * 3 * D, 3 * D, D, D / heads, 1};
   return s;
 }
-void check_qkv(const Tensor& qkv, int64_t heads, const char* op) {
-  check_float(qkv, op);
+void check_qkv_shape(const Tensor& qkv, int64_t heads, const char* op) {
+  detail::check_defined(qkv, op, "qkv");
   VT_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0,
            "{}: expected qkv [B, N, 3 * heads * head_dim] with heads = {}, got shape {}", op, heads,
            qkv.shape());
 }
+void check_qkv(const Tensor& qkv, int64_t heads, const char* op) {
+  check_float(qkv, op);
+  check_qkv_shape(qkv, heads, op);
+}
+
+/// Flash attention (backend.h's flash_attention) into out [B, N, D], when the backend has it for
+/// qkv (false otherwise, out untouched): no probabilities are kept, only each row's log-sum-exp,
+/// from which the backward recomputes them.
+bool flash(const Tensor& qkv, int64_t heads, double scale, bool causal, Tensor& out) {
+  const int64_t B = qkv.size(0), N = qkv.size(1);
+  const Tensor x = plain(qkv);
+  Tensor lse = empty_on(qkv, {B, heads, N}, kFloat32);
+  if (!qkv.backend().flash_attention(view5(x, heads), scale, causal, out.strided(), lse.strided()))
+    return false;
+  // The output is saved through a detached alias (its own node would be a cycle); lse is no
+  // tensor of the graph.
+  out = record(out, "flash_attention", {qkv},
+               [sx = save(qkv), so = save(out.detach()), lse, heads, scale, causal](
+                   const Tensor& dy, const Needs&) -> Grads {
+                 const Tensor& qkv = sx.get();
+                 const Tensor x = plain(qkv), dyc = plain(dy);
+                 Tensor dx = empty_on(x, x.shape(), x.dtype());
+                 const bool ran = x.backend().flash_attention_backward(
+                     view5(x, heads), so.get().strided(), dyc.strided(), lse.strided(), scale,
+                     causal, view5(dx, heads));
+                 VT_CHECK(ran,
+                          "attention: the forward ran flash attention, the backward cannot "
+                          "(its backend declined qkv {} ({}))",
+                          qkv.shape(), dtype_name(qkv.dtype()));
+                 return {no_double_backward(dx, "flash_attention_backward", {qkv, dy})};
+               });
+  return true;
+}
 }  // namespace
 
 Tensor attention(const Tensor& qkv, int64_t heads, double scale, Tensor* probs_out) {
-  check_qkv(qkv, heads, "attention");
+  check_qkv_shape(qkv, heads, "attention");
   const int64_t B = qkv.size(0), N = qkv.size(1), D = qkv.size(2) / 3;
+  Tensor out = empty_on(qkv, {B, N, D}, qkv.dtype());
+  // Without a request for the probabilities, the backend's flash attention where it has one (the
+  // GPU's, under matmul precision "medium" or on bfloat16 qkv); bfloat16 goes no further.
+  if (!probs_out && flash(qkv, heads, scale, /*causal=*/false, out)) return out;
+  check_float(qkv, "attention");
   const Tensor x = plain(qkv);
   Tensor probs = empty_on(qkv, {B, heads, N, N}, qkv.dtype());
-  Tensor out = empty_on(qkv, {B, N, D}, qkv.dtype());
   qkv.backend().attention(view5(x, heads), scale, probs.strided(), out.strided());
   if (probs_out) *probs_out = probs;  // values only: no gradient reaches them
   // probs is kept for backward (as the unfused path keeps it for its second matmul).

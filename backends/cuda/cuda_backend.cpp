@@ -449,6 +449,41 @@ class CudaBackend final : public Backend {
     zero_parts(dqkv, 2, 1);  // dv
   }
 
+  /// FlashAttention-2 (backends/cuda/flash_attention.cu) where it applies: use_flash.
+  bool flash_attention(const Strided& qkv, double scale, bool causal, const Strided& out,
+                       const Strided& lse) override {
+    if (!use_flash(qkv) ||
+        (qkv.dtype == DType::Float32 && float32_matmul_precision() != MatmulPrecision::Medium))
+      return false;
+    const auto [B, N, H, Dh] = qkv_dims(qkv);
+    VT_ASSERT(out.is_contiguous() && out.dtype == qkv.dtype && out.numel() == B * N * H * Dh &&
+              lse.is_contiguous() && lse.dtype == DType::Float32 && lse.numel() == B * H * N);
+    check_launch(cuda::flash_attention(static_cast<Dt>(qkv.dtype), qkv.data, out.data,
+                                       lse.ptr<float>(), B, N, H, Dh, scale, causal, stream_),
+                 "flash_attention", qkv.dtype);
+    return true;
+  }
+  /// Its backward. No precision test here: a forward that ran flash (under "medium") has its
+  /// backward run flash too, whatever the precision is now.
+  bool flash_attention_backward(const Strided& qkv, const Strided& out, const Strided& dout,
+                                const Strided& lse, double scale, bool causal,
+                                const Strided& dqkv) override {
+    if (!use_flash(qkv)) return false;
+    const auto [B, N, H, Dh] = qkv_dims(qkv);
+    VT_ASSERT(out.is_contiguous() && dout.is_contiguous() && out.dtype == qkv.dtype &&
+              dout.dtype == qkv.dtype && out.numel() == B * N * H * Dh &&
+              dout.numel() == out.numel() && lse.is_contiguous() && lse.dtype == DType::Float32 &&
+              lse.numel() == B * H * N && dqkv.is_contiguous() && dqkv.dtype == qkv.dtype &&
+              dqkv.numel() == qkv.numel());
+    StoragePtr d = allocate(static_cast<size_t>(B * H * N) * sizeof(float));  // rowsum(dO O)
+    check_launch(cuda::flash_attention_backward(
+                     static_cast<Dt>(qkv.dtype), qkv.data, out.data, dout.data, lse.ptr<float>(),
+                     static_cast<float*>(d->data), dqkv.data, B, N, H, Dh, scale, causal, stream_),
+                 "flash_attention_backward", qkv.dtype);
+    return true;
+    // d returns to the cache now; the kernels that read it come first in the stream.
+  }
+
   // ---- images and optimizers ---------------------------------------------------------------
   void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) override {
     check_launch(cuda::im2col(view(x), view(cols), conv(g), stream_), "im2col", x.dtype);
@@ -557,6 +592,23 @@ class CudaBackend final : public Backend {
     check(cudaMemset2DAsync(at(dqkv.data, dqkv.dtype, first * H * Dh), 3 * part, 0, count * part,
                             B * N, stream_),
           "attention zero");
+  }
+
+  /// Whether flash attention takes qkv: switched on (VITRINE_FLASH_ATTENTION=0 turns it off,
+  /// for A/B runs; read once), [B, N, 3, H, Dh] contiguous and not empty, float32 or bfloat16,
+  /// Dh 32, 64 or 128, and a GPU with bfloat16 tensor cores (sm_80 on). flash_attention also
+  /// wants float32 under matmul precision "medium": it rounds q, k and v to bfloat16, what
+  /// "medium" promises; "highest" and "high" keep the materialised attention and its numbers.
+  static bool use_flash(const Strided& qkv) {
+    static const bool on = [] {
+      const char* v = std::getenv("VITRINE_FLASH_ATTENTION");
+      return !(v && std::string_view(v) == "0");
+    }();
+    if (!on || qkv.shape.size() != 5 || qkv.shape[2] != 3 || !qkv.is_contiguous() ||
+        qkv.numel() == 0)
+      return false;
+    return cuda::flash_attention_supported(static_cast<Dt>(qkv.dtype), qkv.shape[0], qkv.shape[1],
+                                           qkv.shape[3], qkv.shape[4]);
   }
 
   struct QkvDims {

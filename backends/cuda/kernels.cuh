@@ -153,6 +153,21 @@ cudaError_t scaled_softmax_rows(const View& s, int64_t rows, int64_t n, double s
 cudaError_t scaled_softmax_rows_backward(const View& p, const View& dp, int64_t rows, int64_t n,
                                          double scale, cudaStream_t stream);
 
+// ---- flash_attention.cu: FlashAttention-2 on bfloat16 tensor cores ---------------------------
+/// Whether flash_attention takes these: dtype float32 or bfloat16, Dh 32, 64 or 128, B and H at
+/// most 65535, and a GPU of compute capability 8.0 or above (bfloat16 wmma).
+bool flash_attention_supported(Dt dtype, int64_t B, int64_t N, int64_t H, int64_t Dh);
+/// Backend::flash_attention: qkv [B, N, 3, H, Dh] and out [B, N, H, Dh] contiguous, of dtype;
+/// lse [B, H, N] float32.
+cudaError_t flash_attention(Dt dtype, const void* qkv, void* out, float* lse, int64_t B, int64_t N,
+                            int64_t H, int64_t Dh, double scale, bool causal, cudaStream_t stream);
+/// Backend::flash_attention_backward into dqkv (every element written); D: [B, H, N] float32
+/// scratch (rowsum(dout out), written and read here).
+cudaError_t flash_attention_backward(Dt dtype, const void* qkv, const void* out, const void* dout,
+                                     const float* lse, float* D, void* dqkv, int64_t B, int64_t N,
+                                     int64_t H, int64_t Dh, double scale, bool causal,
+                                     cudaStream_t stream);
+
 // ---- image.cu: convolution columns and resizing ----------------------------------------------
 cudaError_t im2col(const View& x, const View& cols, const Conv& g, cudaStream_t stream);
 cudaError_t col2im(const View& cols, const View& dx, const Conv& g, cudaStream_t stream);
