@@ -6,6 +6,7 @@
 // float64 sums differs, hence 1e-12.
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "backends/flash_reference.h"
 #include "test_util.h"
@@ -105,4 +106,18 @@ TEST_CASE("flash reference: a causal first row sees only itself") {
   flash::backward(qkv.data<double>(), out.data<double>(), dout.data<double>(), lse.data<double>(),
                   s, 0.5, true, dqkv.data<double>());
   for (int64_t d = 0; d < 32; ++d) CHECK(std::abs(dqkv.data<double>()[d]) < 1e-15);
+}
+
+TEST_CASE("flash reference: the CPU has no flash attention, and bfloat16 qkv is the usual error") {
+  // The CPU declines (backend.h's default): the materialised path, its node "attention".
+  Generator gen(3);
+  Tensor qkv = ops::randn({1, 9, 3 * 2 * 32}, gen).requires_grad_();
+  Tensor lse = ops::zeros({1, 2, 9}), out = ops::zeros({1, 9, 64});
+  Strided s = qkv.strided();
+  s.shape = {1, 9, 3, 2, 32};
+  s.strides = {9 * 192, 192, 64, 32, 1};
+  CHECK_FALSE(qkv.backend().flash_attention(s, 0.5, false, out.strided(), lse.strided()));
+  CHECK(std::string(ops::attention(qkv, 2, 0.5).grad_fn()->name) == "attention");
+  CHECK_THROWS_WITH(ops::attention(qkv.detach().to(kBFloat16), 2, 0.5),
+                    doctest::Contains("convert 16-bit tensors with to(kFloat32) first"));
 }
