@@ -63,9 +63,10 @@ double max_err(const Tensor& a, const Tensor& ref) {
   if (ops::sum(ops::ne(d, d).to(kFloat64)).item() > 0) return std::nan("");
   return ops::max(ops::abs(d)).item();
 }
-/// max |a - ref| / max |ref|.
+/// max |a - ref| / max |ref| (max |a - ref| where ref is all zero).
 double rel_err(const Tensor& a, const Tensor& ref) {
-  return max_err(a, ref) / ops::max(ops::abs(ref.detach().to(kFloat64))).item();
+  const double err = max_err(a, ref), top = ops::max(ops::abs(ref.detach().to(kFloat64))).item();
+  return top > 0 ? err / top : err;
 }
 
 /// The materialised attention in float64 (on qkv's device): out [B, N, H Dh], lse [B, H, N]
