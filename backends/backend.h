@@ -131,7 +131,8 @@ class Backend {
 
   /// c[batch] = a[batch] @ b[batch] (+ c if accumulate). a: [..., M, K], b: [..., K, N], c:
   /// [..., M, N] contiguous; a and b may be transposed in their last two dims and broadcast
-  /// (stride 0) in batch dims; all three share the batch shape.
+  /// (stride 0) in batch dims; all three share the batch shape. One dtype for all three, except
+  /// on CUDA: a and b bfloat16, c float32 (float32 accumulation).
   virtual void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) = 0;
   /// What gemm_fused does to c = a @ b besides the product, in this order (each when given):
   ///   c[m][n] += bias[n]                  bias [N] contiguous: a linear layer
@@ -142,12 +143,18 @@ class Backend {
   /// and beside c:
   ///   a_row_sums[m] = sum_k a[m][k]       a_row_sums [M] contiguous: with a = dy^T and b = x,
   ///                                       a linear layer's bias gradient beside its dW
+  ///   c_copy[m][n] = c[m][n]              c_copy [M, N] contiguous, in its own dtype: the
+  ///                                       bfloat16 operand of the next product, written in the
+  ///                                       same pass (CUDA's bfloat16 operands, ops/linalg.cpp)
+  /// On CUDA a and b may be bfloat16 with c float32 (bias, add and a_row_sums float32; gelu_out
+  /// and gelu_pre float32 or bfloat16).
   struct GemmEpilogue {
     const Strided* bias = nullptr;
     const Strided* add = nullptr;
     const Strided* gelu_out = nullptr;
     const Strided* gelu_pre = nullptr;
     const Strided* a_row_sums = nullptr;
+    const Strided* c_copy = nullptr;
   };
   /// c = a @ b, then the epilogue ep (a [M, K] and b [K, N] as gemm's, c [M, N] contiguous): a
   /// linear layer is gemm_fused with a bias. This default runs the steps one pass after another
@@ -171,6 +178,7 @@ class Backend {
       sums.strides = Dims{1, 1};
       reduce(ReduceOp::Sum, a, sums);
     }
+    if (ep.c_copy) copy(c, *ep.c_copy);
   }
 
   // Index ops along dim. index: int64, 1-D for the *_index ops, x-shaped for gather.

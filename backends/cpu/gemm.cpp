@@ -91,7 +91,7 @@ void CpuBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c
     return t == nullptr || (t->shape.size() == 2 && t->strides[1] == 1);
   };
   if (c.dtype == DType::Float32 && c.shape.size() == 2 && a.shape.size() == 2 &&
-      plain_rows(ep.add) && plain_rows(ep.gelu_out) && plain_rows(ep.gelu_pre)) {
+      plain_rows(ep.add) && plain_rows(ep.gelu_out) && plain_rows(ep.gelu_pre) && !ep.c_copy) {
     const int64_t M = c.shape[0], N = c.shape[1], K = a.shape[1];
     if (M > 0 && N > 0 && K > 0) {
       const Layout la = layout_of(a, M, K), lb = layout_of(b, K, N);
