@@ -3,6 +3,7 @@
 // the copy is what the backward reads too; a weight is rounded once per optimizer step (autocast
 // keeps such casts for the forward; here they are kept per version of the weight, so that
 // several forwards before a step, gradient accumulation, share one).
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
@@ -31,10 +32,14 @@ struct Cached {
   Dims shape, strides;
   Tensor copy;
 };
+
+std::atomic<bool> on_cpu{false};
 }  // namespace
 
+void set_bf16_operands_on_cpu(bool on) { on_cpu = on; }
+
 bool bf16_operands(const Tensor& x) {
-  return x.dtype() == kFloat32 && x.device().type == DeviceType::CUDA &&
+  return x.dtype() == kFloat32 && (x.device().type == DeviceType::CUDA || on_cpu) &&
          float32_matmul_precision() == MatmulPrecision::Medium && enabled();
 }
 

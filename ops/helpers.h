@@ -37,6 +37,9 @@ Dims squeezed_shape(const Dims& shape, const Dims& rdims);
 /// Whether x's linear layers take bfloat16 operands: float32 on a CUDA device, precision
 /// "medium", and VITRINE_BF16_OPERANDS not 0.
 bool bf16_operands(const Tensor& x);
+/// Tests only: the CPU takes bfloat16 operands too under "medium" (its products multiply float32
+/// copies of them), so that the CPU suite checks the layers' bfloat16 path without a GPU.
+void set_bf16_operands_on_cpu(bool on);
 /// x's values rounded to bfloat16, contiguous, without graph.
 Tensor bf16_copy(const Tensor& x);
 /// The bfloat16 copy of a weight, made once per version of it (an optimizer step bumps the
