@@ -329,16 +329,11 @@ class CudaBackend final : public Backend {
       if (!by_lt) gemm_rm_16(M, N, K, 1.0, oa.data, oa, ob.data, ob, 0.0, c.data, N, M * N, 1);
     }
     if (ep.a_row_sums && !by_lt) {  // the bfloat16 a's rows, summed in float32
-      StoragePtr a32 = allocate(static_cast<size_t>(M * K) * sizeof(float));
-      Strided w = a;
-      w.data = a32->data;
-      w.dtype = DType::Float32;
-      w.strides = Dims{K, 1};
-      copy(a, w);
       Strided sums = *ep.a_row_sums;
       sums.shape = Dims{M, 1};
       sums.strides = Dims{1, 1};
-      reduce(ReduceOp::Sum, w, sums);
+      StoragePtr keep;
+      reduce(ReduceOp::Sum, as_dtype(a, DType::Float32, keep), sums);
     }
     const bool pass = (!by_lt && (ep.bias || ep.add)) || ep.gelu_out || ep.gelu_pre || ep.c_copy;
     if (!pass) return;
