@@ -5,7 +5,8 @@
 # compiles there) or .device/debs (../shared/device/fetch-debs.sh, WITH_DATA=1 for Fashion-MNIST;
 # the test stage then builds there). $OUT (default gpu-logs/) gets summary.txt, logs.tar.gz (every
 # log, the training run, the explanations) and gpu-compare.md.
-# Stages, run in the order given (scripts/gpu-session.sh STAGE...; `final` is test bench ab train):
+# Stages, run in the order given (scripts/gpu-session.sh STAGE...; `final` is test bench ab train,
+# `first` is test cases ab profile and `second` bench train, two calls that fit a session):
 #   test     build (without a bundle) and start the whole suite in the background; the stages that
 #            time something wait for it, and the end reports it (the CUDA cases counted apart;
 #            they say "skipped" when no GPU is usable)
@@ -236,6 +237,10 @@ cases() {
 
 stages=("$@")
 [ "$*" = final ] && stages=(test bench ab train)
+# A lent machine's 15 minutes in two calls of under 9 (docs/cuda.md): the suite, the named CUDA
+# cases, the A/B of the bf16 path and the profile; then the benchmark against timm and training.
+[ "$*" = first ] && stages=(test cases ab profile)
+[ "$*" = second ] && stages=(bench train)
 for stage in "${stages[@]}"; do
   case $stage in
     test) build; suite & suite_pid=$! ;;
