@@ -24,6 +24,7 @@
 #include "backends/backend.h"
 #include "backends/block_cache.h"
 #include "backends/cuda/kernels.cuh"
+#include "backends/cuda/lt_gemm.h"
 #include "backends/matmul_precision.h"
 
 namespace vitrine {
@@ -233,6 +234,10 @@ class CudaBackend final : public Backend {
     VT_ASSERT(a.shape[nd - 2] == M && b.shape[nd - 2] == K && b.shape[nd - 1] == N);
     VT_CHECK(is_float(c.dtype), "matmul: dtype {} is not supported (expected float32 or float64)",
              dtype_name(c.dtype));
+    VT_CHECK(a.dtype == b.dtype && (a.dtype == c.dtype || bf16_into_f32(a, c)),
+             "matmul: operands {} and {} into {} (expected one dtype, or bfloat16 operands into "
+             "float32)",
+             dtype_name(a.dtype), dtype_name(b.dtype), dtype_name(c.dtype));
     if (c.numel() == 0) return;  // M, N or a batch dim is 0
     if (K == 0) {
       if (!accumulate) fill(c, 0);
@@ -247,6 +252,10 @@ class CudaBackend final : public Backend {
   /// ViT-B/16 training step on an H200); a_row_sums as the default's.
   void gemm_fused(const Strided& a, const Strided& b, const Strided& c,
                   const GemmEpilogue& ep) override {
+    if (bf16_into_f32(a, c) && b.dtype == a.dtype) {
+      gemm_fused_16(a, b, c, ep);
+      return;
+    }
     auto rows_ok = [&](const Strided* t) {
       return !t || (t->shape.size() == 2 && t->shape == c.shape &&
                     (t->strides[1] == 1 || t->shape[1] == 1) && t->dtype == c.dtype);
@@ -256,7 +265,8 @@ class CudaBackend final : public Backend {
                        (!ep.bias || (ep.bias->is_contiguous() && ep.bias->dtype == c.dtype)) &&
                        rows_ok(ep.add) && rows_ok(ep.gelu_pre) &&
                        (!ep.gelu_out || (ep.gelu_out->is_contiguous() && rows_ok(ep.gelu_out))) &&
-                       !(ep.gelu_out && ep.gelu_pre);  // both: no caller; the default's order
+                       !(ep.gelu_out && ep.gelu_pre) &&  // both: no caller; the default's order
+                       !ep.c_copy;
     if (!fused) {
       Backend::gemm_fused(a, b, c, ep);
       return;
@@ -277,6 +287,70 @@ class CudaBackend final : public Backend {
       reduce(ReduceOp::Sum, a, sums);
     }
   }
+  /// gemm_fused with bfloat16 a and b and a float32 c (the bfloat16 operands of linear layers,
+  /// docs/cuda.md): the product on cuBLASLt with the bias, the residual (its C, beta 1) or the
+  /// bias gradient (a_row_sums, BGRADB) in its epilogue, when it has a kernel for them; then one
+  /// pass for GELU, GELU's gradient and c's bfloat16 copy, with what cuBLASLt did not add.
+  void gemm_fused_16(const Strided& a, const Strided& b, const Strided& c, const GemmEpilogue& ep) {
+    VT_ASSERT(c.shape.size() == 2 && a.shape.size() == 2 && c.is_contiguous());
+    const int64_t M = c.shape[0], N = c.shape[1], K = a.shape[1];
+    auto f32 = [](const Strided* t) { return t ? static_cast<const float*>(t->data) : nullptr; };
+    auto rows = [&](const Strided* t, const char* what) {  // [M, N], unit column stride
+      VT_CHECK(!t || (t->shape == c.shape && (t->strides[1] == 1 || N == 1)),
+               "linear (bfloat16 operands): {} must be [{}, {}] rows", what, M, N);
+      return t ? t->strides[0] : 0;
+    };
+    VT_CHECK(
+        (!ep.bias || (ep.bias->dtype == DType::Float32 && ep.bias->is_contiguous())) &&
+            (!ep.add || ep.add->dtype == DType::Float32) &&
+            (!ep.a_row_sums || ep.a_row_sums->dtype == DType::Float32) &&
+            (!ep.c_copy || (ep.c_copy->dtype == DType::BFloat16 && ep.c_copy->is_contiguous())) &&
+            (!ep.gelu_out || ep.gelu_out->is_contiguous()) && !(ep.gelu_out && ep.gelu_pre),
+        "linear (bfloat16 operands): an epilogue operand of an unexpected dtype or layout");
+    const int64_t add_ld = rows(ep.add, "the residual"), pre_ld = rows(ep.gelu_pre, "gelu_pre");
+    if (M == 0 || N == 0) return;
+    bool by_lt = false;  // cuBLASLt added the bias, the residual or the row sums itself
+    if (K == 0) {
+      fill(c, 0);
+    } else {
+      const Operand oa = operand(a, M, K), ob = operand(b, K, N);
+      LtProduct p{M,
+                  N,
+                  K,
+                  {oa.data, oa.trans, oa.ld},
+                  {ob.data, ob.trans, ob.ld},
+                  static_cast<float*>(c.data),
+                  N};
+      p.bias = f32(ep.bias);
+      p.add = f32(ep.add);
+      p.add_ld = add_ld;
+      p.a_row_sums = static_cast<float*>(ep.a_row_sums ? ep.a_row_sums->data : nullptr);
+      by_lt = lt_.run(p, stream_);
+      if (!by_lt) gemm_rm_16(M, N, K, 1.0, oa.data, oa, ob.data, ob, 0.0, c.data, N, M * N, 1);
+    }
+    if (ep.a_row_sums && !by_lt) {  // the bfloat16 a's rows, summed in float32
+      Strided sums = *ep.a_row_sums;
+      sums.shape = Dims{M, 1};
+      sums.strides = Dims{1, 1};
+      StoragePtr keep;
+      reduce(ReduceOp::Sum, as_dtype(a, DType::Float32, keep), sums);
+    }
+    const bool pass = (!by_lt && (ep.bias || ep.add)) || ep.gelu_out || ep.gelu_pre || ep.c_copy;
+    if (!pass) return;
+    check_launch(
+        cuda::gemm_epilogue_mixed(
+            static_cast<float*>(c.data), M, N, by_lt ? nullptr : f32(ep.bias),
+            by_lt ? nullptr : f32(ep.add), add_ld, ep.gelu_out ? ep.gelu_out->data : nullptr,
+            static_cast<Dt>(ep.gelu_out ? ep.gelu_out->dtype : DType::Float32),
+            ep.gelu_pre ? ep.gelu_pre->data : nullptr,
+            static_cast<Dt>(ep.gelu_pre ? ep.gelu_pre->dtype : DType::Float32), pre_ld,
+            ep.c_copy ? ep.c_copy->data : nullptr, stream_),
+        "gemm epilogue (bfloat16 operands)", c.dtype);
+  }
+  static bool bf16_into_f32(const Strided& a, const Strided& c) {
+    return a.dtype == DType::BFloat16 && c.dtype == DType::Float32;
+  }
+
   /// gemm over the batch dims of c (a, b and c of one dtype).
   void gemm_batched(const Strided& a, const Strided& b, const Strided& c, bool accumulate,
                     int64_t M, int64_t N, int64_t K) {
@@ -298,7 +372,7 @@ class CudaBackend final : public Backend {
       }
     }
     const int64_t outer = c.numel() / (M * N * inner);
-    const size_t es = dtype_size(c.dtype);
+    const size_t es = dtype_size(c.dtype), ea = dtype_size(a.dtype);
     for (int64_t o = 0; o < outer; ++o) {
       int64_t oa_off = 0, ob_off = 0, rest = o;
       for (int d = first - 1; d >= 0; --d) {
@@ -308,8 +382,8 @@ class CudaBackend final : public Backend {
         ob_off += i * b.strides[d];
       }
       Operand pa = oa, pb = ob;
-      pa.data = static_cast<const char*>(a.data) + oa_off * es;
-      pb.data = static_cast<const char*>(b.data) + ob_off * es;
+      pa.data = static_cast<const char*>(a.data) + oa_off * ea;
+      pb.data = static_cast<const char*>(b.data) + ob_off * ea;
       gemm_rm(a.dtype, M, N, K, 1.0, pa, pb, accumulate ? 1.0 : 0.0,
               static_cast<char*>(c.data) + o * inner * M * N * es, N, M * N, inner);
     }
@@ -651,6 +725,10 @@ class CudaBackend final : public Backend {
   void gemm_rm(DType t, int64_t M, int64_t N, int64_t K, double alpha, const Operand& a,
                const Operand& b, double beta, void* c, int64_t ldc, int64_t c_batch,
                int64_t batch) {
+    if (t == DType::BFloat16) {  // bfloat16 operands, float32 c
+      gemm_rm_16(M, N, K, alpha, a.data, a, b.data, b, beta, c, ldc, c_batch, batch);
+      return;
+    }
     if (t == DType::Float32 && float32_matmul_precision() == MatmulPrecision::Medium &&
         bf16_copies()) {
       gemm_rm_bf16(M, N, K, alpha, a, b, beta, c, ldc, c_batch, batch);
@@ -700,13 +778,21 @@ class CudaBackend final : public Backend {
     check_launch(cuda::copy(flat(const_cast<void*>(b.data), DType::Float32, nb),
                             flat(cb->data, DType::BFloat16, nb), stream_),
                  "matmul (bfloat16 copy)", DType::Float32);
-    const BlasArgs g(DType::Float32, a, b, alpha, beta);  // float32 C and scales
-    check_blas(cublasGemmStridedBatchedEx(
-                   blas_, g.opb, g.opa, N, M, K, g.alpha(), cb->data, CUDA_R_16BF, ld(b.ld),
-                   b.batch_stride, ca->data, CUDA_R_16BF, ld(a.ld), a.batch_stride, g.beta(), c,
-                   g.dt, ld(ldc), c_batch, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "gemm (bfloat16)");
+    gemm_rm_16(M, N, K, alpha, ca->data, a, cb->data, b, beta, c, ldc, c_batch, batch);
     // ca, cb return to the cache now; whatever reuses them is queued after this product.
+  }
+
+  /// gemm_rm with bfloat16 operands at a16 and b16 (laid out as a and b say) and a float32 C:
+  /// bfloat16 tensor cores, float32 accumulation.
+  void gemm_rm_16(int64_t M, int64_t N, int64_t K, double alpha, const void* a16, const Operand& a,
+                  const void* b16, const Operand& b, double beta, void* c, int64_t ldc,
+                  int64_t c_batch, int64_t batch) {
+    const BlasArgs g(DType::Float32, a, b, alpha, beta);  // float32 C and scales
+    check_blas(cublasGemmStridedBatchedEx(blas_, g.opb, g.opa, N, M, K, g.alpha(), b16, CUDA_R_16BF,
+                                          ld(b.ld), b.batch_stride, a16, CUDA_R_16BF, ld(a.ld),
+                                          a.batch_stride, g.beta(), c, g.dt, ld(ldc), c_batch,
+                                          batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "gemm (bfloat16)");
   }
 
   /// gemm_rm over a grid of outer x inner products in one cuBLAS call: product (o, i) reads A at
@@ -749,6 +835,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  LtGemm lt_;
   BlockCache cache_;
   MemoryCounter counter_;
 };
