@@ -137,7 +137,8 @@ class Backend {
 
   /// c[batch] = a[batch] @ b[batch] (+ c if accumulate). a: [..., M, K], b: [..., K, N], c:
   /// [..., M, N] contiguous; a and b may be transposed in their last two dims and broadcast
-  /// (stride 0) in batch dims; all three share the batch shape.
+  /// (stride 0) in batch dims; all three share the batch shape. One dtype for all three, or a and
+  /// b bfloat16 and c float32 (float32 accumulation; the CPU multiplies float32 copies).
   virtual void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) = 0;
   /// What gemm_fused does to c = a @ b besides the product, in this order (each when given):
   ///   c[m][n] += bias[n]                  bias [N] contiguous: a linear layer
@@ -148,36 +149,25 @@ class Backend {
   /// and beside c:
   ///   a_row_sums[m] = sum_k a[m][k]       a_row_sums [M] contiguous: with a = dy^T and b = x,
   ///                                       a linear layer's bias gradient beside its dW
+  ///   c_copy[m][n] = c[m][n]              c_copy [M, N] contiguous, in its own dtype: the
+  ///                                       bfloat16 operand of the next product, written in the
+  ///                                       same pass (CUDA's bfloat16 operands, ops/linalg.cpp)
+  /// a and b may be bfloat16 with c float32 (CUDA's bfloat16 operands; the CPU converts them):
+  /// bias, add and a_row_sums float32, gelu_out and gelu_pre float32 or bfloat16.
   struct GemmEpilogue {
     const Strided* bias = nullptr;
     const Strided* add = nullptr;
     const Strided* gelu_out = nullptr;
     const Strided* gelu_pre = nullptr;
     const Strided* a_row_sums = nullptr;
+    const Strided* c_copy = nullptr;
   };
   /// c = a @ b, then the epilogue ep (a [M, K] and b [K, N] as gemm's, c [M, N] contiguous): a
   /// linear layer is gemm_fused with a bias. This default runs the steps one pass after another
   /// (the bias written into every row of c, the product accumulated onto it); a backend may apply
   /// them as it writes c (the CPU's own GEMM does), so that none of them reads or writes c again.
   virtual void gemm_fused(const Strided& a, const Strided& b, const Strided& c,
-                          const GemmEpilogue& ep) {
-    if (ep.bias) {
-      Strided rows = *ep.bias;
-      rows.shape = c.shape;
-      rows.strides = Dims{0, 1};
-      copy(rows, c);
-    }
-    gemm(a, b, c, /*accumulate=*/ep.bias != nullptr);
-    if (ep.add) binary(BinaryOp::Add, c, *ep.add, c);
-    if (ep.gelu_out) unary(UnaryOp::Gelu, c, *ep.gelu_out);
-    if (ep.gelu_pre) binary(BinaryOp::GeluBackward, *ep.gelu_pre, c, c);
-    if (ep.a_row_sums) {
-      Strided sums = *ep.a_row_sums;  // as [M, 1], the layout reduce writes
-      sums.shape = Dims{a.shape[0], 1};
-      sums.strides = Dims{1, 1};
-      reduce(ReduceOp::Sum, a, sums);
-    }
-  }
+                          const GemmEpilogue& ep);
 
   // Index ops along dim. index: int64, 1-D for the *_index ops, x-shaped for gather.
   /// y = x.index_select(dim, index)
@@ -237,6 +227,28 @@ class Backend {
   virtual void attention_probs_backward(const Strided& qkv, const Strided& probs,
                                         const Strided& dprobs, double scale,
                                         const Strided& dqkv) = 0;
+  /// The same attention without the N x N probabilities (FlashAttention-2: key tiles with an
+  /// online softmax; backends/cuda/flash_attention.cu). qkv [B, N, 3, H, Dh] contiguous; out
+  /// [B, N, H, Dh] contiguous, of qkv's dtype; lse [B, H, N] float32, kept for the backward:
+  ///   S = scale q k^T (causal: S[i, j] = -inf for j > i),  lse[i] = log sum_j exp(S[i, j]),
+  ///   out[b, :, h, :] = exp(S - lse) v
+  /// Returns false, having done nothing, when the backend has no such kernel for these shapes,
+  /// dtype or setting; the caller then takes the materialised path (attention above).
+  virtual bool flash_attention(const Strided& qkv, double scale, bool causal, const Strided& out,
+                               const Strided& lse) {
+    (void)qkv, (void)scale, (void)causal, (void)out, (void)lse;
+    return false;
+  }
+  /// Its backward, the probabilities recomputed from lse: P = exp(S - lse),
+  ///   D[i] = rowsum(dout[i] out[i]),  dv = P^T dout,  dS = P (dout v^T - D),
+  ///   dq = scale dS k,  dk = scale dS^T q
+  /// into dqkv [B, N, 3, H, Dh] contiguous (every element written). false as above.
+  virtual bool flash_attention_backward(const Strided& qkv, const Strided& out, const Strided& dout,
+                                        const Strided& lse, double scale, bool causal,
+                                        const Strided& dqkv) {
+    (void)qkv, (void)out, (void)dout, (void)lse, (void)scale, (void)causal, (void)dqkv;
+    return false;
+  }
 
   /// x: one image [C, H, W] -> cols [C * kh * kw, out_h * out_w] (zero padding). cols' rows are
   /// contiguous and cols.strides[0] >= out_h * out_w apart (a chunk's images side by side).
@@ -328,6 +340,10 @@ class Backend {
   /// SGD: updates param (and momentum_buf when momentum != 0) from grad.
   virtual void sgd_step(const Strided& param, const Strided& grad, const Strided& momentum_buf,
                         const SgdStep& o) = 0;
+
+ protected:
+  /// x itself when its dtype is t, else a contiguous copy of it converted to t (in keep).
+  Strided as_dtype(const Strided& x, DType t, StoragePtr& keep);
 };
 
 /// The backend of a device; throws Error when this build has none for it.

@@ -24,6 +24,45 @@ Dims contiguous_strides(const Dims& shape) {
   return s;
 }
 
+Strided Backend::as_dtype(const Strided& x, DType t, StoragePtr& keep) {
+  if (x.dtype == t) return x;
+  keep = allocate(static_cast<size_t>(x.numel()) * dtype_size(t));
+  Strided y{keep->data, t, x.shape, contiguous_strides(x.shape)};
+  copy(x, y);
+  return y;
+}
+
+void Backend::gemm_fused(const Strided& a, const Strided& b, const Strided& c,
+                         const GemmEpilogue& ep) {
+  if (ep.bias) {
+    Strided rows = *ep.bias;
+    rows.shape = c.shape;
+    rows.strides = Dims{0, 1};
+    copy(rows, c);
+  }
+  gemm(a, b, c, /*accumulate=*/ep.bias != nullptr);
+  if (ep.add) binary(BinaryOp::Add, c, *ep.add, c);
+  if (ep.gelu_out && ep.gelu_out->dtype == c.dtype) unary(UnaryOp::Gelu, c, *ep.gelu_out);
+  if (ep.gelu_out && ep.gelu_out->dtype != c.dtype) {  // computed in c's dtype, then rounded
+    StoragePtr keep = allocate(static_cast<size_t>(c.numel()) * dtype_size(c.dtype));
+    const Strided g{keep->data, c.dtype, c.shape, contiguous_strides(c.shape)};
+    unary(UnaryOp::Gelu, c, g);
+    copy(g, *ep.gelu_out);
+  }
+  if (ep.gelu_pre) {
+    StoragePtr keep;
+    binary(BinaryOp::GeluBackward, as_dtype(*ep.gelu_pre, c.dtype, keep), c, c);
+  }
+  if (ep.a_row_sums) {
+    Strided sums = *ep.a_row_sums;  // as [M, 1], the layout reduce writes
+    sums.shape = Dims{a.shape[0], 1};
+    sums.strides = Dims{1, 1};
+    StoragePtr keep;
+    reduce(ReduceOp::Sum, as_dtype(a, sums.dtype, keep), sums);
+  }
+  if (ep.c_copy) copy(c, *ep.c_copy);
+}
+
 int wrap_dim(int64_t dim, int ndim, const char* op) {
   int64_t n = std::max(ndim, 1);  // a 0-dim tensor accepts dim 0 and -1, as PyTorch
   VT_CHECK(dim >= -n && dim < n,

@@ -32,4 +32,18 @@ Dims keepdim_shape(const Dims& shape, const Dims& rdims);
 /// Removes the reduced dims from a keepdim-shaped result.
 Dims squeezed_shape(const Dims& shape, const Dims& rdims);
 
+// bfloat16 operands (ops/bf16_operands.cpp, docs/cuda.md): under matmul precision "medium" on
+// CUDA, linear layers multiply bfloat16 copies of their float32 inputs and weights, made once.
+/// Whether x's linear layers take bfloat16 operands: float32 on a CUDA device, precision
+/// "medium", and VITRINE_BF16_OPERANDS not 0.
+bool bf16_operands(const Tensor& x);
+/// Tests only: the CPU takes bfloat16 operands too under "medium" (its products multiply float32
+/// copies of them), so that the CPU suite checks the layers' bfloat16 path without a GPU.
+void set_bf16_operands_on_cpu(bool on);
+/// x's values rounded to bfloat16, contiguous, without graph.
+Tensor bf16_copy(const Tensor& x);
+/// The bfloat16 copy of a weight, made once per version of it (an optimizer step bumps the
+/// version) and kept while the weight lives.
+Tensor bf16_weight(const Tensor& w);
+
 }  // namespace vitrine::ops::detail

@@ -78,6 +78,117 @@ std::pair<Tensor, Tensor> weight_bias_grads(const Tensor& dy, const Tensor& x, b
   return {dw, db};
 }
 
+// ---- bfloat16 operands (bf16_operands: CUDA, precision "medium"; docs/cuda.md) --------------
+// The products read bfloat16 copies made once: x16 where the layer's input is read, the
+// weight's per optimizer step, dy16 once in the backward. The backward reads the copies, not the
+// float32 tensors (half the memory kept per layer, as autocast keeps its casts). Their outputs
+// refuse a second derivative (create_graph), as the other fused backward kernels' do.
+
+/// The error for create_graph through a layer on bfloat16 operands.
+void check_no_graph(const char* op) {
+  VT_CHECK(!GradMode::is_enabled(),
+           "{}: create_graph through a layer on bfloat16 operands is not supported (they are "
+           "CUDA's under matmul precision 'medium'; set VITRINE_BF16_OPERANDS=0 or precision "
+           "'high' to differentiate twice)",
+           op);
+}
+
+/// dW = dy16^T x16 [N, K] and db = the column sums of dy16 [N] (each when needed), float32,
+/// from one product with the sums in its epilogue.
+std::pair<Tensor, Tensor> weight_bias_grads_16(const Tensor& dy16, const Tensor& x16, bool need_w,
+                                               bool need_b) {
+  if (!need_w && !need_b) return {};
+  const int64_t N = dy16.size(1), K = x16.size(1);
+  Tensor dw = empty_on(x16, {N, K}, kFloat32);
+  Tensor db = need_b ? empty_on(x16, {N}, kFloat32) : Tensor();
+  const Strided dbs = need_b ? db.strided() : Strided();
+  Backend::GemmEpilogue ep;
+  ep.a_row_sums = need_b ? &dbs : nullptr;
+  x16.backend().gemm_fused(dy16.mT().strided(), x16.strided(), dw.strided(), ep);
+  return {need_w ? dw : Tensor(), db};
+}
+
+/// dx = dy16 W16 [M, K], float32.
+Tensor input_grad_16(const Tensor& dy16, const Tensor& w16) {
+  Tensor dx = empty_on(dy16, {dy16.size(0), w16.size(1)}, kFloat32);
+  dy16.backend().gemm(dy16.strided(), w16.strided(), dx.strided(), false);
+  return dx;
+}
+
+/// linear on bfloat16 operands: x2 [M, K], weight [N, K], y [M, N] float32.
+Tensor linear_16(const Tensor& x2, const Tensor& weight, const Tensor& bias, const Tensor& r2) {
+  const Tensor x16 = bf16_copy(x2), w16 = bf16_weight(weight);
+  Tensor y = empty_on(x2, {x2.size(0), weight.size(0)}, kFloat32);
+  {
+    Tensor kb, kr;
+    Strided bs, rs;
+    Backend::GemmEpilogue ep;
+    ep.bias = epilogue_view(bias, kb, bs);
+    ep.add = epilogue_view(r2, kr, rs);
+    x2.backend().gemm_fused(x16.strided(), w16.mT().strided(), y.strided(), ep);
+  }
+  return record(y, "linear", {x2, weight, bias, r2},
+                [x16, w16](const Tensor& dy, const Needs& n) -> Grads {
+                  check_no_graph("linear");
+                  const Tensor dy16 = bf16_copy(plain(dy));
+                  Grads g(4);
+                  if (n[0]) g[0] = input_grad_16(dy16, w16);
+                  std::tie(g[1], g[2]) = weight_bias_grads_16(dy16, x16, n[1], n[2]);
+                  if (n[3]) g[3] = dy;
+                  return g;
+                });
+}
+
+/// mlp_gelu on bfloat16 operands: x2 [M, K], w1 [H, K], w2 [N, H], y [M, N] float32. fc1's
+/// epilogue writes GELU's output as fc2's bfloat16 operand and the pre-activation as bfloat16
+/// (what GELU's backward reads); the backward's first product writes dpre and its copy.
+Tensor mlp_gelu_16(const Tensor& x2, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                   const Tensor& b2, const Tensor& r2, bool keep) {
+  const int64_t M = x2.size(0), H = w1.size(0), N = w2.size(0);
+  const Tensor x16 = bf16_copy(x2), w1_16 = bf16_weight(w1), w2_16 = bf16_weight(w2);
+  Tensor pre = empty_on(x2, {M, H}, kFloat32);  // float32 only while the epilogue reads it
+  Tensor act16 = empty_on(x2, {M, H}, kBFloat16);
+  Tensor pre16 = keep ? empty_on(x2, {M, H}, kBFloat16) : Tensor();
+  Tensor y = empty_on(x2, {M, N}, kFloat32);
+  {
+    Tensor kb1, kb2, kr;
+    Strided b1s, b2s, rs;
+    const Strided acts = act16.strided(), pres = keep ? pre16.strided() : Strided();
+    Backend::GemmEpilogue e1, e2;
+    e1.bias = epilogue_view(b1, kb1, b1s);
+    e1.gelu_out = &acts;
+    e1.c_copy = keep ? &pres : nullptr;
+    e2.bias = epilogue_view(b2, kb2, b2s);
+    e2.add = epilogue_view(r2, kr, rs);
+    Backend& be = x2.backend();
+    be.gemm_fused(x16.strided(), w1_16.mT().strided(), pre.strided(), e1);
+    be.gemm_fused(acts, w2_16.mT().strided(), y.strided(), e2);
+  }
+  pre = Tensor();
+  return record(y, "mlp_gelu", {x2, w1, b1, w2, b2, r2},
+                [x16, w1_16, w2_16, pre16, act16](const Tensor& dy, const Needs& n) -> Grads {
+                  check_no_graph("mlp_gelu");
+                  const Tensor dy16 = bf16_copy(plain(dy));
+                  Grads g(6);
+                  std::tie(g[3], g[4]) = weight_bias_grads_16(dy16, act16, n[3], n[4]);
+                  if (n[5]) g[5] = dy;
+                  if (n[0] || n[1] || n[2]) {
+                    const int64_t M = dy16.size(0), H = w2_16.size(1);
+                    Tensor dpre = empty_on(dy16, {M, H}, kFloat32);
+                    Tensor dpre16 = empty_on(dy16, {M, H}, kBFloat16);
+                    const Strided ps = pre16.strided(), cs = dpre16.strided();
+                    Backend::GemmEpilogue e;
+                    e.gelu_pre = &ps;
+                    e.c_copy = &cs;
+                    dy16.backend().gemm_fused(dy16.strided(), w2_16.strided(), dpre.strided(), e);
+                    dpre = Tensor();
+                    if (n[0]) g[0] = input_grad_16(dpre16, w1_16);
+                    std::tie(g[1], g[2]) = weight_bias_grads_16(dpre16, x16, n[1], n[2]);
+                  }
+                  return g;
+                });
+}
+
 /// a: [..., M, K], b: [..., K, N] (both at least 2-D) -> [batch..., M, N].
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   const int na = a.dim(), nb = b.dim();
@@ -134,6 +245,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
   const Rows rows(x, N);
   const Tensor r2 = residual_rows(x, residual, rows, "linear");
   Tensor x2 = x.reshape({rows.M, K});  // [M, K] @ W^T [K, N]
+  if (bf16_operands(x) && rows.M > 0)
+    return linear_16(x2, weight, bias, r2).reshape(rows.out_shape);
   Tensor y = empty_on(x, {rows.M, N}, x.dtype());
   {
     Tensor kb, kr;
@@ -175,6 +288,8 @@ Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
   Tensor x2 = x.reshape({M, K});
   // Without a backward, GELU overwrites the pre-activation (nothing keeps it).
   const bool keep = any_requires_grad({x2, w1, b1, w2, b2, r2});
+  if (bf16_operands(x) && M > 0)
+    return mlp_gelu_16(x2, w1, b1, w2, b2, r2, keep).reshape(rows.out_shape);
   Tensor pre = empty_on(x, {M, H}, x.dtype());
   Tensor act = keep ? empty_on(x, {M, H}, x.dtype()) : pre;
   Tensor y = empty_on(x, {M, N}, x.dtype());

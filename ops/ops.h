@@ -195,6 +195,8 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 /// timm's qkv projection output ([B, N, 3, heads, Dh]); with q, k, v the [N, Dh] slices of one
 /// image and head:  out[b, :, h] = softmax(scale q k^T) v,  returned as [B, N, heads * Dh].
 /// probs: when given, receives the probabilities [B, heads, N, N] (values outside the graph).
+/// Without probs, a backend's flash attention runs where it has one (CUDA: float32 under matmul
+/// precision "medium", or bfloat16 qkv, which needs it), keeping no probabilities for backward.
 Tensor attention(const Tensor& qkv, int64_t heads, double scale, Tensor* probs = nullptr);
 /// The same attention in two ops, with the probabilities a tensor of the graph (for their
 /// gradient, or dropout on them); attention(qkv) = attention_apply(attention_probs(qkv), qkv).

@@ -16,7 +16,7 @@ dest=.device/bundle
 grep -qxF '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVITRINE_CUDA=ON -DVITRINE_MPI=OFF -DVITRINE_NCCL=OFF \
   -DVITRINE_CUDA_ARCHITECTURES="${VITRINE_CUDA_ARCHITECTURES:-90}" > /dev/null
-cmake --build "$BUILD"
+cmake --build "$BUILD" ${TARGETS:+--target $TARGETS}  # TARGETS: a quick bundle of a few programs
 rm -rf "$dest" && mkdir -p "$dest"
 pwd > "$dest/source-dir"
 echo "$BUILD" > "$dest/build-dir"

@@ -5,7 +5,8 @@
 # compiles there) or .device/debs (../shared/device/fetch-debs.sh, WITH_DATA=1 for Fashion-MNIST;
 # the test stage then builds there). $OUT (default gpu-logs/) gets summary.txt, logs.tar.gz (every
 # log, the training run, the explanations) and gpu-compare.md.
-# Stages, run in the order given (scripts/gpu-session.sh STAGE...; `final` is test bench ab train):
+# Stages, run in the order given (scripts/gpu-session.sh STAGE...; `final` is test bench ab train,
+# `first` is test cases ab profile and `second` bench train, two calls that fit a session):
 #   test     build (without a bundle) and start the whole suite in the background; the stages that
 #            time something wait for it, and the end reports it (the CUDA cases counted apart;
 #            they say "skipped" when no GPU is usable)
@@ -17,13 +18,15 @@
 #            BENCH_ARGS narrows it, e.g. "--models vit_base_patch16_224 --rounds 1"; BENCH_SECONDS
 #            bounds it); it exits 3 when not finished: call it again while the machine is warm
 #            (--resume keeps the runs done)
-#   ab       vitrine-bench ViT-B/16 with VITRINE_CUDA_BF16_COPIES=0 (float32 inputs to cuBLAS's
-#            FAST_16BF instead of bfloat16 copies), to set beside bench's Vitrine run
+#   ab       vitrine-bench ViT-B/16 with every piece of the bf16 path on, then with each off in turn
+#            (flash attention, cuBLASLt epilogues, bfloat16 operands; AB_SETTINGS)
+#   cases    test cases by name (CASES: [ENV=V:]binary:pattern ...; default the backend suite's
+#            CUDA cases, and the bfloat16-operand ones without cuBLASLt), failures in the summary
 #   profile  ViT-B/16 bf16 training at batch 32, 64 and 128, and one step's kernels under Nsight
 #            Compute, their time summed by name
 # DEADLINE (480 s) bounds the whole call: keep it under the call's timeout.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: scripts/gpu-session.sh test|train|bench|ab|profile|final ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: scripts/gpu-session.sh test|train|bench|ab|cases|profile|final ..." >&2; exit 2; }
 OUT=${OUT:-gpu-logs}
 BUILD=${BUILD:-build-gpu}
 DEADLINE=${DEADLINE:-480}
@@ -201,24 +204,51 @@ PY
   head -50 "$LOGS/ncu-summary.txt" >> "$summary"
 }
 
-# The same Vitrine run as bench's without the bfloat16 copies of "medium" products.
+# What each piece of the bf16 path is worth: ViT-B/16 (AB_MODEL) as bench runs it, with every
+# piece on, then with each switched off in turn (AB_SETTINGS: env assignments, "-" for none).
 ab() {
-  timeout 45 env VITRINE_CUDA_BF16_COPIES=0 /tmp/vitrine-bench --model vit_base_patch16_224 \
-    --device cuda --precision bf16 --what train,infer --batch 64 --warmup 3 --repeats 3 \
-    --steps 5 > "$LOGS/vitrine-no-bf16-copies.log" 2>&1
-  say "vitrine without bf16 copies: $(grep -E '^(train|infer) |sgemm peak' \
-    "$LOGS/vitrine-no-bf16-copies.log" | tr -s ' ' | tr '\n' ';')"
+  local model=${AB_MODEL:-vit_base_patch16_224} i=0
+  for setting in ${AB_SETTINGS:-- VITRINE_FLASH_ATTENTION=0 VITRINE_CUDA_LT=0 VITRINE_BF16_OPERANDS=0}; do
+    i=$((i + 1))
+    local envs=()
+    [ "$setting" != - ] && envs=("$setting")
+    timeout 60 env "${envs[@]}" /tmp/vitrine-bench --model "$model" --device cuda \
+      --precision bf16 --what train,infer --batch 64 --warmup 3 --repeats 3 --steps 5 \
+      > "$LOGS/ab-$i.log" 2>&1
+    say "ab $model ${setting/#-/(all on)}: $(grep -E '^(train|infer) |peak' "$LOGS/ab-$i.log" |
+      tr -s ' ' | tr '\n' ';')"
+  done
+}
+
+# Test cases by name, each binary:pattern in CASES (default: every CUDA case of the backend
+# suite, and the bfloat16-operand cases again without cuBLASLt), with their failures in the
+# summary.
+cases() {
+  local i=0
+  for spec in ${CASES:-test_backends:cuda* VITRINE_CUDA_LT=0:test_backends:*bfloat16*}; do
+    i=$((i + 1))
+    local envs=() bin pat
+    if [[ $spec == *=*:*:* ]]; then envs=("${spec%%:*}"); spec=${spec#*:}; fi
+    bin=${spec%%:*} pat=${spec#*:}
+    timeout 300 env "${envs[@]}" "$BUILD/tests/$bin" -tc="$pat" > "$LOGS/cases-$i.log" 2>&1
+    say "cases ${envs[*]} $bin '$pat': exit $? $(grep -E '^\[doctest\] test cases' "$LOGS/cases-$i.log")"
+    grep -E 'ERROR|FATAL|CHECK.*is NOT|with expansion' -A3 "$LOGS/cases-$i.log" | head -40 >> "$summary"
+  done
 }
 
 stages=("$@")
 [ "$*" = final ] && stages=(test bench ab train)
+# A lent machine's 15 minutes in two calls of under 9 (docs/cuda.md): the suite, the named CUDA
+# cases, the A/B of the bf16 path and the profile; then the benchmark against timm and training.
+[ "$*" = first ] && stages=(test cases ab profile)
+[ "$*" = second ] && stages=(bench train)
 for stage in "${stages[@]}"; do
   case $stage in
     test) build; suite & suite_pid=$! ;;
     train) train ;;
-    bench | ab | profile) wait_suite; "$stage" ;;  # timings with nothing else running
+    bench | ab | profile | cases) wait_suite; "$stage" ;;  # timings with nothing else running
     *)
-      echo "scripts/gpu-session.sh: unknown stage '$stage' (expected test, train, bench, ab, profile or final)" >&2
+      echo "scripts/gpu-session.sh: unknown stage '$stage' (expected test, train, bench, ab, cases, profile or final)" >&2
       exit 2
       ;;
   esac

@@ -30,6 +30,16 @@ Layout layout_of(const Strided& m, int64_t rows, int64_t cols) {
 }  // namespace
 
 void CpuBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) {
+  if (a.dtype != c.dtype || b.dtype != c.dtype) {  // bfloat16 operands: float32 copies
+    VT_CHECK(a.dtype == b.dtype && is_floating_point(a.dtype) && !is_float(a.dtype) &&
+                 c.dtype == DType::Float32,
+             "matmul: operands {} and {} into {} (expected one dtype, or 16-bit operands into "
+             "float32)",
+             dtype_name(a.dtype), dtype_name(b.dtype), dtype_name(c.dtype));
+    StoragePtr ka, kb;
+    gemm(as_dtype(a, c.dtype, ka), as_dtype(b, c.dtype, kb), c, accumulate);
+    return;
+  }
   const int nd = c.shape.size();
   VT_ASSERT(nd >= 2 && a.shape.size() == nd && b.shape.size() == nd && c.is_contiguous());
   const int64_t M = c.shape[nd - 2], N = c.shape[nd - 1], K = a.shape[nd - 1];
@@ -90,8 +100,9 @@ void CpuBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c
   const auto plain_rows = [](const Strided* t) {  // [M, N] with unit column stride
     return t == nullptr || (t->shape.size() == 2 && t->strides[1] == 1);
   };
-  if (c.dtype == DType::Float32 && c.shape.size() == 2 && a.shape.size() == 2 &&
-      plain_rows(ep.add) && plain_rows(ep.gelu_out) && plain_rows(ep.gelu_pre)) {
+  if (c.dtype == DType::Float32 && a.dtype == c.dtype && b.dtype == c.dtype &&
+      c.shape.size() == 2 && a.shape.size() == 2 && plain_rows(ep.add) && plain_rows(ep.gelu_out) &&
+      plain_rows(ep.gelu_pre) && !ep.c_copy) {
     const int64_t M = c.shape[0], N = c.shape[1], K = a.shape[1];
     if (M > 0 && N > 0 && K > 0) {
       const Layout la = layout_of(a, M, K), lb = layout_of(b, K, N);

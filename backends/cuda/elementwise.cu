@@ -576,6 +576,56 @@ cudaError_t gemm_epilogue(Dt dtype, void* c, int64_t M, int64_t N, const void* b
   });
 }
 
+namespace {
+/// gemm_epilogue for a float32 c whose GELU operands and copy may be bfloat16 (the bfloat16
+/// operands of linear layers): one block per row (a grid-stride loop over rows), threads over
+/// its columns, so that no thread divides. gelu_out, pre and c_copy are float32 when their flag
+/// says so, else bfloat16 (uint16_t bits, rounded to nearest even as every conversion here).
+__global__ void gemm_epilogue_mixed_kernel(float* c, int64_t M, int64_t N, const float* bias,
+                                           const float* add, int64_t add_ld, void* gelu_out,
+                                           bool gelu_f32, const void* pre, bool pre_f32,
+                                           int64_t pre_ld, uint16_t* c_copy) {
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    float* row = c + m * N;
+    for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
+      float v = row[n];
+      if (bias) v = v + bias[n];
+      if (add) v = v + add[m * add_ld + n];
+      if (gelu_out) {
+        const float g = UnaryFn<Unary::Gelu, float>{}(v);
+        if (gelu_f32)
+          static_cast<float*>(gelu_out)[m * N + n] = g;
+        else
+          static_cast<uint16_t*>(gelu_out)[m * N + n] = float_to_bf16(g);
+      }
+      if (pre) {
+        const float p = pre_f32 ? static_cast<const float*>(pre)[m * pre_ld + n]
+                                : bf16_to_float(static_cast<const uint16_t*>(pre)[m * pre_ld + n]);
+        v = BinaryFn<Binary::GeluBackward, float>{}(p, v);
+      }
+      row[n] = v;
+      if (c_copy) c_copy[m * N + n] = float_to_bf16(v);
+    }
+  }
+}
+}  // namespace
+
+cudaError_t gemm_epilogue_mixed(float* c, int64_t M, int64_t N, const float* bias,
+                                const float* add, int64_t add_ld, void* gelu_out, Dt gelu_dt,
+                                const void* pre, Dt pre_dt, int64_t pre_ld, void* c_copy,
+                                cudaStream_t stream) {
+  if (M * N == 0) return cudaSuccess;
+  if ((gelu_out && gelu_dt != Dt::F32 && gelu_dt != Dt::BF16) ||
+      (pre && pre_dt != Dt::F32 && pre_dt != Dt::BF16) || (gelu_out && gelu_out == c && gelu_dt != Dt::F32))
+    return cudaErrorInvalidValue;
+  const int threads = N >= 1024 ? 512 : 256;
+  const int64_t blocks = std::min<int64_t>(M, 65535);
+  gemm_epilogue_mixed_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+      c, M, N, bias, add, add_ld, gelu_out, gelu_dt == Dt::F32, pre, pre_dt == Dt::F32, pre_ld,
+      static_cast<uint16_t*>(c_copy));
+  return cudaGetLastError();
+}
+
 cudaError_t fill(const View& dst, double value, cudaStream_t stream) {
   const int64_t n = dst.numel();
   if (n == 0) return cudaSuccess;

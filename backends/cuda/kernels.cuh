@@ -109,6 +109,13 @@ cudaError_t binary(Binary op, const View& a, const View& b, const View& y, cudaS
 cudaError_t gemm_epilogue(Dt dtype, void* c, int64_t M, int64_t N, const void* bias,
                           const void* add, int64_t add_ld, void* gelu_out, const void* pre,
                           int64_t pre_ld, cudaStream_t stream);
+/// gemm_epilogue for a float32 c [M, N] (contiguous) with GELU operands of their own dtypes
+/// (float32 or bfloat16), and c_copy: the final c as bfloat16 [M, N] (null: none). bias, add as
+/// gemm_epilogue's (null when the product already added them).
+cudaError_t gemm_epilogue_mixed(float* c, int64_t M, int64_t N, const float* bias,
+                                const float* add, int64_t add_ld, void* gelu_out, Dt gelu_dt,
+                                const void* pre, Dt pre_dt, int64_t pre_ld, void* c_copy,
+                                cudaStream_t stream);
 /// y = cond ? a : b.
 cudaError_t where(const View& cond, const View& a, const View& b, const View& y,
                   cudaStream_t stream);
@@ -152,6 +159,21 @@ cudaError_t scaled_softmax_rows(const View& s, int64_t rows, int64_t n, double s
 /// sum_j dp[r, j] p[r, j]).   p, dp: [rows, n] contiguous.
 cudaError_t scaled_softmax_rows_backward(const View& p, const View& dp, int64_t rows, int64_t n,
                                          double scale, cudaStream_t stream);
+
+// ---- flash_attention.cu: FlashAttention-2 on bfloat16 tensor cores ---------------------------
+/// Whether flash_attention takes these: dtype float32 or bfloat16, Dh 32, 64 or 128, B and H at
+/// most 65535, and a GPU of compute capability 8.0 or above (bfloat16 wmma).
+bool flash_attention_supported(Dt dtype, int64_t B, int64_t N, int64_t H, int64_t Dh);
+/// Backend::flash_attention: qkv [B, N, 3, H, Dh] and out [B, N, H, Dh] contiguous, of dtype;
+/// lse [B, H, N] float32.
+cudaError_t flash_attention(Dt dtype, const void* qkv, void* out, float* lse, int64_t B, int64_t N,
+                            int64_t H, int64_t Dh, double scale, bool causal, cudaStream_t stream);
+/// Backend::flash_attention_backward into dqkv (every element written); D: [B, H, N] float32
+/// scratch (rowsum(dout out), written and read here).
+cudaError_t flash_attention_backward(Dt dtype, const void* qkv, const void* out, const void* dout,
+                                     const float* lse, float* D, void* dqkv, int64_t B, int64_t N,
+                                     int64_t H, int64_t Dh, double scale, bool causal,
+                                     cudaStream_t stream);
 
 // ---- image.cu: convolution columns and resizing ----------------------------------------------
 /// One image (x [C, H, W], cols [K, L]) as Backend::im2col, or a batch in one launch: x [n, C, H,

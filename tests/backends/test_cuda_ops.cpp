@@ -12,6 +12,7 @@
 
 #include "backends/conv_algorithm.h"
 #include "backends/matmul_precision.h"
+#include "bf16_layers.h"
 #include "models/vit.h"
 #include "nn/optim/adam.h"
 #include "test_util.h"
@@ -253,6 +254,14 @@ TEST_CASE("cuda ops: float32 products under the high and medium matmul precision
               1e-3, 1e-4);
   set_float32_matmul_precision("high");
   check_close(ops::matmul(a.to(kGpu), b.to(kGpu)).to(kCPU).to(kFloat64), full, 5e-2, 1e-2);
+}
+
+// The layers on bfloat16 operands (tests/bf16_layers.h, also run on the CPU by tests/ops). Run
+// with VITRINE_CUDA_LT=0 too (the epilogue pass instead of cuBLASLt's), as
+// scripts/gpu-session.sh does.
+TEST_CASE("cuda ops: linear layers on bfloat16 operands (cuBLASLt epilogues)") {
+  if (!gpu_or_skip()) return;
+  check_bf16_layers(kGpu);
 }
 
 TEST_CASE("cuda ops: shapes, copies, cat, index_select, gather") {
