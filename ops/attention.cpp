@@ -17,20 +17,21 @@
 
 namespace vitrine::ops {
 
-using detail::check_float;
-using detail::empty_on;
-using detail::no_double_backward;
-using detail::plain;
-
-namespace {
-/// The kernel's view of a contiguous [B, N, 3 D] tensor as [B, N, 3, heads, D / heads].
-Strided view5(const Tensor& t, int64_t heads) {
+Strided detail::view5(const Tensor& t, int64_t heads) {
   Strided s = t.strided();
   const int64_t B = t.size(0), N = t.size(1), D = t.size(2) / 3;
   s.shape = {B, N, 3, heads, D / heads};
   s.strides = {N * 3 * D, 3 * D, D, D / heads, 1};
   return s;
 }
+
+using detail::check_float;
+using detail::empty_on;
+using detail::no_double_backward;
+using detail::plain;
+using detail::view5;
+
+namespace {
 void check_qkv_shape(const Tensor& qkv, int64_t heads, const char* op) {
   detail::check_defined(qkv, op, "qkv");
   VT_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0,

@@ -29,6 +29,8 @@ Tensor no_double_backward(Tensor y, std::string_view op, const std::vector<Tenso
 Dims reduce_dims(const Dims& dims, int ndim, const char* op);
 /// The shape with the reduced dims set to 1.
 Dims keepdim_shape(const Dims& shape, const Dims& rdims);
+/// The attention kernels' view of a contiguous qkv [B, N, 3 D] as [B, N, 3, heads, D / heads].
+Strided view5(const Tensor& t, int64_t heads);
 /// Removes the reduced dims from a keepdim-shaped result.
 Dims squeezed_shape(const Dims& shape, const Dims& rdims);
 

@@ -38,6 +38,23 @@ void skip(const std::string& why) {
 
 bool skipped() { return g_skipped; }
 
+const std::string& gpu_unavailable() {
+  static const std::string why = [] {
+    try {
+      ops::zeros({1}, kFloat32, Device::parse("cuda")).to(kCPU);
+      return std::string();
+    } catch (const Error& e) {
+      return std::string("no GPU: ") + e.what();
+    }
+  }();
+  return why;
+}
+
+bool gpu_or_skip() {
+  if (!gpu_unavailable().empty()) skip(gpu_unavailable());
+  return gpu_unavailable().empty();
+}
+
 void check_close(const Tensor& t, const std::vector<double>& expected, double atol, double rtol) {
   REQUIRE(t.defined());
   std::vector<double> v = t.to_vector<double>();

@@ -18,6 +18,10 @@ namespace vt_test {
 void skip(const std::string& why);
 /// Whether skip() was called in this process.
 bool skipped();
+/// Why no GPU is usable here ("no GPU: ..."), or "" when one is (asked once per process).
+const std::string& gpu_unavailable();
+/// Whether a GPU is usable; if not, skip() says why. The CUDA cases open with it.
+bool gpu_or_skip();
 
 using namespace vitrine;
 

@@ -20,6 +20,7 @@
 
 #include "backends/matmul_precision.h"
 #include "models/vit.h"
+#include "ops/helpers.h"
 #include "test_util.h"
 
 using namespace vitrine;
@@ -29,33 +30,13 @@ namespace {
 
 const Device kGpu = Device::parse("cuda");
 
-bool gpu_or_skip() {
-  static std::string why = [] {
-    try {
-      ops::zeros({1}, kFloat32, kGpu).to(kCPU);
-      return std::string();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-  }();
-  if (!why.empty()) skip("no GPU: " + why);
-  return why.empty();
-}
-
 /// Sets the float32 matmul precision for a scope.
 struct Precision {
   explicit Precision(const char* p) { set_float32_matmul_precision(p); }
   ~Precision() { set_float32_matmul_precision("highest"); }
 };
 
-/// qkv [B, N, 3 H Dh] as the kernels' [B, N, 3, H, Dh].
-Strided view5(const Tensor& t, int64_t H) {
-  Strided s = t.strided();
-  const int64_t B = t.size(0), N = t.size(1), D = t.size(2) / 3;
-  s.shape = {B, N, 3, H, D / H};
-  s.strides = {N * 3 * D, 3 * D, D, D / H, 1};
-  return s;
-}
+using ops::detail::view5;  // qkv [B, N, 3 H Dh] as the kernels' [B, N, 3, H, Dh]
 
 /// max |a - ref|, in float64 (a NaN anywhere makes it NaN, which fails any bound).
 double max_err(const Tensor& a, const Tensor& ref) {

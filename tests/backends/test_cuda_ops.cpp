@@ -24,20 +24,6 @@ namespace {
 
 const Device kGpu = Device::parse("cuda");
 
-/// Whether a GPU is usable; if not, prints why this case is skipped.
-bool gpu_or_skip() {
-  static std::string why = [] {
-    try {
-      ops::zeros({1}, kFloat32, kGpu).to(kCPU);
-      return std::string();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-  }();
-  if (!why.empty()) skip("no GPU: " + why);
-  return why.empty();
-}
-
 struct Tol {
   double f32 = 1e-4, f64 = 1e-9;
 };

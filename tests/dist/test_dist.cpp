@@ -451,11 +451,7 @@ std::string nccl_unavailable() {
   if (!dist::have_nccl())
     return "this build has no NCCL (VITRINE_CUDA=ON finds nccl.h and libnccl in the CUDA "
            "toolkit; VITRINE_NCCL=OFF turns it off)";
-  try {
-    ops::zeros({1}, kFloat32, Device::parse("cuda")).to(kCPU);
-  } catch (const Error& e) {
-    return std::string("no GPU: ") + e.what();
-  }
+  if (!vt_test::gpu_unavailable().empty()) return vt_test::gpu_unavailable();
   if (world().size() != 1) return "a one-rank case, run as a world of one (not under mpirun)";
   return "";
 }
