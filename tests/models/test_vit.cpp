@@ -42,55 +42,6 @@ std::multiset<std::string> graph_ops(const Tensor& y) {
   return names;
 }
 
-/// A row of summary_table: indentation depth, "name (Type)", output shape, Param # (0 for "--").
-struct TableRow {
-  int depth;
-  std::string label, shape;
-  int64_t params;
-};
-
-/// The rows between the table's header and its footer; columns are separated by two or more
-/// spaces (labels and shapes hold single ones).
-std::vector<TableRow> table_rows(const std::string& table) {
-  std::vector<TableRow> rows;
-  std::istringstream in(table);
-  int rules = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("=")) {
-      ++rules;
-      continue;
-    }
-    if (rules != 2) continue;  // the header sits between the first two rules
-    const size_t indent = line.find_first_not_of(' ');
-    std::vector<std::string> cols;
-    for (size_t i = indent; i < line.size();) {
-      size_t gap = line.find("  ", i);
-      cols.push_back(line.substr(i, gap - i));
-      if (gap == std::string::npos) break;
-      i = line.find_first_not_of(' ', gap);
-    }
-    REQUIRE_MESSAGE(cols.size() == 3, line);
-    std::string digits;
-    for (char ch : cols[2])
-      if (ch != ',') digits += ch;
-    rows.push_back(
-        {static_cast<int>(indent / 2), cols[0], cols[1], cols[2] == "--" ? 0 : std::stoll(digits)});
-  }
-  return rows;
-}
-
-const TableRow& row_of(const std::vector<TableRow>& rows, const std::string& label) {
-  auto it =
-      std::find_if(rows.begin(), rows.end(), [&](const TableRow& r) { return r.label == label; });
-  REQUIRE_MESSAGE(it != rows.end(), "no row " << label);
-  return *it;
-}
-
-int64_t sum_params(const std::vector<TableRow>& rows) {
-  int64_t n = 0;
-  for (const TableRow& r : rows) n += r.params;
-  return n;
-}
 }  // namespace
 
 TEST_CASE("vit config: JSON round trip, errors, presets") {
