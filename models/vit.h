@@ -130,16 +130,11 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   /// One head's output (attention-weighted values) of one layer: [B, N, head_dim].
   Tensor get_attention_output(const Tensor& images, int64_t layer, int64_t head,
                               const ViTForwardOptions& options = {});
-  /// A torchinfo-style table (torchinfo.summary(model, depth=inf)): every module, pre-order and
-  /// indented by depth, named by its full name and type ("blocks.0.attn.qkv (Linear)"), with the
-  /// output shape of a forward on zeros [batch, C, H, W] (eval mode, no gradients; recorded by
-  /// forward hooks; "--" for a module not called itself, as blocks (ModuleList)) and its Param #.
-  /// Param # is what the row's module owns itself, torchinfo's convention at full depth: a leaf's
-  /// parameters, while a module with children shows "--" and each tensor it owns directly gets a
-  /// "(Parameter)" row with the tensor's shape (cls_token, register_tokens, pos_embed of the top
-  /// module), so the rows add up to num_parameters(). Then total, trainable and non-trainable
-  /// parameters and sizes in MB (input, leaf modules' outputs, parameters). The training flags,
-  /// hooks, attention captures, block outputs and last_grid() are left as they were.
+  /// nn::summary(*this, [batch, C, H, W]): the torchinfo-style table (every module with its output
+  /// shape on zeros and its own parameters; cls_token, register_tokens and pos_embed on
+  /// "(Parameter)" rows; "--" for a module not called itself, as blocks (ModuleList)). The
+  /// training flags, hooks, attention captures, block outputs and last_grid() are left as they
+  /// were.
   std::string summary_table(int64_t batch = 1);
 
   /// Replaces the head for another number of classes (transfer learning), freshly initialised.

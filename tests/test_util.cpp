@@ -222,8 +222,8 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
-std::vector<TableRow> table_rows(const std::string& table) {
-  std::vector<TableRow> rows;
+std::vector<SummaryRow> summary_rows(const std::string& table) {
+  std::vector<SummaryRow> rows;
   std::istringstream in(table);
   int rules = 0;
   for (std::string line; std::getline(in, line);) {
@@ -250,16 +250,16 @@ std::vector<TableRow> table_rows(const std::string& table) {
   return rows;
 }
 
-const TableRow& row_of(const std::vector<TableRow>& rows, const std::string& label) {
+const SummaryRow& row_of(const std::vector<SummaryRow>& rows, const std::string& label) {
   auto it =
-      std::find_if(rows.begin(), rows.end(), [&](const TableRow& r) { return r.label == label; });
+      std::find_if(rows.begin(), rows.end(), [&](const SummaryRow& r) { return r.label == label; });
   REQUIRE_MESSAGE(it != rows.end(), "no row " << label);
   return *it;
 }
 
-int64_t sum_params(const std::vector<TableRow>& rows) {
+int64_t sum_params(const std::vector<SummaryRow>& rows) {
   int64_t n = 0;
-  for (const TableRow& r : rows) n += r.params;
+  for (const SummaryRow& r : rows) n += r.params;
   return n;
 }
 

@@ -66,7 +66,7 @@ TEST_CASE("resnet: nn::summary of ResNet-8, every parameter on a row, the total 
   models::ResNet m(c, g);
   const std::string s = nn::summary(m, {1, 1, 28, 28});
   INFO(s);
-  const auto rows = table_rows(s);
+  const auto rows = summary_rows(s);
   // stem 3x3 conv (no bias) and its batch norm; per block two 3x3 convs and two batch norms, the
   // blocks that halve the map a 1x1 conv and a batch norm more; fc with its bias
   const int64_t stem = 16 * 1 * 9 + 2 * 16;

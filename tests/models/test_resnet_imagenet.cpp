@@ -144,7 +144,7 @@ TEST_CASE("resnet imagenet: nn::summary of ResNet-18 at 224x224, torchvision's t
   models::ResNet m(models::ResNetConfig::preset("resnet18"), g);
   const std::string s = nn::summary(m, {1, 3, 224, 224});
   INFO(s);
-  const auto rows = table_rows(s);
+  const auto rows = summary_rows(s);
   CHECK(sum_params(rows) == 11689512);  // torchvision's resnet18
   CHECK(count(s, "Total params: 11,689,512\nTrainable params: 11,689,512\n") == 1);
   CHECK(row_of(rows, "conv1 (Conv2d)").shape == "[1, 64, 112, 112]");

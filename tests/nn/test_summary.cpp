@@ -41,7 +41,7 @@ TEST_CASE("nn summary: a CNN built from nn layers, its rows and its totals by ha
   m.features->child("0")->requires_grad_(false);  // the first convolution frozen
   const std::string s = nn::summary(m, {2, 1, 12, 12});
   INFO(s);
-  const auto rows = table_rows(s);
+  const auto rows = summary_rows(s);
   const int64_t conv1 = 8 * 1 * 3 * 3 + 8, bn = 2 * 8, conv2 = 16 * 8 * 3 * 3 + 16;
   const int64_t fc = 16 * 10 + 10;
   const std::vector<std::tuple<int, std::string, std::string, int64_t>> expected{
