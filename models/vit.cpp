@@ -1,247 +1,17 @@
-// The Vision Transformer: config (JSON, presets), the model, position-embedding interpolation, and
-// introspection for the explain tools. See vit.h for the computation and the names.
+// The Vision Transformer: the model, position-embedding interpolation, and introspection for the
+// explain tools (the config is vit_config.cpp's). See vit.h for the computation and the names.
 #include "models/vit.h"
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <map>
-#include <set>
 
 #include "autograd/grad_mode.h"
 #include "nn/chunks.h"
 #include "nn/init.h"
-#include "nn/json.h"
+#include "nn/summary.h"
 #include "ops/ops.h"
 
 namespace vitrine::models {
-
-// ---- config ----------------------------------------------------------------------------------
-
-void ViTConfig::validate() const {
-  VT_CHECK(image_h > 0 && image_w > 0 && patch > 0 && channels > 0,
-           "ViTConfig: image {}x{}, patch {} and channels {} must be positive", image_h, image_w,
-           patch, channels);
-  VT_CHECK(image_h % patch == 0 && image_w % patch == 0,
-           "ViTConfig: image size {}x{} is not a multiple of the patch size {}", image_h, image_w,
-           patch);
-  VT_CHECK(
-      patch_kernel == 0 || (patch_kernel >= patch && (patch_kernel - patch) % 2 == 0),
-      "ViTConfig: patch_kernel {} must be 0 (the patch size) or the patch size {} plus an even "
-      "number",
-      patch_kernel, patch);
-  VT_CHECK(stem.size() <= 8, "ViTConfig: stem has {} stages, at most 8 are allowed", stem.size());
-  for (int64_t w : stem)
-    VT_CHECK(w > 0 && w <= 4096, "ViTConfig: stem widths must be in [1, 4096], got {}", w);
-  VT_CHECK(stem.empty() || patch_kernel == 0,
-           "ViTConfig: a stem and patch_kernel {} cannot be combined (the stem overlaps its "
-           "windows already)",
-           patch_kernel);
-  VT_CHECK(dim > 0 && depth > 0 && heads > 0 && mlp_dim > 0,
-           "ViTConfig: dim {}, depth {}, heads {} and mlp_dim {} must be positive", dim, depth,
-           heads, mlp_dim);
-  VT_CHECK(dim_head >= 0, "ViTConfig: dim_head must be >= 0 (0: dim / heads), got {}", dim_head);
-  VT_CHECK(dim_head > 0 || dim % heads == 0,
-           "ViTConfig: dim {} is not divisible by heads {} (or set dim_head)", dim, heads);
-  VT_CHECK(num_classes >= 0 && representation >= 0 && registers >= 0,
-           "ViTConfig: num_classes, representation and registers must be >= 0");
-  VT_CHECK(pool == "cls" || pool == "mean", "ViTConfig: pool '{}' is not 'cls' or 'mean'", pool);
-  for (double p : {dropout, attn_dropout, embed_dropout, drop_path})
-    VT_CHECK(p >= 0 && p < 1, "ViTConfig: dropout rates must be in [0, 1), got {}", p);
-  VT_CHECK(eps > 0, "ViTConfig: eps must be positive, got {}", eps);
-  // Upper bounds, so that a tiny hostile config cannot ask for an absurd model (or overflow the
-  // sizes computed from it): far above every published ViT (ViT-22B: dim 6144, depth 48).
-  const auto at_most = [](const char* name, int64_t v, int64_t hi) {
-    VT_CHECK(v <= hi, "ViTConfig: {} is {}, over the limit of {}", name, v, hi);
-  };
-  at_most("image height", image_h, 16384);
-  at_most("image width", image_w, 16384);
-  at_most("patch_kernel", patch_kernel, 16384);
-  at_most("channels", channels, 4096);
-  at_most("dim", dim, 65536);
-  at_most("depth", depth, 4096);
-  at_most("mlp_dim", mlp_dim, 262144);
-  at_most("dim_head", dim_head, 65536);
-  at_most("heads", heads, 65536);
-  at_most("num_classes", num_classes, 1 << 24);
-  at_most("representation", representation, 65536);
-  at_most("registers", registers, 4096);
-  at_most("tokens (patches per image)", (image_h / patch) * (image_w / patch), 1 << 20);
-}
-
-std::vector<int64_t> ViTConfig::stem_strides() const {
-  std::vector<int64_t> strides;
-  int64_t left = patch;
-  for (size_t i = 0; i < stem.size(); ++i) {
-    strides.push_back(left % 2 == 0 ? 2 : 1);
-    left /= strides.back();
-  }
-  return strides;
-}
-
-int64_t ViTConfig::stem_stride() const {
-  int64_t product = 1;
-  for (int64_t s : stem_strides()) product *= s;
-  return product;
-}
-
-nlohmann::json ViTConfig::to_json() const {
-  return {{"image_size", {image_h, image_w}},
-          {"patch", patch},
-          {"patch_kernel", patch_kernel},
-          {"stem", stem},
-          {"channels", channels},
-          {"num_classes", num_classes},
-          {"dim", dim},
-          {"depth", depth},
-          {"heads", heads},
-          {"dim_head", dim_head},
-          {"mlp_dim", mlp_dim},
-          {"dropout", dropout},
-          {"attn_dropout", attn_dropout},
-          {"embed_dropout", embed_dropout},
-          {"drop_path", drop_path},
-          {"pool", pool},
-          {"representation", representation},
-          {"qkv_bias", qkv_bias},
-          {"eps", eps},
-          {"registers", registers},
-          {"layer_scale", layer_scale},
-          {"layer_scale_init", layer_scale_init},
-          {"no_embed_class", no_embed_class},
-          {"fc_norm", fc_norm},
-          {"final_norm", final_norm}};
-}
-
-ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
-  VT_CHECK(j.is_object(), "ViTConfig: expected a JSON object, got {}", j.type_name());
-  ViTConfig c;
-  // Sizes must be whole numbers (16.7 is refused, not truncated) and every number finite; the
-  // ranges are validate()'s.
-  const auto integer = [](const std::string& k, const nlohmann::json& v) {
-    return nn::json_integer(v, fmt::format("ViTConfig: '{}'", k),
-                            std::numeric_limits<int64_t>::min());
-  };
-  const auto number = [](const std::string& k, const nlohmann::json& v) {
-    return nn::json_number(v, fmt::format("ViTConfig: '{}'", k));
-  };
-  for (const auto& [k, v] : j.items()) {
-    try {
-      if (k == "image_size") {
-        if (v.is_array()) {
-          VT_CHECK(v.size() == 2, "ViTConfig: image_size must be a number or [h, w]");
-          c.image_h = integer(k, v[0]);
-          c.image_w = integer(k, v[1]);
-        } else {
-          c.image_h = c.image_w = integer(k, v);
-        }
-      } else if (k == "patch")
-        c.patch = integer(k, v);
-      else if (k == "patch_kernel")
-        c.patch_kernel = integer(k, v);
-      else if (k == "stem") {
-        VT_CHECK(v.is_array() && v.size() <= 8,
-                 "ViTConfig: stem must be a list of at most 8 widths, got {}", v.dump());
-        c.stem.clear();
-        for (const auto& w : v) c.stem.push_back(integer(k, w));
-      } else if (k == "channels")
-        c.channels = integer(k, v);
-      else if (k == "num_classes")
-        c.num_classes = integer(k, v);
-      else if (k == "dim")
-        c.dim = integer(k, v);
-      else if (k == "depth")
-        c.depth = integer(k, v);
-      else if (k == "heads")
-        c.heads = integer(k, v);
-      else if (k == "dim_head")
-        c.dim_head = integer(k, v);
-      else if (k == "mlp_dim")
-        c.mlp_dim = integer(k, v);
-      else if (k == "dropout")
-        c.dropout = number(k, v);
-      else if (k == "attn_dropout")
-        c.attn_dropout = number(k, v);
-      else if (k == "embed_dropout")
-        c.embed_dropout = number(k, v);
-      else if (k == "drop_path")
-        c.drop_path = number(k, v);
-      else if (k == "pool")
-        c.pool = v.get<std::string>();
-      else if (k == "representation")
-        c.representation = integer(k, v);
-      else if (k == "qkv_bias")
-        c.qkv_bias = v.get<bool>();
-      else if (k == "eps")
-        c.eps = number(k, v);
-      else if (k == "registers")
-        c.registers = integer(k, v);
-      else if (k == "layer_scale")
-        c.layer_scale = v.get<bool>();
-      else if (k == "layer_scale_init")
-        c.layer_scale_init = number(k, v);
-      else if (k == "no_embed_class")
-        c.no_embed_class = v.get<bool>();
-      else if (k == "fc_norm")
-        c.fc_norm = v.get<bool>();
-      else if (k == "final_norm")
-        c.final_norm = v.get<bool>();
-      else
-        fail("ViTConfig: unknown key '{}'", k);
-    } catch (const nlohmann::json::exception& e) {
-      fail("ViTConfig: key '{}' has the wrong type ({})", k, e.what());
-    }
-  }
-  c.validate();
-  return c;
-}
-
-namespace {
-struct Size {
-  const char* name;
-  int64_t dim, depth, heads, mlp;
-};
-constexpr Size kSizes[] = {{"tiny", 192, 12, 3, 768},
-                           {"small", 384, 12, 6, 1536},
-                           {"base", 768, 12, 12, 3072},
-                           {"large", 1024, 24, 16, 4096}};
-}  // namespace
-
-std::vector<std::string> ViTConfig::preset_names() {
-  std::vector<std::string> names;
-  for (const Size& s : kSizes)
-    for (int p : {8, 16, 32}) names.push_back(fmt::format("vit_{}_patch{}_224", s.name, p));
-  names.push_back("fmnist");
-  names.push_back("cifar10");
-  return names;
-}
-
-ViTConfig ViTConfig::preset(const std::string& name) {
-  ViTConfig c;
-  if (name == "fmnist") {
-    c.image_h = c.image_w = 28;
-    c.patch = 4;
-    c.channels = 1;
-    c.num_classes = 10;
-    c.dim = 128, c.depth = 6, c.heads = 4, c.mlp_dim = 256;
-    return c;
-  }
-  if (name == "cifar10") {
-    c.image_h = c.image_w = 32;
-    c.patch = 4;
-    c.num_classes = 10;
-    c.dim = 192, c.depth = 6, c.heads = 3, c.mlp_dim = 768;
-    return c;
-  }
-  for (const Size& s : kSizes)
-    for (int p : {8, 16, 32})
-      if (name == fmt::format("vit_{}_patch{}_224", s.name, p)) {
-        c.patch = p;
-        c.dim = s.dim, c.depth = s.depth, c.heads = s.heads, c.mlp_dim = s.mlp;
-        return c;
-      }
-  fail("ViTConfig: unknown preset '{}' (known: {})", name, fmt::join(preset_names(), ", "));
-}
 
 // ---- modules ---------------------------------------------------------------------------------
 
@@ -652,156 +422,29 @@ Tensor VisionTransformer::get_attention_output(const Tensor& images, int64_t lay
 
 // ---- summary table ---------------------------------------------------------------------------
 
-namespace {
-/// 86567656 -> "86,567,656" (torchinfo's numbers)
-std::string with_commas(int64_t n) {
-  const std::string digits = std::to_string(n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
-/// What a forward hook saw of a module's output.
-struct ModuleOutput {
-  Dims shape;
-  int64_t bytes = 0;
-};
-
-struct SummaryRow {
-  std::string label, shape;
-  int64_t params = 0;  // printed "--" when 0
-  int depth = 0;
-};
-
-struct SummaryTotals {
-  int64_t leaf_output_bytes = 0, param_bytes = 0;
-};
-
-/// One row per module, pre-order; a leaf module's row counts its parameters, a module with
-/// children gets a Parameter row for each tensor it owns itself (the ViT's tokens). A tensor
-/// shared by two modules counts on its first row only, as in num_parameters().
-std::vector<SummaryRow> summary_rows(
-    const std::vector<std::pair<std::string, nn::Module*>>& modules,
-    const std::map<const nn::Module*, ModuleOutput>& outputs, SummaryTotals& totals) {
-  std::vector<SummaryRow> rows;
-  std::set<const TensorImpl*> counted;
-  for (const auto& [name, mod] : modules) {
-    const int depth =
-        name.empty() ? 0 : static_cast<int>(std::count(name.begin(), name.end(), '.')) + 1;
-    const bool leaf = mod->named_children().empty();
-    const auto out = outputs.find(mod);
-    if (leaf && out != outputs.end()) totals.leaf_output_bytes += out->second.bytes;
-    SummaryRow row{name.empty() ? mod->type_name() : fmt::format("{} ({})", name, mod->type_name()),
-                   out != outputs.end() ? out->second.shape.str() : "--", 0, depth};
-    std::vector<SummaryRow> tensors;
-    for (const auto& [pname, p] : mod->named_parameters(false)) {
-      const int64_t n = counted.insert(p.impl_ptr().get()).second ? p.numel() : 0;
-      totals.param_bytes += n * static_cast<int64_t>(dtype_size(p.dtype()));
-      if (leaf)
-        row.params += n;
-      else
-        tensors.push_back({fmt::format("{}{} (Parameter)", name.empty() ? "" : name + ".", pname),
-                           p.shape().str(), n, depth + 1});
-    }
-    rows.push_back(row);
-    rows.insert(rows.end(), tensors.begin(), tensors.end());
-  }
-  return rows;
-}
-
-std::string format_summary(const std::vector<SummaryRow>& rows, const SummaryTotals& totals,
-                           int64_t total, int64_t trainable, int64_t input_bytes) {
-  size_t label_w = std::string("Layer (type)").size(), shape_w = std::string("Output Shape").size();
-  for (const SummaryRow& r : rows) {
-    label_w = std::max(label_w, 2 * static_cast<size_t>(r.depth) + r.label.size());
-    shape_w = std::max(shape_w, r.shape.size());
-  }
-  const size_t params_w = 12, width = label_w + 2 + shape_w + 2 + params_w;
-  const std::string rule = std::string(width, '=') + "\n", thin = std::string(width, '-') + "\n";
-  auto line = [&](const std::string& label, const std::string& shape, const std::string& params) {
-    return fmt::format("{:<{}}  {:<{}}  {:>{}}\n", label, label_w, shape, shape_w, params,
-                       params_w);
-  };
-  std::string out = rule + line("Layer (type)", "Output Shape", "Param #") + rule;
-  for (const SummaryRow& r : rows)
-    out += line(std::string(2 * static_cast<size_t>(r.depth), ' ') + r.label, r.shape,
-                r.params ? with_commas(r.params) : "--");
-  out += rule;
-  out +=
-      "Param #: parameters the row's module owns itself; its children's are on\n"
-      "their rows, a container's own tensors (cls_token, pos_embed) on Parameter\n"
-      "rows, so the rows add up to Total params. Output Shape --: the module is\n"
-      "not called itself in an eval-mode forward (its owner calls its children,\n"
-      "reads its tensors or skips it).\n";
-  out += thin;
-  out += fmt::format("Total params: {}\nTrainable params: {}\nNon-trainable params: {}\n",
-                     with_commas(total), with_commas(trainable), with_commas(total - trainable));
-  out += thin;
-  auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e6; };
-  out += fmt::format(
-      "Input size (MB): {:.2f}\nForward pass size (MB): {:.2f} (the leaf modules' outputs)\n"
-      "Params size (MB): {:.2f}\nEstimated total size (MB): {:.2f}\n",
-      mb(input_bytes), mb(totals.leaf_output_bytes), mb(totals.param_bytes),
-      mb(input_bytes + totals.leaf_output_bytes + totals.param_bytes));
-  return out + rule;
-}
-}  // namespace
-
 std::string VisionTransformer::summary_table(int64_t batch) {
   VT_CHECK(batch > 0, "summary_table: batch must be positive, got {}", batch);
-  // One forward on zeros, in eval mode and without gradients, with a forward hook on every module
-  // recording its output. Whatever happens, the hooks go, and the training flags, the attention
-  // captures, the patch grid and the block outputs of the last real forward come back.
+  // nn::summary restores the hooks and training flags; the attention captures, the patch grid and
+  // the block outputs of the last real forward come back here, whatever happens.
   struct Restore {
     VisionTransformer& m;
     std::pair<int64_t, int64_t> grid;
     std::vector<Tensor> outputs;
     std::vector<std::pair<bool, bool>> capture = {};
-    std::vector<std::pair<nn::Module*, bool>> training = {};
-    std::vector<std::pair<nn::Module*, int64_t>> hooks = {};
     ~Restore() {
-      for (auto& [mod, handle] : hooks) mod->remove_forward_hook(handle);
-      for (auto& [mod, on] : training) mod->train(on);  // parents first: children keep their own
       for (size_t i = 0; i < capture.size(); ++i)
         m.blocks->at<ViTBlock>(i)->attn->capture(capture[i].first, capture[i].second);
       m.last_grid_ = grid;
       m.block_outputs_ = outputs;
     }
   };
-  const auto modules = named_modules();  // pre-order, children in registration order
-  std::map<const nn::Module*, ModuleOutput> outputs;
-  Tensor images = ops::zeros({batch, config_.channels, config_.image_h, config_.image_w},
-                             patch_embed->weight.dtype(), patch_embed->weight.device());
-  {
-    Restore restore{*this, last_grid_, block_outputs_};
-    for (const auto& b : *blocks) {
-      auto attn = std::static_pointer_cast<ViTBlock>(b)->attn;
-      restore.capture.emplace_back(attn->capturing_probs(), attn->capturing_grads());
-      attn->capture(false);
-    }
-    for (const auto& [name, mod] : modules) {
-      restore.training.emplace_back(mod, mod->is_training());
-      restore.hooks.emplace_back(
-          mod,
-          mod->register_forward_hook([&outputs](nn::Module& m, const Tensor&, const Tensor& y) {
-            outputs[&m] = {y.shape(), y.numel() * static_cast<int64_t>(dtype_size(y.dtype()))};
-            return Tensor();
-          }));
-    }
-    eval();
-    NoGradGuard no_grad;
-    (*this)(images);
+  Restore restore{*this, last_grid_, block_outputs_};
+  for (const auto& b : *blocks) {
+    auto attn = std::static_pointer_cast<ViTBlock>(b)->attn;
+    restore.capture.emplace_back(attn->capturing_probs(), attn->capturing_grads());
+    attn->capture(false);
   }
-  SummaryTotals totals;
-  const std::vector<SummaryRow> rows = summary_rows(modules, outputs, totals);
-  int64_t listed = 0;
-  for (const SummaryRow& r : rows) listed += r.params;
-  VT_ASSERT(listed == num_parameters());
-  return format_summary(rows, totals, num_parameters(), num_parameters(true),
-                        images.numel() * static_cast<int64_t>(dtype_size(images.dtype())));
+  return nn::summary(*this, {batch, config_.channels, config_.image_h, config_.image_w});
 }
 
 }  // namespace vitrine::models

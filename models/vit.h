@@ -14,83 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "models/attention_model.h"
+#include "models/vit_config.h"
 #include "nn/nn.h"
 
 namespace vitrine::models {
-
-struct ViTConfig {
-  int64_t image_h = 224, image_w = 224;
-  int64_t patch = 16;
-  /// The patch embedding's kernel size; 0 means patch (timm's non-overlapping patches). A larger
-  /// kernel k overlaps neighbouring patches: the convolution keeps stride patch and pads by
-  /// (k - patch) / 2 on each side, so the grid is still image / patch.
-  int64_t patch_kernel = 0;
-  /// A convolutional stem before the patch projection (Xiao et al. 2021, "Early Convolutions Help
-  /// Transformers See Better"), one stage per width c_i: Conv2d(3x3, padding 1, no bias),
-  /// BatchNorm2d, ReLU, with stride 2 while the part of the patch size not yet covered is even,
-  /// else 1. The projection then has kernel = stride = patch / stem_stride() (1x1 when the stem's
-  /// strides make up the patch). Empty: timm's patchify embedding. Not with patch_kernel.
-  std::vector<int64_t> stem;
-  int64_t channels = 3;
-  int64_t num_classes = 1000;  // 0: no head (a feature extractor, as DINO)
-  int64_t dim = 768;
-  int64_t depth = 12;
-  int64_t heads = 12;
-  /// The attention's width per head; 0: dim / heads (timm). Another value gives the inner width
-  /// heads * dim_head of lucidrains' vit-pytorch (qkv: dim -> 3 heads dim_head, proj back to dim).
-  int64_t dim_head = 0;
-  int64_t mlp_dim = 3072;
-  double dropout = 0;          // after the MLP's activations and projections (timm proj_drop)
-  double attn_dropout = 0;     // on the attention probabilities
-  double embed_dropout = 0;    // after adding the position embedding (timm pos_drop)
-  double drop_path = 0;        // stochastic depth, linearly increasing over the blocks
-  std::string pool = "cls";    // "cls" or "mean"
-  int64_t representation = 0;  // pre_logits size (torchvision's representation_size), 0: none
-  bool qkv_bias = true;
-  double eps = 1e-6;         // LayerNorm eps (timm 1e-6, torchvision 1e-6, Hugging Face 1e-12)
-  int64_t registers = 0;     // register tokens (DINOv2 with registers)
-  bool layer_scale = false;  // DINOv2's ls1/ls2 gamma
-  double layer_scale_init = 1e-5;
-  bool no_embed_class = false;  // timm: pos_embed covers the patches only
-  bool fc_norm = false;         // timm: mean pooling over the patch tokens, then a norm
-  /// The LayerNorm after the last block (timm's norm). false: none, the layout of vit-pytorch
-  /// models whose head is a Linear alone (the CIFAR recipe's: docs/vit.md).
-  bool final_norm = true;
-
-  /// Per head and in all: dim_head (or dim / heads) and heads times it.
-  int64_t head_dim() const { return dim_head > 0 ? dim_head : dim / heads; }
-  int64_t inner_dim() const { return heads * head_dim(); }
-
-  /// Each stem stage's stride (2 while the patch size left is even, else 1), and their product.
-  std::vector<int64_t> stem_strides() const;
-  int64_t stem_stride() const;
-  /// The patch projection's kernel (and stride: stride() below).
-  int64_t kernel() const { return patch_kernel > 0 ? patch_kernel : patch / stem_stride(); }
-  int64_t stride() const { return patch / stem_stride(); }
-  int64_t kernel_padding() const { return (kernel() - stride()) / 2; }
-  /// The patch projection's input channels: the image's, or the stem's last width.
-  int64_t proj_channels() const { return stem.empty() ? channels : stem.back(); }
-  int64_t grid_h() const { return image_h / patch; }
-  int64_t grid_w() const { return image_w / patch; }
-  int64_t num_patches() const { return grid_h() * grid_w(); }
-  /// Tokens before the patches: class token and registers.
-  int64_t prefix_tokens() const { return 1 + registers; }
-  /// Rows of pos_embed: the patches, plus the class token unless no_embed_class.
-  int64_t pos_tokens() const { return num_patches() + (no_embed_class ? 0 : 1); }
-
-  /// Throws Error naming the first inconsistent field.
-  void validate() const;
-  /// A lower bound on the weights this config's model has, computed without building it:
-  ///   depth * (4 dim inner_dim + 2 dim mlp_dim)   (qkv, proj, fc1 and fc2 of every block)
-  int64_t min_parameters() const { return depth * (4 * dim * inner_dim() + 2 * dim * mlp_dim); }
-  nlohmann::json to_json() const;
-  /// Reads our own JSON (unknown keys are errors; missing keys keep defaults); "image_size" may
-  /// be one number or [h, w].
-  static ViTConfig from_json(const nlohmann::json& j);
-  /// timm's names (vit_{tiny,small,base,large}_patch{8,16,32}_224) and ours (fmnist, cifar10).
-  static ViTConfig preset(const std::string& name);
-  static std::vector<std::string> preset_names();
-};
 
 /// How the position embedding is resized for another input size.
 enum class PosInterp {
@@ -203,16 +130,11 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   /// One head's output (attention-weighted values) of one layer: [B, N, head_dim].
   Tensor get_attention_output(const Tensor& images, int64_t layer, int64_t head,
                               const ViTForwardOptions& options = {});
-  /// A torchinfo-style table (torchinfo.summary(model, depth=inf)): every module, pre-order and
-  /// indented by depth, named by its full name and type ("blocks.0.attn.qkv (Linear)"), with the
-  /// output shape of a forward on zeros [batch, C, H, W] (eval mode, no gradients; recorded by
-  /// forward hooks; "--" for a module not called itself, as blocks (ModuleList)) and its Param #.
-  /// Param # is what the row's module owns itself, torchinfo's convention at full depth: a leaf's
-  /// parameters, while a module with children shows "--" and each tensor it owns directly gets a
-  /// "(Parameter)" row with the tensor's shape (cls_token, register_tokens, pos_embed of the top
-  /// module), so the rows add up to num_parameters(). Then total, trainable and non-trainable
-  /// parameters and sizes in MB (input, leaf modules' outputs, parameters). The training flags,
-  /// hooks, attention captures, block outputs and last_grid() are left as they were.
+  /// nn::summary(*this, [batch, C, H, W]): the torchinfo-style table (every module with its output
+  /// shape on zeros and its own parameters; cls_token, register_tokens and pos_embed on
+  /// "(Parameter)" rows; "--" for a module not called itself, as blocks (ModuleList)). The
+  /// training flags, hooks, attention captures, block outputs and last_grid() are left as they
+  /// were.
   std::string summary_table(int64_t batch = 1);
 
   /// Replaces the head for another number of classes (transfer learning), freshly initialised.

@@ -21,3 +21,4 @@
 #include "nn/parallel/zero.h"
 #include "nn/pool.h"
 #include "nn/state.h"
+#include "nn/summary.h"

@@ -239,6 +239,47 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
+std::vector<SummaryRow> summary_rows(const std::string& table) {
+  std::vector<SummaryRow> rows;
+  std::istringstream in(table);
+  int rules = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("=")) {
+      ++rules;
+      continue;
+    }
+    if (rules != 2) continue;  // the header sits between the first two rules
+    const size_t indent = line.find_first_not_of(' ');
+    std::vector<std::string> cols;
+    for (size_t i = indent; i < line.size();) {
+      size_t gap = line.find("  ", i);
+      cols.push_back(line.substr(i, gap - i));
+      if (gap == std::string::npos) break;
+      i = line.find_first_not_of(' ', gap);
+    }
+    REQUIRE_MESSAGE(cols.size() == 3, line);
+    std::string digits;
+    for (char ch : cols[2])
+      if (ch != ',') digits += ch;
+    rows.push_back(
+        {static_cast<int>(indent / 2), cols[0], cols[1], cols[2] == "--" ? 0 : std::stoll(digits)});
+  }
+  return rows;
+}
+
+const SummaryRow& row_of(const std::vector<SummaryRow>& rows, const std::string& label) {
+  auto it =
+      std::find_if(rows.begin(), rows.end(), [&](const SummaryRow& r) { return r.label == label; });
+  REQUIRE_MESSAGE(it != rows.end(), "no row " << label);
+  return *it;
+}
+
+int64_t sum_params(const std::vector<SummaryRow>& rows) {
+  int64_t n = 0;
+  for (const SummaryRow& r : rows) n += r.params;
+  return n;
+}
+
 std::vector<std::string> captures(const std::string& s, const std::string& re) {
   std::vector<std::string> out;
   const std::regex r(re);

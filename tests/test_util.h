@@ -55,6 +55,21 @@ size_t count(const std::string& s, const std::string& what);
 /// The first capture group of every match of the regular expression re in s, in order.
 std::vector<std::string> captures(const std::string& s, const std::string& re);
 
+/// A row of a torchinfo-style table (nn::summary): indentation depth, "name (Type)", output
+/// shape, Param # (0 for "--").
+struct SummaryRow {
+  int depth;
+  std::string label, shape;
+  int64_t params;
+};
+/// The rows between the table's header and its footer; columns are separated by two or more
+/// spaces (labels and shapes hold single ones).
+std::vector<SummaryRow> summary_rows(const std::string& table);
+/// The row labelled `label` (a failed REQUIRE without one).
+const SummaryRow& row_of(const std::vector<SummaryRow>& rows, const std::string& label);
+/// The rows' Param # added up.
+int64_t sum_params(const std::vector<SummaryRow>& rows);
+
 /// Image files from 8-bit pixels in HWC order (comp = 1 grey, 3 RGB, 4 RGBA), written with
 /// stb_image_write; the parent folders are created. JPEG at quality 100.
 void write_png(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc);

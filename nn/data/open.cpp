@@ -10,6 +10,7 @@
 #include "nn/data/cifar.h"
 #include "nn/data/idx.h"
 #include "nn/data/image_folder.h"
+#include "nn/json_section.h"
 
 namespace vitrine::nn::data {
 
@@ -125,34 +126,30 @@ json pasted_options_to_json(const PastedOptions& o) {
 }
 
 PastedOptions pasted_options_from_json(const json& j) {
-  VT_CHECK(j.is_object(), "data.pasted must be an object, got {}", j.dump());
+  VT_CHECK(j.is_object(),
+           "data.pasted must be an object (as {{\"canvas\": 64, \"distractors\": "
+           "\"fragments\"}}; {{}} for the defaults), got {}",
+           json_a_type(j));
+  const JsonSection s(j, "data.pasted");
+  s.check_keys({}, {"canvas", "min_scale", "max_scale", "distractors", "count", "noise", "seed"});
   PastedOptions o;
-  for (const auto& [key, v] : j.items()) {
-    if (!key.empty() && key[0] == '_') continue;  // a comment
-    try {
-      if (key == "canvas")
-        o.canvas = v.get<int64_t>();
-      else if (key == "min_scale")
-        o.min_scale = v.get<double>();
-      else if (key == "max_scale")
-        o.max_scale = v.get<double>();
-      else if (key == "distractors")
-        o.distractors = v.get<std::string>();
-      else if (key == "count")
-        o.count = v.get<int64_t>();
-      else if (key == "noise")
-        o.noise = v.get<double>();
-      else if (key == "seed")
-        o.seed = v.get<uint64_t>();
-      else
-        fail(
-            "data.pasted: unknown key \"{}\" (canvas, min_scale, max_scale, distractors, count, "
-            "noise, seed)",
-            key);
-    } catch (const json::exception&) {
-      fail("data.pasted.{}: {} is not a value of the right type", key, v.dump());
-    }
-  }
+  if (s.has("canvas")) o.canvas = s.integer("canvas", 1);
+  if (s.has("min_scale")) o.min_scale = s.number("min_scale", 0, true);
+  if (s.has("max_scale")) o.max_scale = s.number("max_scale", 0, true);
+  VT_CHECK(o.min_scale <= o.max_scale,
+           "data.pasted.min_scale ({}) must not exceed data.pasted.max_scale ({})", o.min_scale,
+           o.max_scale);
+  if (s.has("distractors")) o.distractors = s.choice("distractors", distractor_names());
+  if (s.has("count")) o.count = s.integer("count", 0, kMaxFragments);
+  if (s.has("noise")) o.noise = s.number("noise", 0, false, 1, false);
+  if (s.has("seed")) o.seed = static_cast<uint64_t>(s.integer("seed", 0));
+  const DatasetInfo& items = dataset_info("fashion-mnist");
+  const int64_t h = scaled_size(items.height, o.max_scale);
+  const int64_t w = scaled_size(items.width, o.max_scale);
+  VT_CHECK(o.canvas >= h && o.canvas >= w,
+           "data.pasted.canvas {} cannot hold {}'s {}x{} items at data.pasted.max_scale {} "
+           "({}x{})",
+           o.canvas, items.name, items.height, items.width, o.max_scale, h, w);
   return o;
 }
 

@@ -78,8 +78,10 @@ DatasetFiles open_dataset(const DatasetOptions& options, bool with_train = true)
 std::pair<int64_t, int64_t> image_size(const DatasetOptions& options);
 
 /// PastedOptions from a JSON object of its fields ({"canvas": 64, "distractors": "noise"}), absent
-/// keys keeping their defaults; an Error naming the key for a value of the wrong type or an
-/// unknown key. (PastedObjects checks the values' ranges.)
+/// keys keeping their defaults: the one reader of data.pasted (vitrine-train's config reads it
+/// here too). An Error names the dotted key ("data.pasted.count must be an integer in [0, 100],
+/// got -1") for an unknown key (with the closest known one), a value of the wrong type or out of
+/// range, min_scale over max_scale, or a canvas too small for Fashion-MNIST's items at max_scale.
 PastedOptions pasted_options_from_json(const nlohmann::json& j);
 /// The JSON object of all of o's fields (what pasted_options_from_json reads back).
 nlohmann::json pasted_options_to_json(const PastedOptions& o);

@@ -831,8 +831,8 @@ TEST_CASE("open_dataset: bad names, folders and options say what was expected") 
   o.channels = 4;
   CHECK_ERROR_CONTAINS(open_dataset(o), "1 (grey) or 3 (RGB) channels, not 4");
 
-  CHECK_ERROR_CONTAINS(pasted_options_from_json({{"canvs", 64}}), "unknown key \"canvs\"",
-                       "canvas, min_scale");
+  CHECK_ERROR_CONTAINS(pasted_options_from_json({{"canvs", 64}}),
+                       "unknown key \"data.pasted.canvs\"", "canvas, min_scale");
   CHECK_ERROR_CONTAINS(pasted_options_from_json({{"count", "many"}}), "data.pasted.count",
                        "\"many\"");
   CHECK_ERROR_CONTAINS(pasted_options_from_json(3), "data.pasted must be an object");

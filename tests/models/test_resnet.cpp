@@ -58,3 +58,41 @@ TEST_CASE("resnet: torchvision's names, depth 6n + 2, presets and config errors"
                        "resnet20");
   CHECK_ERROR_CONTAINS(r20(ops::zeros({1, 1, 32, 32})), "ResNet", "[B, 3, H, W]");
 }
+
+TEST_CASE("resnet: nn::summary of ResNet-8, every parameter on a row, the total by hand") {
+  Generator g(0);
+  models::ResNetConfig c = models::ResNetConfig::preset("resnet8");
+  c.channels = 1;  // vitrine-train's Fashion-MNIST ResNet-8
+  models::ResNet m(c, g);
+  const std::string s = nn::summary(m, {1, 1, 28, 28});
+  INFO(s);
+  const auto rows = summary_rows(s);
+  // stem 3x3 conv (no bias) and its batch norm; per block two 3x3 convs and two batch norms, the
+  // blocks that halve the map a 1x1 conv and a batch norm more; fc with its bias
+  const int64_t stem = 16 * 1 * 9 + 2 * 16;
+  const int64_t layer1 = 2 * (16 * 16 * 9 + 2 * 16);
+  const int64_t layer2 = 32 * 16 * 9 + 32 * 32 * 9 + 2 * 2 * 32 + 32 * 16 + 2 * 32;
+  const int64_t layer3 = 64 * 32 * 9 + 64 * 64 * 9 + 2 * 2 * 64 + 64 * 32 + 2 * 64;
+  const int64_t fc = 64 * 10 + 10;
+  CHECK(stem + layer1 + layer2 + layer3 + fc == 77754);
+  CHECK(m.num_parameters() == 77754);
+  int64_t numel = 0;
+  for (const Tensor& p : m.parameters()) numel += p.numel();
+  CHECK(sum_params(rows) == numel);
+  CHECK(count(s, "Total params: 77,754\nTrainable params: 77,754\n") == 1);
+  CHECK(rows.front().label == "ResNet");
+  CHECK(rows.front().shape == "[1, 10]");
+  CHECK(row_of(rows, "conv1 (Conv2d)").shape == "[1, 16, 28, 28]");
+  CHECK(row_of(rows, "conv1 (Conv2d)").params == 16 * 9);
+  CHECK(row_of(rows, "layer1 (Sequential)").shape == "[1, 16, 28, 28]");
+  CHECK(row_of(rows, "layer2.0.downsample.0 (Conv2d)").shape == "[1, 32, 14, 14]");
+  CHECK(row_of(rows, "layer2.0.downsample.0 (Conv2d)").depth == 4);
+  CHECK(row_of(rows, "layer2.0.downsample.0 (Conv2d)").params == 32 * 16);
+  CHECK(row_of(rows, "layer3.0.bn2 (BatchNorm2d)").shape == "[1, 64, 7, 7]");  // hooked: unfused
+  CHECK(row_of(rows, "layer3 (Sequential)").shape == "[1, 64, 7, 7]");
+  CHECK(row_of(rows, "fc (Linear)").shape == "[1, 10]");
+  CHECK(row_of(rows, "fc (Linear)").params == fc);
+  CHECK(rows.size() == m.named_modules().size());  // no module owns a tensor beside children
+  CHECK(m.is_training());
+  CHECK_FALSE(m.has_forward_hooks_below());
+}

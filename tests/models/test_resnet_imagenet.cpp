@@ -139,6 +139,28 @@ TEST_CASE("resnet imagenet: the presets resnet18 and resnet34 are torchvision's,
         "depth=18, channels=3, num_classes=7, width=8, layers=[2, 2, 2, 2], stem=imagenet");
 }
 
+TEST_CASE("resnet imagenet: nn::summary of ResNet-18 at 224x224, torchvision's total") {
+  Generator g(0);
+  models::ResNet m(models::ResNetConfig::preset("resnet18"), g);
+  const std::string s = nn::summary(m, {1, 3, 224, 224});
+  INFO(s);
+  const auto rows = summary_rows(s);
+  CHECK(sum_params(rows) == 11689512);  // torchvision's resnet18
+  CHECK(count(s, "Total params: 11,689,512\nTrainable params: 11,689,512\n") == 1);
+  CHECK(row_of(rows, "conv1 (Conv2d)").shape == "[1, 64, 112, 112]");
+  CHECK(row_of(rows, "conv1 (Conv2d)").params == 64 * 3 * 7 * 7);
+  CHECK(row_of(rows, "maxpool (MaxPool2d)").shape == "[1, 64, 56, 56]");
+  CHECK(row_of(rows, "layer1.1 (BasicBlock)").shape == "[1, 64, 56, 56]");
+  CHECK(row_of(rows, "layer4 (Sequential)").shape == "[1, 512, 7, 7]");
+  CHECK(row_of(rows, "layer4.0.conv1 (Conv2d)").params == 512 * 256 * 3 * 3);
+  CHECK(row_of(rows, "avgpool (AdaptiveAvgPool2d)").shape == "[1, 512, 1, 1]");
+  CHECK(row_of(rows, "fc (Linear)").params == 512 * 1000 + 1000);
+  CHECK(rows.front().shape == "[1, 1000]");
+  // float32 input 3*224*224 values = 602,112 bytes; parameters 11,689,512*4 bytes
+  CHECK(count(s, "Input size (MB): 0.60\n") == 1);
+  CHECK(count(s, "Params size (MB): 46.76\n") == 1);
+}
+
 TEST_CASE("resnet imagenet: layers and stem in the config, a CIFAR config unchanged") {
   // The CIFAR networks' JSON is what it has always been: no layers, no stem.
   const models::ResNetConfig r20 = models::ResNetConfig::preset("resnet20");

@@ -42,55 +42,6 @@ std::multiset<std::string> graph_ops(const Tensor& y) {
   return names;
 }
 
-/// A row of summary_table: indentation depth, "name (Type)", output shape, Param # (0 for "--").
-struct TableRow {
-  int depth;
-  std::string label, shape;
-  int64_t params;
-};
-
-/// The rows between the table's header and its footer; columns are separated by two or more
-/// spaces (labels and shapes hold single ones).
-std::vector<TableRow> table_rows(const std::string& table) {
-  std::vector<TableRow> rows;
-  std::istringstream in(table);
-  int rules = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("=")) {
-      ++rules;
-      continue;
-    }
-    if (rules != 2) continue;  // the header sits between the first two rules
-    const size_t indent = line.find_first_not_of(' ');
-    std::vector<std::string> cols;
-    for (size_t i = indent; i < line.size();) {
-      size_t gap = line.find("  ", i);
-      cols.push_back(line.substr(i, gap - i));
-      if (gap == std::string::npos) break;
-      i = line.find_first_not_of(' ', gap);
-    }
-    REQUIRE_MESSAGE(cols.size() == 3, line);
-    std::string digits;
-    for (char ch : cols[2])
-      if (ch != ',') digits += ch;
-    rows.push_back(
-        {static_cast<int>(indent / 2), cols[0], cols[1], cols[2] == "--" ? 0 : std::stoll(digits)});
-  }
-  return rows;
-}
-
-const TableRow& row_of(const std::vector<TableRow>& rows, const std::string& label) {
-  auto it =
-      std::find_if(rows.begin(), rows.end(), [&](const TableRow& r) { return r.label == label; });
-  REQUIRE_MESSAGE(it != rows.end(), "no row " << label);
-  return *it;
-}
-
-int64_t sum_params(const std::vector<TableRow>& rows) {
-  int64_t n = 0;
-  for (const TableRow& r : rows) n += r.params;
-  return n;
-}
 }  // namespace
 
 TEST_CASE("vit config: JSON round trip, errors, presets") {
@@ -440,7 +391,7 @@ TEST_CASE("vit: summary table lists every module with its output shape and own p
   c.depth = 1;
   VisionTransformer m(c, g);
   const std::string s = m.summary_table(2);
-  const auto rows = table_rows(s);
+  const auto rows = summary_rows(s);
   // pre-order, children in registration order; the top module's tokens are Parameter rows
   const std::vector<std::tuple<int, std::string, std::string, int64_t>> expected{
       {0, "VisionTransformer", "[2, 3]", 0},
@@ -490,7 +441,7 @@ TEST_CASE("vit: summary table lists every module with its output shape and own p
 TEST_CASE("vit: summary table of ViT-Ti/16 at batch 1 (timm's parameter count)") {
   Generator g(0);
   VisionTransformer m(ViTConfig::preset("vit_tiny_patch16_224"), g);
-  const auto rows = table_rows(m.summary_table());
+  const auto rows = summary_rows(m.summary_table());
   CHECK(row_of(rows, "patch_embed.proj (Conv2d)").shape == "[1, 192, 14, 14]");
   CHECK(row_of(rows, "pos_embed (Parameter)").shape == "[1, 197, 192]");
   CHECK(row_of(rows, "pos_embed (Parameter)").params == 197 * 192);
@@ -512,7 +463,7 @@ TEST_CASE("vit: summary table without a head, with registers, layer scale and fr
   VisionTransformer m(c, g);
   m.patch_embed->requires_grad_(false);
   const std::string s = m.summary_table();
-  const auto rows = table_rows(s);
+  const auto rows = summary_rows(s);
   CHECK(row_of(rows, "VisionTransformer").shape == "[1, 8]");  // the class token's features
   CHECK(row_of(rows, "register_tokens (Parameter)").shape == "[1, 2, 8]");
   CHECK(row_of(rows, "register_tokens (Parameter)").params == 16);
@@ -522,7 +473,7 @@ TEST_CASE("vit: summary table without a head, with registers, layer scale and fr
   CHECK(row_of(rows, "blocks.0.ls1 (LayerScale)").params == 8);    // its gamma, read as a tensor:
   CHECK(row_of(rows, "blocks.0.ls1 (LayerScale)").shape == "--");  // the module is not called
   CHECK(rows.back().label == "norm (LayerNorm)");
-  for (const TableRow& r : rows) CHECK(r.label != "head (Linear)");
+  for (const SummaryRow& r : rows) CHECK(r.label != "head (Linear)");
   CHECK(sum_params(rows) == m.num_parameters());
   const int64_t frozen = 8 * 2 * 4 * 4 + 8;
   CHECK(s.find(fmt::format("Total params: {}\nTrainable params: {}\nNon-trainable params: {}\n",

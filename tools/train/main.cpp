@@ -30,6 +30,7 @@
 #include "nn/parallel/collectives.h"
 #include "nn/parallel/zero.h"
 #include "nn/state.h"
+#include "nn/summary.h"
 #include "tools/train/config.h"
 #include "tools/train/datasets.h"
 #include "tools/train/fit.h"
@@ -185,8 +186,8 @@ int summary(const json& config) {
   const models::ClassifierSpec spec = tr::model_spec(config);
   Generator gen(0);
   const auto model = spec.build(gen);
-  auto* vit = dynamic_cast<models::VisionTransformer*>(model.get());
-  fmt::print("{}\n\n{}\n", spec.describe(), vit ? vit->summary_table() : model->summary());
+  fmt::print("{}\n\n{}\n", spec.describe(),
+             nn::summary(*model, {1, spec.channels, spec.image_h, spec.image_w}));
   return 0;
 }
 

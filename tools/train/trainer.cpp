@@ -1,4 +1,6 @@
-// Trainer: see trainer.h for the step, randomness and run-folder conventions.
+// Trainer: the training loop (construction, the step, validation, the epoch's end, the run's
+// end), fine-tuning's start; checkpoints and resuming are trainer_checkpoint.cpp's, evaluation
+// evaluate.cpp's. See trainer.h for the step, randomness and run-folder conventions.
 #include "tools/train/trainer.h"
 
 #include <algorithm>
@@ -14,7 +16,6 @@
 #include "autograd/grad_mode.h"
 #include "backends/matmul_precision.h"
 #include "nn/data/transforms.h"
-#include "nn/json.h"
 #include "nn/layers.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/clip.h"
@@ -39,22 +40,6 @@ void set_dropout_generator(nn::Module& model, Generator& gen) {
     if (auto* d = dynamic_cast<nn::Dropout*>(m)) d->set_generator(gen);
     if (auto* d = dynamic_cast<nn::DropPath*>(m)) d->set_generator(gen);
   }
-}
-
-/// The config without the keys a resumed run may change.
-json resumable_part(json c) {
-  c["train"].erase("out");
-  c["train"].erase("device");
-  c["data"].erase("path");
-  c["data"].erase("workers");
-  c["train"].erase("zero");  // the checkpoints hold whole optimizer states either way
-  c["train"].erase("bucket_mb");
-  // Keys added since a run may have been saved, at their defaults (0: off; sync_bn true), compare
-  // as absent.
-  if (c["data"].value("subset", json(0)) == json(0)) c["data"].erase("subset");
-  if (c["train"].value("max_steps", json(0)) == json(0)) c["train"].erase("max_steps");
-  if (c["train"].value("sync_bn", json(true)) == json(true)) c["train"].erase("sync_bn");
-  return without_comments(c);
 }
 
 /// Copies every tensor but the head's from pretrained (read from `checkpoint`) into model.
@@ -198,95 +183,9 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
 
 Trainer::~Trainer() = default;
 
-nn::Metadata Trainer::metadata() const {
-  nn::Metadata m;
-  nn::set_metadata_json(m, nn::kConfigKey, cfg_.model.config);
-  nn::set_metadata_json(m, nn::kClassesKey, classes_);
-  nn::set_metadata_json(m, kDataKey, cfg_.to_json().at("data"));
-  const json& tr = cfg_.data.transforms;
-  if (tr.contains("mean")) nn::set_metadata_json(m, nn::kMeanKey, tr.at("mean"));
-  if (tr.contains("std")) nn::set_metadata_json(m, nn::kStdKey, tr.at("std"));
-  return m;
-}
-
-json Trainer::resume_state() const {
-  const std::string metrics = run_dir_ + "/metrics.jsonl";
-  return {{"epoch", epoch_},
-          {"step", step_},
-          {"global_step", global_step_},
-          {"best_accuracy", best_accuracy_},
-          {"best_loss", best_loss_},
-          {"bad_evals", bad_evals_},
-          {"dropout_generator", {{"seed", dropout_gen_.seed()}, {"offset", dropout_gen_.offset()}}},
-          {"schedule", schedule_->state_json()},
-          {"train_seconds", train_seconds_},
-          {"log",
-           {{"loss_sum", log_loss_sum_},
-            {"correct", log_correct_},
-            {"count", log_count_},
-            {"steps", log_steps_}}},
-          {"metrics_bytes", fs::exists(metrics) ? fs::file_size(metrics) : 0},
-          {"world_size", world_->size()},
-          {"config", cfg_.to_json()}};
-}
-
-void Trainer::save_last() {
-  if (!is_main()) {
-    // ZeRO-1 gathers the optimizer's slices to write them: the others take part.
-    if (cfg_.train.zero == 1) (void)optimizer_->state_tensors();
-    return;
-  }
-  if (ema_) nn::save_checkpoint(run_dir_ + "/last_ema.safetensors", *ema_, metadata());
-  nn::save_checkpoint(run_dir_ + "/last.safetensors", *model_, metadata(), optimizer_.get(),
-                      resume_state());
-}
-
 void Trainer::log(const json& line) {
   if (!is_main()) return;
   tools::append_line(run_dir_ + "/metrics.jsonl", line.dump());
-}
-
-Evaluation evaluate(nn::Module& model, const std::shared_ptr<const nn::data::Dataset>& dataset,
-                    const nn::data::Compose& transforms, int64_t batch_size, int64_t workers,
-                    Device device, bool hflip_tta, dist::ProcessGroup* group) {
-  const bool was_training = model.is_training();
-  model.eval();
-  NoGradGuard no_grad;
-  nn::data::LoaderOptions lo;
-  lo.batch_size = batch_size;
-  lo.shuffle = false;
-  lo.workers = workers;
-  if (group && group->size() > 1) {  // each rank its part, no example twice
-    lo.num_replicas = group->size();
-    lo.rank = group->rank();
-    lo.pad_shards = false;
-  }
-  nn::data::DataLoader loader(dataset, transforms, lo);
-  loader.start_epoch(0);
-  std::optional<Evaluator> ev;  // made at the first batch, when the logits say the classes
-  Tensor reversed;              // W-1, ..., 0: index_select along the width mirrors the images
-  while (auto b = loader.next()) {
-    Tensor images = b->images.to(device);
-    Tensor logits = model.forward(images);
-    if (hflip_tta) {
-      const int64_t W = images.size(3);
-      if (!reversed.defined() || reversed.size(0) != W)
-        reversed = ops::arange(W - 1, -1, -1, kInt64).to(device);
-      Tensor mirrored = model.forward(ops::index_select(images, 3, reversed));
-      logits = ops::log((ops::softmax(logits, 1) + ops::softmax(mirrored, 1)) * 0.5);
-    }
-    Tensor labels = b->labels.to(device);
-    Tensor loss = ops::cross_entropy(logits, labels, ops::Reduction::Sum);
-    if (!ev) ev.emplace(logits.size(1));
-    ev->add(logits, labels, loss.item());
-  }
-  model.train(was_training);
-  if (group && group->size() > 1) {
-    if (!ev) ev.emplace();
-    ev->all_reduce(*group);
-  }
-  if (!ev || ev->num_classes() == 0) ev.emplace(static_cast<int64_t>(dataset->classes().size()));
-  return ev->result();
 }
 
 json finetune_config(json config, const models::ViTConfig& pretrained,
@@ -561,71 +460,6 @@ TrainResult Trainer::run(const nn::Module* pretrained) {
     fs::remove(run_dir_ + "/metrics.jsonl");
     tools::write_file_atomically(run_dir_ + "/config.json", cfg_.to_json().dump(2) + '\n');
   }
-  return loop();
-}
-
-TrainResult Trainer::resume(const std::string& run_dir) {
-  const std::string path = run_dir + "/last.safetensors";
-  VT_CHECK(fs::exists(path), "trainer: cannot resume: {} does not exist (no run was saved there)",
-           path);
-  nn::Metadata meta;
-  nn::load_checkpoint(path, *model_, optimizer_.get(), true, &meta);
-  const json state = nn::metadata_json(meta, nn::kStateKey);
-  VT_CHECK(state.is_object() && state.contains("global_step"),
-           "trainer: cannot resume: {} holds no training state (vitrine.state)", path);
-  const json diff = json::diff(resumable_part(state.at("config")), resumable_part(cfg_.to_json()));
-  VT_CHECK(diff.empty(), "trainer: cannot resume {}: config key {} differs from the saved run's",
-           path, diff.empty() ? "" : diff.at(0).at("path").get<std::string>());
-  const int64_t saved_size = state.value("world_size", int64_t{1});
-  VT_CHECK(saved_size == world_->size(),
-           "trainer: cannot resume {}: it was saved by a run of {} process{} and this one has {}: "
-           "the data shards and the steps of an epoch depend on the number of processes; "
-           "resume with {} (or start a new run from its weights with train.finetune)",
-           path, saved_size, saved_size == 1 ? "" : "es", world_->size(),
-           saved_size == 1 ? std::string("one process, without mpirun")
-                           : fmt::format("mpirun -np {}", saved_size));
-  if (ema_) {
-    const std::string ema_path = run_dir + "/last_ema.safetensors";
-    VT_CHECK(fs::exists(ema_path), "trainer: cannot resume: {} does not exist", ema_path);
-    nn::load_checkpoint(ema_path, *ema_);
-  }
-  run_dir_ = run_dir;
-  if (is_main()) tools::remove_stale_temporaries(run_dir_);
-  // The saved state comes from a file: every value is checked (a damaged or edited checkpoint is
-  // an Error naming it, never a raw JSON exception or an out-of-range conversion).
-  try {
-    const auto integer = [&](const json& j, const char* key) {
-      return nn::json_integer(j.at(key), fmt::format("{}: saved state '{}'", path, key));
-    };
-    const auto number = [&](const json& j, const char* key) {
-      return nn::json_number(j.at(key), fmt::format("{}: saved state '{}'", path, key));
-    };
-    epoch_ = integer(state, "epoch");
-    step_ = integer(state, "step");
-    global_step_ = integer(state, "global_step");
-    best_accuracy_ = number(state, "best_accuracy");
-    // (a run saved before early_stopping_metric kept no loss)
-    best_loss_ = state.contains("best_loss") ? number(state, "best_loss") : -1;
-    bad_evals_ = integer(state, "bad_evals");
-    train_seconds_ = number(state, "train_seconds");
-    const json& g = state.at("dropout_generator");
-    dropout_gen_.manual_seed(g.at("seed").get<uint64_t>());
-    dropout_gen_.set_offset(g.at("offset").get<uint64_t>());
-    schedule_ = nn::optim::schedule_from_json(state.at("schedule"));
-    const json& l = state.at("log");
-    log_loss_sum_ = number(l, "loss_sum");
-    log_correct_ = integer(l, "correct");
-    log_count_ = integer(l, "count");
-    log_steps_ = integer(l, "steps");
-  } catch (const json::exception& e) {
-    fail("trainer: cannot resume {}: its saved state (metadata '{}') is damaged: {}", path,
-         nn::kStateKey, e.what());
-  }
-  const std::string metrics = run_dir_ + "/metrics.jsonl";
-  const auto bytes = static_cast<uintmax_t>(nn::json_integer(
-      state.value("metrics_bytes", json(0)), fmt::format("{}: saved state 'metrics_bytes'", path)));
-  if (is_main() && fs::exists(metrics) && fs::file_size(metrics) > bytes)
-    fs::resize_file(metrics, bytes);
   return loop();
 }
 
