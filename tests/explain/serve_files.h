@@ -1,5 +1,6 @@
 // The server tests' fixture, shared with the test that holds the command line and the server to
-// one call: a tiny ViT saved as checkpoints (three named classes, or none) and 12 PNG images.
+// one call: the command-line tests' tiny ViT (tiny_vit.h) saved as checkpoints (three named
+// classes, or none) and 12 PNG images.
 #pragma once
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -12,22 +13,10 @@
 #include "nn/data/image_decode.h"
 #include "nn/state.h"
 #include "test_util.h"
+#include "tiny_vit.h"
 #include "tools/explain/serve.h"
 
 namespace vt_test {
-
-inline vitrine::models::ViTConfig serve_config(int64_t classes) {
-  vitrine::models::ViTConfig c;
-  c.image_h = c.image_w = 28;
-  c.patch = 7;
-  c.channels = 1;
-  c.num_classes = classes;
-  c.dim = 16;
-  c.depth = 2;
-  c.heads = 2;
-  c.mlp_dim = 32;
-  return c;
-}
 
 /// A 28 x 28 grey image: a bright square at (y, x) on a dark ramp.
 inline std::vector<uint8_t> square(int y0, int x0) {
@@ -47,7 +36,9 @@ struct Files {
   Files() {
     for (const auto& [path, classes] : {std::pair{checkpoint, 3}, std::pair{backbone, 0}}) {
       vitrine::Generator gen(5);
-      vitrine::models::VisionTransformer model(serve_config(classes), gen);
+      vitrine::models::ViTConfig config = cli_vit_config();
+      config.num_classes = classes;
+      vitrine::models::VisionTransformer model(config, gen);
       vitrine::nn::Metadata md;
       vitrine::nn::set_metadata_json(md, vitrine::nn::kMeanKey, std::vector<double>{0.25});
       vitrine::nn::set_metadata_json(md, vitrine::nn::kStdKey, std::vector<double>{0.5});

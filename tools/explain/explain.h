@@ -1,12 +1,14 @@
-// Explanation methods: why did the model give this image this class? The attention methods read
-// the attention of any model that exposes it through models::AttentionModel (the
-// VisionTransformer does; a Pass), the token Grad-CAM a ViT's tokens; the input-gradient methods
-// and the convolutional Grad-CAM take any nn::Module mapping images to logits (the end of this
-// header). Every method returns a map over the patch grid (its raw values, kept as they
-// come) and the same map at image resolution (the grid upsampled bilinearly, align_corners=False,
-// or nearest as Options::upsample says, then min-max scaled to [0, 1]); the input-gradient
-// methods work at pixel resolution directly. Two methods are named only (not in "all"):
-// activation-max gives an optimised input instead of a map, qkv one patch's query-key view.
+// Explanation methods: why did the model give this image this class? Start at explain(model,
+// request) below, the one entry point for every model (output.h writes what it gives to a folder,
+// as vitrine-explain does; serve.h answers with it). The attention methods read the attention of
+// any model that exposes it through models::AttentionModel (the VisionTransformer does; a Pass),
+// the token Grad-CAM a ViT's tokens; the input-gradient methods and the convolutional Grad-CAM
+// take any nn::Module mapping images to logits (the end of this header). Every method returns a
+// map over the patch grid (its raw values, kept as they come) and the same map at image
+// resolution (the grid upsampled bilinearly, align_corners=False, or nearest as Options::upsample
+// says, then min-max scaled to [0, 1]); the input-gradient methods work at pixel resolution
+// directly. Two methods are named only (not in "all"): activation-max gives an optimised input
+// instead of a map, qkv one patch's query-key view.
 //
 // Notation, per image: L layers, H heads, N tokens (P = prefix tokens: the class token and any
 // registers; then the gh x gw patches, row-major), A_l [H, N, N] the attention probabilities of
