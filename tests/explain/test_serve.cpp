@@ -19,6 +19,7 @@
 #include "decode.h"
 #include "nn/data/image_decode.h"
 #include "nn/state.h"
+#include "serve_files.h"
 #include "test_util.h"
 #include "tools/common/html.h"
 #include "tools/explain/explain.h"
@@ -33,66 +34,6 @@ namespace ex = vitrine::explain;
 namespace {
 
 const std::string kExe = VITRINE_EXPLAIN_EXE;
-
-models::ViTConfig serve_config(int64_t classes) {
-  models::ViTConfig c;
-  c.image_h = c.image_w = 28;
-  c.patch = 7;
-  c.channels = 1;
-  c.num_classes = classes;
-  c.dim = 16;
-  c.depth = 2;
-  c.heads = 2;
-  c.mlp_dim = 32;
-  return c;
-}
-
-/// A 28 x 28 grey image: a bright square at (y, x) on a dark ramp.
-std::vector<uint8_t> square(int y0, int x0) {
-  std::vector<uint8_t> px(28 * 28);
-  for (int y = 0; y < 28; ++y)
-    for (int x = 0; x < 28; ++x)
-      px[y * 28 + x] = (y >= y0 && y < y0 + 8 && x >= x0 && x < x0 + 8) ? 230 : (x + y) % 60;
-  return px;
-}
-
-/// A checkpoint (three classes with names, or none), and images, in a folder of their own.
-/// (It holds no tensors: a static that outlives the backends' own statics must not free any.)
-struct Files {
-  TempDir dir;
-  std::string checkpoint = dir / "model.safetensors", backbone = dir / "backbone.safetensors";
-  std::vector<std::string> images;  // 12 PNGs, the square in different places
-  Files() {
-    for (const auto& [path, classes] : {std::pair{checkpoint, 3}, std::pair{backbone, 0}}) {
-      Generator gen(5);
-      models::VisionTransformer model(serve_config(classes), gen);
-      nn::Metadata md;
-      nn::set_metadata_json(md, nn::kMeanKey, std::vector<double>{0.25});
-      nn::set_metadata_json(md, nn::kStdKey, std::vector<double>{0.5});
-      if (classes)
-        nn::set_metadata_json(md, nn::kClassesKey,
-                              std::vector<std::string>{"shirt", "bag", "boot"});
-      models::save_vit_timm(path, model, md);
-    }
-    for (int i = 0; i < 12; ++i) {
-      images.push_back(dir / fmt::format("im{}.png", i));
-      write_png(images.back(), 28, 28, 1, square(2 * i, 20 - i));
-    }
-  }
-};
-
-Files& files() {
-  static Files f;
-  return f;
-}
-
-std::string bytes_of(const std::string& path) { return read_text(path); }
-
-ex::ExplainService make_service(const std::string& checkpoint, ex::ServeLimits limits = {}) {
-  ex::ModelSource source;
-  source.checkpoint = checkpoint;
-  return ex::ExplainService(ex::load_model(source), limits);
-}
 
 /// The default limits with one changed.
 ex::ServeLimits with(int64_t ex::ServeLimits::*field, int64_t value) {
@@ -110,15 +51,6 @@ std::pair<int, std::string> client_error(const std::function<void()>& f) {
   }
   FAIL("no ClientError");
   return {0, ""};
-}
-
-/// The pixels of a data:image/png;base64 URI.
-nn::data::DecodedImage png_of(const std::string& uri) {
-  const std::string prefix = "data:image/png;base64,";
-  REQUIRE(uri.rfind(prefix, 0) == 0);
-  const std::string bytes = base64_decode(uri.substr(prefix.size()));
-  return nn::data::decode_image(
-      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "overlay");
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <optional>
 
 #include <fmt/ranges.h>
 
@@ -248,74 +247,6 @@ Tensor gradcam(nn::Module& model, nn::Module& layer, const Tensor& images,
   const Tensor cam = ops::relu(ops::sum(alpha * activation.detach(), {1}));  // [B, h, w]
   if (resolved) *resolved = t;
   return cam.to(kCPU).to(kFloat32).contiguous();
-}
-
-std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, const Tensor& images,
-                                 const std::vector<int64_t>& targets,
-                                 const std::vector<Method>& methods, const Options& options,
-                                 int64_t cell, std::vector<int64_t>* resolved) {
-  check_images(model, images);
-  VT_CHECK(cell >= 1, "explain: the cell size must be positive, got {}", cell);
-  const int64_t H = images.size(2), W = images.size(3);
-  std::vector<int64_t> t;
-  {
-    EvalMode eval(model);
-    NoGradGuard ng;
-    VitForward vit(model, options.pos_interp);
-    t = resolve_targets(model(images.detach().to(model_device(model)).to(model_dtype(model))),
-                        targets);
-  }
-  if (resolved) *resolved = t;
-  std::vector<Explanation> out;
-  std::optional<Pass> pass;
-  for (Method m : methods) {
-    Explanation e{};
-    e.method = m;
-    switch (m) {
-      case Method::GradCam:
-        VT_CHECK(gradcam_layer != nullptr,
-                 "explain: gradcam needs the layer whose activations it weighs (a convolutional "
-                 "stage, e.g. a ResNet's layer3)");
-        e.grid = gradcam(model, *gradcam_layer, images, t);
-        e.raw = upsample(e.grid, H, W, options.upsample);
-        break;
-      case Method::Saliency:
-      case Method::SmoothGrad:
-      case Method::IntegratedGradients: {
-        const Attribution a =
-            m == Method::Saliency     ? saliency(model, images, t, nullptr, options.pos_interp)
-            : m == Method::SmoothGrad ? smoothgrad(model, images, t, options)
-                                      : integrated_gradients(model, images, t, options);
-        e.raw = attribution_map(a, m);
-        e.grid = patch_mean(e.raw, cell);
-        e.completeness_gap = a.completeness_gap;
-        break;
-      }
-      case Method::ActivationMax:
-      case Method::Qkv:
-        fail("explain: {} reads a Vision Transformer (explain_method); this {} is not one",
-             method_name(m), model.type_name());
-      default: {  // an attention method: one pass for all of them
-        if (!pass) {
-          const bool gradients = std::any_of(methods.begin(), methods.end(), [](Method k) {
-            return k == Method::GradRollout || k == Method::Chefer;
-          });
-          pass = run_pass(model, images, t, gradients);
-        }
-        e.grid = m == Method::Attention
-                     ? attention_map(*pass, options.layer, options.head, &e.heads)
-                 : m == Method::Rollout ? rollout(*pass, options.head_fusion, options.discard_ratio)
-                 : m == Method::GradRollout ? grad_rollout(*pass, options.discard_ratio)
-                                            : chefer(*pass);
-        if (m == Method::Attention && options.threshold > 0)
-          e.mask = threshold_mask(e.grid, options.threshold);
-        e.raw = upsample(e.grid, H, W, options.upsample);
-      }
-    }
-    e.map = minmax(e.raw);
-    out.push_back(std::move(e));
-  }
-  return out;
 }
 
 nn::Module& submodule(nn::Module& model, const std::string& name) {

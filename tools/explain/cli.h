@@ -1,14 +1,20 @@
-// vitrine-explain's command line (program code, not installed): the options as parsed, and how
-// they become the model, the images and the methods' options (inputs.cpp). main.cpp runs them.
+// vitrine-explain's command line (program code, not installed): the options as parsed (cli.cpp),
+// and how they become the model, the images and the methods' options (inputs.cpp). main.cpp runs
+// them.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/explain/explain.h"
 #include "tools/explain/model.h"
 #include "tools/explain/serve.h"
 #include "tools/explain/serve_http.h"
+
+namespace CLI {
+class App;
+}
 
 namespace vitrine::explain::cli {
 
@@ -40,6 +46,14 @@ struct Cli {
   ex::ServeLimits limits;
   double max_body_mb = 16;
 };
+
+/// Every option and flag of the program, parsed into cli.
+void add_options(CLI::App& app, Cli& cli);
+
+/// The report's table of the settings the methods and the pictures ran with.
+std::vector<std::pair<std::string, std::string>> report_settings(
+    const Cli& cli, const ex::LoadedModel& l, const ex::Options& opt,
+    const std::vector<ex::Method>& methods);
 
 /// The methods of --method a model without a head cannot run, as one Error; none: fine.
 void check_headless(const Cli& cli, const std::vector<ex::Method>& methods);

@@ -554,17 +554,4 @@ Explanation explain_method(models::VisionTransformer& model, const Tensor& image
   return e;
 }
 
-std::vector<Explanation> explain(models::VisionTransformer& model, const Tensor& images,
-                                 const std::vector<int64_t>& targets,
-                                 const std::vector<Method>& methods, const Options& options,
-                                 Pass* pass_out) {
-  const bool gradients =
-      std::any_of(methods.begin(), methods.end(), [](Method m) { return needs_gradients(m); });
-  Pass pass = run_pass(model, images, targets, options.layer, gradients, options.pos_interp);
-  std::vector<Explanation> out;
-  for (Method m : methods) out.push_back(explain_method(model, images, pass, m, options));
-  if (pass_out) *pass_out = std::move(pass);
-  return out;
-}
-
 }  // namespace vitrine::explain

@@ -1,12 +1,14 @@
-// Explanation methods: why did the model give this image this class? The attention methods read
-// the attention of any model that exposes it through models::AttentionModel (the
-// VisionTransformer does; a Pass), the token Grad-CAM a ViT's tokens; the input-gradient methods
-// and the convolutional Grad-CAM take any nn::Module mapping images to logits (the end of this
-// header). Every method returns a map over the patch grid (its raw values, kept as they
-// come) and the same map at image resolution (the grid upsampled bilinearly, align_corners=False,
-// or nearest as Options::upsample says, then min-max scaled to [0, 1]); the input-gradient
-// methods work at pixel resolution directly. Two methods are named only (not in "all"):
-// activation-max gives an optimised input instead of a map, qkv one patch's query-key view.
+// Explanation methods: why did the model give this image this class? Start at explain(model,
+// request) below, the one entry point for every model (output.h writes what it gives to a folder,
+// as vitrine-explain does; serve.h answers with it). The attention methods read the attention of
+// any model that exposes it through models::AttentionModel (the VisionTransformer does; a Pass),
+// the token Grad-CAM a ViT's tokens; the input-gradient methods and the convolutional Grad-CAM
+// take any nn::Module mapping images to logits (the end of this header). Every method returns a
+// map over the patch grid (its raw values, kept as they come) and the same map at image
+// resolution (the grid upsampled bilinearly, align_corners=False, or nearest as Options::upsample
+// says, then min-max scaled to [0, 1]); the input-gradient methods work at pixel resolution
+// directly. Two methods are named only (not in "all"): activation-max gives an optimised input
+// instead of a map, qkv one patch's query-key view.
 //
 // Notation, per image: L layers, H heads, N tokens (P = prefix tokens: the class token and any
 // registers; then the gh x gw patches, row-major), A_l [H, N, N] the attention probabilities of
@@ -325,7 +327,49 @@ struct Explanation {
 Explanation explain_method(models::VisionTransformer& model, const Tensor& images, const Pass& pass,
                            Method method, const Options& options);
 
-/// Runs the requested methods on a batch, sharing one Pass among them (a ViT: every method).
+// ---- the entry point (entry.cpp): every model, every method ----------------------------------
+
+/// What to explain: images, the classes, the methods and their options.
+struct Request {
+  Tensor images{};                 // [B, C, H, W], the model's input (normalised)
+  std::vector<int64_t> targets{};  // one per image, -1 for the predicted class
+  std::vector<Method> methods{};   // in the order the results come
+  Options options{};
+  /// A model other than a ViT: the submodule whose activations Grad-CAM weighs, by its dotted
+  /// name (submodule() below; empty: no gradcam), and the side in pixels of the cells its
+  /// input-gradient grids average over.
+  std::string gradcam_layer{};
+  int64_t cell = 4;
+  /// A ViT: a pass already run on these images (run_pass with options.layer and
+  /// options.pos_interp, as explain runs one), whose targets then stand; null: explain runs it.
+  const Pass* pass = nullptr;
+  /// A ViT: run the pass's backward even when no method asked needs it (a pass kept for later).
+  bool gradients = false;
+};
+
+/// What explain gives back.
+struct Result {
+  std::vector<Explanation> explanations;  // one per method of the request, in its order
+  Tensor logits;                          // [B, K] (a ViT without a head: its features [B, dim])
+  std::vector<int64_t> targets;           // the request's, -1 replaced by the predicted class
+  Pass pass;                              // a ViT: its pass (empty for another model)
+  /// Seconds per stage: the pass ("forward + backward" or "forward"; none when the request
+  /// brought one), then each method by name.
+  std::vector<std::pair<std::string, double>> seconds;
+};
+
+/// The one explanation entry point, for every model:
+///  - a models::VisionTransformer gets one shared pass (run_pass: attention, tokens, gradients,
+///    its backward only when a method needs_gradients() or request.gradients) and every method,
+///    each read from it by explain_method: the attention and token methods, activation-max, qkv;
+///  - any other model the methods below (explain(model, gradcam_layer, ...)): Grad-CAM at
+///    request.gradcam_layer and the input-gradient methods, and the attention methods on one
+///    run_pass(model, ...) when it is a models::AttentionModel; its logits from one forward
+///    (logits_of, evaluate.h).
+Result explain(nn::Module& model, const Request& request);
+
+/// A ViT's methods on a batch sharing one Pass: explain(model, request).explanations, the pass in
+/// pass_out when given.
 std::vector<Explanation> explain(models::VisionTransformer& model, const Tensor& images,
                                  const std::vector<int64_t>& targets,
                                  const std::vector<Method>& methods, const Options& options,
@@ -349,14 +393,15 @@ Attribution saliency(nn::Module& model, const Tensor& images, const std::vector<
 Tensor gradcam(nn::Module& model, nn::Module& layer, const Tensor& images,
                const std::vector<int64_t>& targets, std::vector<int64_t>* resolved = nullptr);
 
-/// The methods that apply to any model (gradcam with gradcam_layer, saliency, smoothgrad,
-/// integrated-gradients) on a batch, and the attention methods (attention, rollout, grad-rollout,
-/// chefer) when the model is a models::AttentionModel (else an Error naming the others); those
-/// share one run_pass(model, ...) and their maps are on the patch grid, as a ViT's. Each result's
-/// raw map is at image resolution (Grad-CAM's upsampled bilinearly), its grid the mean over
-/// cells of cell x cell pixels for the input-gradient methods (what the evaluation ranks) and
-/// the layer's own h x w for Grad-CAM.
-/// resolved: receives the targets with -1 replaced by the predicted class.
+/// What explain(model, request) runs for a model that is not a ViT (here for any model, a ViT too,
+/// with Grad-CAM's layer given as a module): the methods that apply to any model (gradcam with
+/// gradcam_layer, saliency, smoothgrad, integrated-gradients) on a batch, and the attention methods
+/// (attention, rollout, grad-rollout, chefer) when the model is a models::AttentionModel (else an
+/// Error naming the others); those share one run_pass(model, ...) and their maps are on the patch
+/// grid, as a ViT's. Each result's raw map is at image resolution (Grad-CAM's upsampled
+/// bilinearly), its grid the mean over cells of cell x cell pixels for the input-gradient methods
+/// (what the evaluation ranks) and the layer's own h x w for Grad-CAM. resolved: receives the
+/// targets with -1 replaced by the predicted class.
 std::vector<Explanation> explain(nn::Module& model, nn::Module* gradcam_layer, const Tensor& images,
                                  const std::vector<int64_t>& targets,
                                  const std::vector<Method>& methods, const Options& options,

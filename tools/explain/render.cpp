@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "backends/error.h"
+#include "ops/ops.h"
 #include "tools/common/files.h"
 #include "tools/explain/text.h"
 
@@ -164,6 +165,19 @@ Style parse_style(const std::string& name) {
   if (name == "overlay") return Style::Overlay;
   if (name == "mask") return Style::Mask;
   fail("explain: unknown style '{}' (known: overlay, mask)", name);
+}
+
+Rgb8 draw_map(const Tensor& image, const Tensor& map, Style style, Colormap c, double alpha,
+              int64_t factor) {
+  return enlarge(style == Style::Mask ? masked(image, map) : overlay(image, map, c, alpha), factor);
+}
+
+Tensor unnormalised(const Tensor& x, const std::vector<float>& mean,
+                    const std::vector<float>& std) {
+  const int64_t C = x.size(0);
+  const std::vector<double> m(mean.begin(), mean.begin() + C), s(std.begin(), std.begin() + C);
+  return ops::clamp(
+      x.to(kFloat32) * ops::from_vector(s, {C, 1, 1}) + ops::from_vector(m, {C, 1, 1}), 0.0, 1.0);
 }
 
 Rgb8 enlarge(const Rgb8& image, int64_t factor) {

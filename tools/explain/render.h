@@ -54,6 +54,15 @@ enum class Style { Overlay, Mask };
 /// "overlay" or "mask"; another name is an Error naming both.
 Style parse_style(const std::string& name);
 
+/// A map [H, W] in [0, 1] drawn on its image [C, H, W] as the style says (overlay: the colormap
+/// blended with alpha; mask: masked), then enlarged factor times: the picture of one map.
+Rgb8 draw_map(const Tensor& image, const Tensor& map, Style style, Colormap c, double alpha,
+              int64_t factor);
+
+/// A model input [C, H, W] as a person sees it: x * std[c] + mean[c] per channel (float32),
+/// clamped to [0, 1] (activation-max's optimised inputs).
+Tensor unnormalised(const Tensor& x, const std::vector<float>& mean, const std::vector<float>& std);
+
 /// The image enlarged factor times in each direction (nearest neighbour: every pixel becomes a
 /// factor x factor block), so that 28 x 28 images are visible. factor >= 1.
 Rgb8 enlarge(const Rgb8& image, int64_t factor);

@@ -402,10 +402,14 @@ std::shared_ptr<ExplainService::CachedImage> ExplainService::cached_pass(const s
   hit = false;
   auto c = std::make_shared<CachedImage>();
   c->sample = sample;
-  const auto t0 = clock::now();
-  c->pass = run_pass(*model_.vit, sample.input.unsqueeze(0), {o.target}, o.method.layer,
-                     !model_.headless, o.method.pos_interp);
-  c->pass_seconds = seconds_since(t0);
+  // The pass alone (no methods yet), with its gradients whenever the model has a head: the
+  // methods of this and later requests read it.
+  Result r = explain::explain(*model_.model, {.images = sample.input.unsqueeze(0),
+                                              .targets = {o.target},
+                                              .options = o.method,
+                                              .gradients = !model_.headless});
+  c->pass = std::move(r.pass);
+  c->pass_seconds = r.seconds.front().second;
   for (float v : c->pass.logits.contiguous().to_vector<float>())
     if (!std::isfinite(v))
       fail("the model's output holds {} for {}: the checkpoint's weights hold non-finite values", v,
@@ -512,7 +516,13 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
                          {"target_probability", p[target]}};
   }
   const auto draw = [&](const Tensor& map) {  // map [H, W] in [0, 1]
-    return png_uri(explain::enlarge(overlay(display, map, o.colormap, o.alpha), enlarge));
+    return png_uri(draw_map(display, map, Style::Overlay, o.colormap, o.alpha, enlarge));
+  };
+  // One method from the cached pass (the same call as the command line's).
+  const auto method = [&](Method m) {
+    return explain::explain(*model_.model,
+                            {.images = batch, .methods = {m}, .options = o.method, .pass = &pass})
+        .explanations.front();
   };
   const auto check_time = [&](const std::string& next) {
     if (clock::now() > deadline)
@@ -536,22 +546,15 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
                                               static_cast<int>(p.baseline));
       auto it = cached->slow.find(k);
       method_cached = it != cached->slow.end();
-      if (!method_cached)
-        it = cached->slow.emplace(k, explain_method(*model_.vit, batch, pass, m, o.method)).first;
+      if (!method_cached) it = cached->slow.emplace(k, method(m)).first;
       e = it->second;
     } else {
-      e = explain_method(*model_.vit, batch, pass, m, o.method);
+      e = method(m);
     }
     // activation-max's picture is the optimised image, un-normalised; every other method a map.
     const auto picture = [&] {
-      const Tensor x = e.picture.select(0, 0);
-      std::vector<double> mean(model_.mean.begin(), model_.mean.end()),
-          std(model_.std.begin(), model_.std.end());
-      const int64_t C = x.size(0);
-      const Tensor shown = ops::clamp(x * ops::from_vector(std, {C, 1, 1}, kFloat32) +
-                                          ops::from_vector(mean, {C, 1, 1}, kFloat32),
-                                      0.0, 1.0);
-      return png_uri(explain::enlarge(to_rgb8(shown), enlarge));
+      return png_uri(explain::enlarge(
+          to_rgb8(unnormalised(e.picture.select(0, 0), model_.mean, model_.std)), enlarge));
     };
     json r = {{"method", method_name(m)},
               {"png", e.picture.defined() ? picture() : draw(e.map.select(0, 0))},
