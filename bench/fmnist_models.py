@@ -10,6 +10,19 @@ from fmnist_config import REPO
 
 # ---- the model (models/vit.cpp, nn/attention.cpp, nn/mlp.cpp, nn/layers.cpp) ----------------------
 
+def vitrine_init(vit):
+    """Vitrine's ViT init on a PyTorch ViT (cls_token, pos_embed, Linear layers); Conv2d and
+    LayerNorm keep PyTorch's defaults. Shared with bench/torch_bench.py's ViT."""
+    from torch import nn
+    nn.init.normal_(vit.cls_token, mean=0.0, std=1e-6)
+    nn.init.trunc_normal_(vit.pos_embed, mean=0.0, std=0.02, a=-2.0, b=2.0)
+    for mod in vit.modules():
+        if isinstance(mod, nn.Linear):
+            nn.init.trunc_normal_(mod.weight, mean=0.0, std=0.02, a=-2.0, b=2.0)
+            if mod.bias is not None:
+                nn.init.zeros_(mod.bias)
+
+
 def build_model(m):
     if m.get("arch") == "resnet":
         return build_resnet(m)
@@ -108,14 +121,7 @@ def build_model(m):
             self.blocks = nn.ModuleList([Block(r) for r in rates])
             self.norm = nn.LayerNorm(m["dim"], eps=m["eps"])
             self.head = nn.Linear(m["dim"], m["num_classes"])
-            # Vitrine's init (see the docstring); Conv2d and LayerNorm keep PyTorch's defaults.
-            nn.init.normal_(self.cls_token, mean=0.0, std=1e-6)
-            nn.init.trunc_normal_(self.pos_embed, mean=0.0, std=0.02, a=-2.0, b=2.0)
-            for mod in self.modules():
-                if isinstance(mod, nn.Linear):
-                    nn.init.trunc_normal_(mod.weight, mean=0.0, std=0.02, a=-2.0, b=2.0)
-                    if mod.bias is not None:
-                        nn.init.zeros_(mod.bias)
+            vitrine_init(self)  # see the docstring
 
         def forward(self, images):
             x = self.patch_embed(images).flatten(2).transpose(1, 2)  # [B, patches, dim]

@@ -179,6 +179,7 @@ def build_model(m):
     if m.get("arch") == "resnet":
         return build_resnet(m)
     import torch
+    from fmnist_models import vitrine_init
     from torch import nn
 
     class Attention(nn.Module):
@@ -242,13 +243,7 @@ def build_model(m):
             self.blocks = nn.ModuleList([Block() for _ in range(m["depth"])])
             self.norm = nn.LayerNorm(m["dim"], eps=EPS)
             self.head = nn.Linear(m["dim"], m["classes"])
-            # Vitrine's init: Conv2d and LayerNorm keep PyTorch's defaults.
-            nn.init.normal_(self.cls_token, mean=0.0, std=1e-6)
-            nn.init.trunc_normal_(self.pos_embed, mean=0.0, std=0.02, a=-2.0, b=2.0)
-            for mod in self.modules():
-                if isinstance(mod, nn.Linear):
-                    nn.init.trunc_normal_(mod.weight, mean=0.0, std=0.02, a=-2.0, b=2.0)
-                    nn.init.zeros_(mod.bias)
+            vitrine_init(self)  # bench/fmnist_models.py: Vitrine's init
 
         def forward(self, images):
             x = self.patch_embed.proj(images).flatten(2).transpose(1, 2)  # [B, patches, dim]
