@@ -610,13 +610,13 @@ __global__ void gemm_epilogue_mixed_kernel(float* c, int64_t M, int64_t N, const
 }
 }  // namespace
 
-cudaError_t gemm_epilogue_mixed(float* c, int64_t M, int64_t N, const float* bias,
-                                const float* add, int64_t add_ld, void* gelu_out, Dt gelu_dt,
-                                const void* pre, Dt pre_dt, int64_t pre_ld, void* c_copy,
-                                cudaStream_t stream) {
+cudaError_t gemm_epilogue_mixed(float* c, int64_t M, int64_t N, const float* bias, const float* add,
+                                int64_t add_ld, void* gelu_out, Dt gelu_dt, const void* pre,
+                                Dt pre_dt, int64_t pre_ld, void* c_copy, cudaStream_t stream) {
   if (M * N == 0) return cudaSuccess;
   if ((gelu_out && gelu_dt != Dt::F32 && gelu_dt != Dt::BF16) ||
-      (pre && pre_dt != Dt::F32 && pre_dt != Dt::BF16) || (gelu_out && gelu_out == c && gelu_dt != Dt::F32))
+      (pre && pre_dt != Dt::F32 && pre_dt != Dt::BF16) ||
+      (gelu_out && gelu_out == c && gelu_dt != Dt::F32))
     return cudaErrorInvalidValue;
   const int threads = N >= 1024 ? 512 : 256;
   const int64_t blocks = std::min<int64_t>(M, 65535);

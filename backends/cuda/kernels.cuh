@@ -112,10 +112,9 @@ cudaError_t gemm_epilogue(Dt dtype, void* c, int64_t M, int64_t N, const void* b
 /// gemm_epilogue for a float32 c [M, N] (contiguous) with GELU operands of their own dtypes
 /// (float32 or bfloat16), and c_copy: the final c as bfloat16 [M, N] (null: none). bias, add as
 /// gemm_epilogue's (null when the product already added them).
-cudaError_t gemm_epilogue_mixed(float* c, int64_t M, int64_t N, const float* bias,
-                                const float* add, int64_t add_ld, void* gelu_out, Dt gelu_dt,
-                                const void* pre, Dt pre_dt, int64_t pre_ld, void* c_copy,
-                                cudaStream_t stream);
+cudaError_t gemm_epilogue_mixed(float* c, int64_t M, int64_t N, const float* bias, const float* add,
+                                int64_t add_ld, void* gelu_out, Dt gelu_dt, const void* pre,
+                                Dt pre_dt, int64_t pre_ld, void* c_copy, cudaStream_t stream);
 /// y = cond ? a : b.
 cudaError_t where(const View& cond, const View& a, const View& b, const View& y,
                   cudaStream_t stream);
