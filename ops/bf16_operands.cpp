@@ -43,11 +43,7 @@ bool bf16_operands(const Tensor& x) {
          float32_matmul_precision() == MatmulPrecision::Medium && enabled();
 }
 
-Tensor bf16_copy(const Tensor& x) {
-  Tensor y = empty_on(x, x.shape(), kBFloat16);
-  x.backend().copy(x.strided(), y.strided());
-  return y;
-}
+Tensor bf16_copy(const Tensor& x) { return to_dtype(x.detach(), kBFloat16); }
 
 Tensor bf16_weight(const Tensor& w) {
   static std::mutex mu;
