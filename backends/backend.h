@@ -275,13 +275,17 @@ class Backend {
     (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)g;
     return false;
   }
-  /// Max pooling's argmax (backends/cpu/pool.cpp): x [B, C, H, W] contiguous -> indices int64
-  /// [B, C, OH, OW], the flat index h W + w of each window's maximum (the first in row-major
-  /// order; a NaN wins, as PyTorch's max_pool2d); the window of output (oh, ow) is rows
-  /// oh stride_h - pad_h + i dilation_h (i < kernel_h) and the columns likewise, inside the image.
-  /// false when the backend has no such kernel (ops/pool.cpp then composes the windows).
-  virtual bool max_pool2d_indices(const Strided& x, const Strided& indices, const ConvGeometry& g) {
-    (void)x, (void)indices, (void)g;
+  /// Max pooling (backends/cpu/pool.cpp): x [B, C, H, W] contiguous -> values [B, C, OH, OW]
+  /// (x's dtype) and indices int64 [B, C, OH, OW], each contiguous, either with data null when not
+  /// wanted (inference needs no indices; a training step's values are gathered at them):
+  ///   values[b, c, oh, ow] = max over the window of x[b, c],  indices = its flat index h W + w
+  /// (the first maximum in row-major order; a NaN wins, as PyTorch's max_pool2d); the window of
+  /// output (oh, ow) is rows oh stride_h - pad_h + i dilation_h (i < kernel_h) and the columns
+  /// likewise, inside the image. false when the backend has no such kernel (ops/pool.cpp then
+  /// composes the windows).
+  virtual bool max_pool2d(const Strided& x, const Strided& values, const Strided& indices,
+                          const ConvGeometry& g) {
+    (void)x, (void)values, (void)indices, (void)g;
     return false;
   }
   /// Depthwise convolution (groups = C; backends/cpu/conv_depthwise.cpp): x [B, C, H, W] (any

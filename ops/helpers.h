@@ -33,6 +33,9 @@ Dims keepdim_shape(const Dims& shape, const Dims& rdims);
 Strided view5(const Tensor& t, int64_t heads);
 /// Removes the reduced dims from a keepdim-shaped result.
 Dims squeezed_shape(const Dims& shape, const Dims& rdims);
+/// zeros(shape) with src scatter-added at index along dim: the adjoint of gather (ops/index.cpp),
+/// whose own gradient is the gather again.
+Tensor scatter_add_into(const Dims& shape, int dim, const Tensor& index, const Tensor& src);
 
 // bfloat16 operands (ops/bf16_operands.cpp, docs/cuda.md): under matmul precision "medium" on
 // CUDA, linear layers multiply bfloat16 copies of their float32 inputs and weights, made once.

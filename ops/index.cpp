@@ -25,8 +25,10 @@ Tensor index_add_into(const Dims& shape, int dim, const Tensor& index, const Ten
                 });
 }
 
-/// zeros(shape) with src scatter-added at index along dim (the adjoint of gather).
-Tensor scatter_add_into(const Dims& shape, int dim, const Tensor& index, const Tensor& src) {
+}  // namespace
+
+Tensor detail::scatter_add_into(const Dims& shape, int dim, const Tensor& index,
+                                const Tensor& src) {
   Tensor y = zeros(shape, src.dtype(), src.device());
   src.backend().scatter_add(y.strided(), dim, index.strided(), src.strided());
   return record(y, "scatter_add", {src},
@@ -34,7 +36,6 @@ Tensor scatter_add_into(const Dims& shape, int dim, const Tensor& index, const T
                   return {gather(g, dim, si.get())};
                 });
 }
-}  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_defined(x, "index_select", "x");

@@ -75,21 +75,28 @@ Tensor max_pool2d(const Tensor& x, std::pair<int64_t, int64_t> kernel,
                   std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding) {
   const Window w = window(x, kernel, stride, padding, "max_pool2d");
   if (w.kh == 1 && w.kw == 1) return squeeze(windows(x, w), 2);
-  // A backend's argmax kernel, then the values gathered there (no window copies; gather's
-  // gradient scatters dy onto the maxima).
+  // A backend's kernel: the maxima, and where a gradient is wanted their indices too, the
+  // backward scattering dy onto them (gather's gradient; no window copies).
   const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const Tensor xc = contiguous(x);
-  Tensor index = detail::empty_on(x, {B, C, w.oh, w.ow}, kInt64);
-  bool done;
-  {
-    NoGradGuard no_grad;
-    done = x.backend().max_pool2d_indices(
-        xc.strided(), index.strided(),
-        ConvGeometry{C, H, W, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.oh, w.ow});
+  const bool grad = GradMode::is_enabled() && x.requires_grad();
+  Tensor values = detail::empty_on(x, {B, C, w.oh, w.ow}, x.dtype());
+  Tensor index = grad ? detail::empty_on(x, {B, C, w.oh, w.ow}, kInt64) : Tensor();
+  const bool done =
+      x.backend().max_pool2d(xc.strided(), values.strided(), grad ? index.strided() : Strided(),
+                             ConvGeometry{C, H, W, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.oh, w.ow});
+  if (done) {
+    if (!grad) return values;
+    const Dims in = x.shape();
+    return record(
+        values, "max_pool2d", {x},
+        [in, si = save(reshape(index, {B * C, w.oh * w.ow}))](const Tensor& dy,
+                                                              const Needs&) -> Grads {
+          const Tensor d2 = reshape(dy.contiguous(), {si.get().size(0), -1});
+          return {reshape(detail::scatter_add_into({in[0] * in[1], in[2] * in[3]}, 1, si.get(), d2),
+                          in)};
+        });
   }
-  if (done)
-    return reshape(gather(reshape(xc, {B * C, H * W}), 1, reshape(index, {B * C, w.oh * w.ow})),
-                   {B, C, w.oh, w.ow});
   const double lowest = -std::numeric_limits<double>::infinity();
   return max(windows(padded(x, w, lowest), w), 2).values;
 }

@@ -56,8 +56,12 @@ int64_t group_size(int64_t B, int64_t L) {
   // ResNet-18's 2x2 stage at batch 8) otherwise made 4-column products, under the own GEMM's
   // minimum and left to the plain loops.
   const int64_t at_least = (kMinColumns + l - 1) / l;
-  return std::clamp<int64_t>(std::max(std::min(by_columns, by_groups), at_least), 1,
-                             std::max<int64_t>(B, 1));
+  const int64_t G = std::clamp<int64_t>(std::max(std::min(by_columns, by_groups), at_least), 1,
+                                        std::max<int64_t>(B, 1));
+  // Then as even as that many groups can be: ResNet-18's 7x7 stage at batch 8 made groups of 6
+  // and 2 images, and one of two threads waited for the other half of the time.
+  const int64_t groups = (B + G - 1) / G;
+  return std::max<int64_t>((B + groups - 1) / groups, 1);
 }
 
 /// C[M, N] (+)= A[M, K] B[K, N] on the calling thread, C row-major (ldc); A stored transposed

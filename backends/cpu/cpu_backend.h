@@ -79,7 +79,8 @@ class CpuBackend final : public Backend {
                                const Strided& dx, const Strided& dw,
                                const ConvGeometry& g) override;
   // pool.cpp
-  bool max_pool2d_indices(const Strided& x, const Strided& indices, const ConvGeometry& g) override;
+  bool max_pool2d(const Strided& x, const Strided& values, const Strided& indices,
+                  const ConvGeometry& g) override;
   // conv_depthwise.cpp
   bool depthwise_conv2d(const Strided& x, const Strided& w, const Strided& bias, const Strided& y,
                         const ConvGeometry& g) override;

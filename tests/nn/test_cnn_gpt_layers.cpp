@@ -81,6 +81,70 @@ TEST_CASE("pooling modules: PyTorch parity (max, average, adaptive) and gradchec
                        "must be positive", "0x2");
 }
 
+TEST_CASE("max_pool2d: the kernel against a plain scan, with and without a gradient, NaN wins") {
+  // backends/cpu/pool.cpp selects instead of branching, and without a gradient writes the maxima
+  // only; both against the rule written out here (the first maximum in row-major order, a NaN
+  // replaces it), on windows cut by the padding on every side, float32 and float64.
+  const int64_t B = 2, C = 3, H = 7, W = 6, k = 3, s = 2, p = 1;
+  const int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+  std::vector<double> xs =
+      ops::randn({B, C, H, W}, default_generator(), kFloat64).to_vector<double>();
+  const auto at = [&](int64_t b, int64_t c, int64_t h, int64_t w) {
+    return static_cast<size_t>(((b * C + c) * H + h) * W + w);
+  };
+  xs[at(0, 1, 2, 3)] = std::nan("");
+  xs[at(1, 2, 0, 0)] = std::nan("");
+  xs[at(1, 2, 0, 1)] = 5.0;  // after a NaN in the same window: the NaN stays
+  const auto scan = [&](const std::vector<double>& xs) {
+    std::vector<double> want;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            double m = 0;
+            bool any = false;
+            for (int64_t h = oh * s - p; h < oh * s - p + k; ++h)
+              for (int64_t w = ow * s - p; w < ow * s - p + k; ++w) {
+                if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                const double v = xs[at(b, c, h, w)];
+                if (!any || v > m || std::isnan(v)) m = v;
+                any = true;
+              }
+            want.push_back(m);
+          }
+    return want;
+  };
+  for (DType dt : {kFloat32, kFloat64}) {
+    INFO(dtype_name(dt));
+    const Tensor x = ops::from_vector(xs, Dims{B, C, H, W}, dt);
+    const std::vector<double> want = scan(x.to(kFloat64).to_vector<double>());
+    Tensor plain;
+    {
+      NoGradGuard ng;
+      plain = ops::max_pool2d(x, {k, k}, {s, s}, {p, p});
+    }
+    Tensor xg = x.detach().requires_grad_(true);
+    Tensor with_grad = ops::max_pool2d(xg, {k, k}, {s, s}, {p, p});
+    for (const Tensor& y : {plain, with_grad}) {
+      const std::vector<double> got = y.detach().to(kFloat64).to_vector<double>();
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        INFO("output " << i);
+        const double e =
+            dt == kFloat32 ? static_cast<double>(static_cast<float>(want[i])) : want[i];
+        CHECK((std::isnan(e) ? std::isnan(got[i]) : got[i] == e));
+      }
+    }
+    // The gradient lands on the maxima: one per window, summed where windows share one.
+    ops::sum(with_grad).backward();
+    const std::vector<double> g = xg.grad().to(kFloat64).to_vector<double>();
+    double total = 0;
+    for (double v : g) total += v;
+    CHECK(total == static_cast<double>(B * C * OH * OW));
+    CHECK(g[at(1, 2, 0, 0)] == 1.0);  // the NaN of output (0, 0)'s window, not the 5 after it
+  }
+}
+
 TEST_CASE("flatten module: [B, C, H, W] -> [B, C H W] as torch.nn.Flatten") {
   Tensor x = ops::arange(0, 24, 1).reshape({2, 3, 2, 2});
   nn::Flatten flatten;
