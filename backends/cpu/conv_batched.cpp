@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backends/conv_algorithm.h"
+#include "backends/cpu/conv_implicit.h"
 #include "backends/cpu/conv_window.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
@@ -149,6 +150,12 @@ bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Stride
   const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
   VT_ASSERT(w.is_contiguous() && w.numel() == Cout * K && y.is_contiguous());
   VT_ASSERT(!bias.data || bias.numel() == Cout);
+  // A stride-1 convolution with "same" padding on a map of 14x14 or more: no im2col at all.
+  if (implicit_conv_runs(x, g)) {
+    implicit_conv2d(x, w.ptr<float>(), Cout, bias.data ? bias.ptr<float>() : nullptr,
+                    y.ptr<float>(), g, group_size(B, L));
+    return true;
+  }
   // A large map (over kGroupColumns outputs an image) in float32: bands of output rows, whose
   // columns stay under kBandFloats, each band's product written straight into y (rows L apart).
   if (L > kGroupColumns && im2col_rows_f32_runs(x, g)) {
@@ -215,6 +222,14 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
   VT_ASSERT(!dx.data || dx.is_contiguous());
   VT_ASSERT(!dw.data || (dw.is_contiguous() && dw.numel() == Cout * K));
   const int64_t G = group_size(B, L), groups = (B + G - 1) / G;
+  // Where the forward runs implicitly, so does dx (a convolution of dy with the flipped weight);
+  // the loop below then computes dW only.
+  Strided dx_cols = dx;
+  if (dx.data && implicit_conv_runs(x, g)) {
+    implicit_conv2d_input_grad(dy, w.ptr<float>(), Cout, dx.ptr<float>(), g, G);
+    dx_cols = Strided();
+    if (!dw.data) return true;
+  }
   dispatch_float(x.dtype, "conv2d_backward", [&]<typename T>() {
     const T* wp = w.ptr<T>();
     const T* dyp = dy.ptr<T>();
@@ -236,11 +251,11 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
           group_gemm<T>(K, Cout, nL, cols, nL, false, dY, nL, true, partial.get() + grp * K * Cout,
                         Cout, false);
         }
-        if (dx.data) {
+        if (dx_cols.data) {
           // dcols [K, n L] = W^T [K, Cout] dY [Cout, n L]
           group_gemm<T>(K, nL, Cout, wp, K, true, dY, nL, false, cols, nL, false);
           for (int64_t i = 0; i < n; ++i)
-            col2im(block(cols, x.dtype, K, n, L, i), image(dx, b0 + i), g);
+            col2im(block(cols, x.dtype, K, n, L, i), image(dx_cols, b0 + i), g);
         }
       }
     });

@@ -162,9 +162,11 @@ void pack_panel(int64_t p, int64_t N, int64_t K, const float* b, int64_t ldb, fl
 
 /// Where B's panels are: element B[k0 + k][32p + j] of the current slice is
 /// at[p * panel + k * row + j].
+/// With a row table (rows non-null), row k0 + k of the slice is at at + p * panel + rows[k0 + k].
 struct PanelView {
   const float* at;
   int64_t panel, row;
+  const int64_t* rows = nullptr;
 };
 
 /// C tile [MR, 32] (+)= A[MR, kc] B[kc, 32].
@@ -182,12 +184,15 @@ struct PanelView {
 /// With a row-major A the tile of C is prefetched first: it is stored at the end, and there C is
 /// large and written for the first time (activations), not in cache. A weight gradient's C (with
 /// a transposed A) is small and stays in L2; prefetching it there measured slower.
-template <int MR, bool ATrans, bool Masked>
+///   rows (Rows only): B's row k is at b + rows[k] instead of b + k ldbk (an implicit-GEMM
+///      convolution's B: row (c, i, j) is the padded input shifted by tap (i, j)).
+template <int MR, bool ATrans, bool Masked, bool Rows = false>
 __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a, int64_t lda,
                                                      const float* b, int64_t ldbk, float* c,
                                                      int64_t ldc, const float* c_in, int64_t ld_in,
                                                      const float* bias, __mmask16 m0, __mmask16 m1,
-                                                     const float* next, int next_rows) {
+                                                     const float* next, int next_rows,
+                                                     const int64_t* rows) {
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
@@ -205,7 +210,7 @@ __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a,
       _mm_prefetch(reinterpret_cast<const char*>(next + r * lda + col), _MM_HINT_T0);
       if (++r == next_rows) r = 0, col += 16;
     }
-    const float* bk = b + k * ldbk;
+    const float* bk = Rows ? b + rows[k] : b + k * ldbk;
     const __m512 b0 = Masked ? _mm512_maskz_loadu_ps(m0, bk) : _mm512_loadu_ps(bk);
     const __m512 b1 = Masked ? _mm512_maskz_loadu_ps(m1, bk + 16) : _mm512_loadu_ps(bk + 16);
 #pragma GCC unroll 16
@@ -253,21 +258,23 @@ __attribute__((target("avx512f"))) void add_row_sums(int64_t kc, const float* a,
 
 using Kernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
                         const float*, int64_t, const float*, __mmask16, __mmask16, const float*,
-                        int);
+                        int, const int64_t*);
 
-template <bool ATrans, bool Masked, int... R>
+template <bool ATrans, bool Masked, bool Rows, int... R>
 constexpr std::array<Kernel, sizeof...(R)> kernel_row(std::integer_sequence<int, R...>) {
-  return {&micro_kernel<R + 1, ATrans, Masked>...};
+  return {&micro_kernel<R + 1, ATrans, Masked, Rows>...};
 }
-template <bool ATrans, bool Masked>
+template <bool ATrans, bool Masked, bool Rows = false>
 constexpr auto kernel_row() {
-  return kernel_row<ATrans, Masked>(std::make_integer_sequence<int, kMR>{});
+  return kernel_row<ATrans, Masked, Rows>(std::make_integer_sequence<int, kMR>{});
 }
 // kKernels[a_trans][masked][r - 1] handles a strip of r rows (a thread's last strip may be
-// short).
+// short); kRowKernels[masked][r - 1] the same with B's rows from a table (row-major A).
 constexpr std::array<std::array<std::array<Kernel, kMR>, 2>, 2> kKernels = {
     {{kernel_row<false, false>(), kernel_row<false, true>()},
      {kernel_row<true, false>(), kernel_row<true, true>()}}};
+constexpr std::array<std::array<Kernel, kMR>, 2> kRowKernels = {
+    {kernel_row<false, false, true>(), kernel_row<false, true, true>()}};
 
 /// The epilogue's GELU steps on rows [i, i + mr), columns [n0, n1) of C, once they are final.
 void gelu_epilogue(const SgemmEpilogue& ep, int64_t i, int mr, int64_t n0, int64_t n1, float* c,
@@ -318,10 +325,12 @@ void run_units(int64_t u0, int64_t u1, int64_t M, int64_t N, int64_t K, const fl
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t cols = std::min<int64_t>(kNR, N - p * kNR);
           const bool masked = !packed && cols < kNR;
-          kKernels[a_trans][masked][mr - 1](
-              kc, ai, lda, bv.at + p * bv.panel + k0 * bv.row, bv.row, c + i * ldc + p * kNR, ldc,
-              in ? in + i * ld_in + p * kNR : nullptr, ld_in, bias ? bias + p * kNR : nullptr,
-              column_mask(cols), column_mask(cols - 16), p == p0 ? next : nullptr, next_rows);
+          const Kernel kernel =
+              bv.rows ? kRowKernels[masked][mr - 1] : kKernels[a_trans][masked][mr - 1];
+          kernel(kc, ai, lda, bv.at + p * bv.panel + (bv.rows ? 0 : k0 * bv.row), bv.row,
+                 c + i * ldc + p * kNR, ldc, in ? in + i * ld_in + p * kNR : nullptr, ld_in,
+                 bias ? bias + p * kNR : nullptr, column_mask(cols), column_mask(cols - 16),
+                 p == p0 ? next : nullptr, next_rows, bv.rows ? bv.rows + k0 : nullptr);
         }
         // A's row sums, once per strip and depth slice (by the run with the strip's first
         // panel), while the strip is in L1.
@@ -345,7 +354,7 @@ GemmPolicy gemm_policy() {
 namespace {
 bool sgemm_impl(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                 const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
-                const SgemmEpilogue& ep, int64_t min_rows);
+                const SgemmEpilogue& ep, int64_t min_rows, const int64_t* b_rows = nullptr);
 }  // namespace
 
 bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
@@ -361,10 +370,16 @@ bool own_sgemm_in_chunk(int64_t M, int64_t N, int64_t K, const float* a, int64_t
   return sgemm_impl(M, N, K, a, lda, a_trans, b, ldb, b_trans, c, ldc, accumulate, {}, 1);
 }
 
+bool own_sgemm_rows_in_chunk(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+                             const float* b, const int64_t* b_rows, float* c, int64_t ldc,
+                             bool accumulate) {
+  return sgemm_impl(M, N, K, a, lda, false, b, 0, false, c, ldc, accumulate, {}, 1, b_rows);
+}
+
 namespace {
 bool sgemm_impl(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                 const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
-                const SgemmEpilogue& ep, int64_t min_rows) {
+                const SgemmEpilogue& ep, int64_t min_rows, const int64_t* b_rows) {
   const GemmPolicy policy = gemm_policy();
   if (M < min_rows || N < 16 || K < 8 || policy == GemmPolicy::Off) return false;
   // Made for a weight against many tokens: the weight (N x K in the forward and dx, M x N in
@@ -375,7 +390,7 @@ bool sgemm_impl(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bo
   if (policy == GemmPolicy::SmallWeights && std::min(N * K, M * N) > kMaxWeight) return false;
   if (ep.a_row_sums != nullptr && !a_trans) return false;  // (summed from a transposed A only)
   const int64_t panels = (N + kNR - 1) / kNR;
-  PanelView bv{b, kNR, ldb};  // row-major B, read in place
+  PanelView bv{b, kNR, ldb, b_rows};  // row-major B, read in place (rows from b_rows if given)
   float* bp = nullptr;
   if (b_trans) {
     bp = pack_buffer(static_cast<size_t>(panels * K * kNR));
@@ -421,6 +436,11 @@ bool own_sgemm(int64_t, int64_t, int64_t, const float*, int64_t, bool, const flo
 
 bool own_sgemm_in_chunk(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*,
                         int64_t, bool, float*, int64_t, bool) {
+  return false;
+}
+
+bool own_sgemm_rows_in_chunk(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                             const int64_t*, float*, int64_t, bool) {
   return false;
 }
 

@@ -79,4 +79,12 @@ bool own_sgemm_in_chunk(int64_t M, int64_t N, int64_t K, const float* a, int64_t
                         const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc,
                         bool accumulate);
 
+/// own_sgemm_in_chunk with B's rows where a table says: B[k][n] = b[b_rows[k] + n] (row-major
+/// A, no transposes). An implicit-GEMM convolution's product (backends/cpu/conv_implicit.cpp):
+/// row (c, i, j) of its B is the zero-padded input shifted by tap (i, j), read in place, where
+/// im2col wrote kh kw copies of it. false as own_sgemm's.
+bool own_sgemm_rows_in_chunk(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+                             const float* b, const int64_t* b_rows, float* c, int64_t ldc,
+                             bool accumulate);
+
 }  // namespace vitrine::cpu

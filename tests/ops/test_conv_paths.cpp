@@ -152,8 +152,16 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
                                      {{10, 64, 7, 7}, {64, 64, 3, 3}, {1, 1}, {1, 1}},
                                      {{3, 5, 37, 19}, {20, 5, 3, 5}, {1, 1}, {2, 0}},
                                      {{4, 3, 9, 8}, {5, 3, 3, 3}, {2, 1}, {1, 1}},
-                                     // L = 1296 > 1024: the forward in bands of 12 output rows
-                                     {{2, 64, 36, 36}, {8, 64, 3, 3}, {1, 1}, {1, 1}}};
+                                     // stride 1, "same" padding, 14x14 and larger: implicit
+                                     // GEMM (conv_implicit.cpp), square and 5x3, a 1x1, a
+                                     // map of 1296 outputs (chunks of whole wide rows)
+                                     {{3, 16, 14, 14}, {24, 16, 3, 3}, {1, 1}, {1, 1}},
+                                     {{2, 5, 20, 17}, {7, 5, 5, 3}, {1, 1}, {2, 1}},
+                                     {{4, 16, 16, 16}, {8, 16, 1, 1}, {1, 1}, {0, 0}},
+                                     {{2, 64, 36, 36}, {8, 64, 3, 3}, {1, 1}, {1, 1}},
+                                     // L = 1296 > 1024 at stride 2: the forward in bands of
+                                     // output rows
+                                     {{2, 8, 72, 72}, {8, 8, 3, 3}, {2, 2}, {1, 1}}};
   uint64_t seed = 40;
   for (const Shape& s : shapes) {
     INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w));
@@ -192,6 +200,19 @@ TEST_CASE("conv2d: the batched and depthwise paths give the same bits on 1 and 2
   {
     Threads t(2);
     two = run_conv(ConvAlgorithm::Auto, x, w, b, r, {2, 2}, {1, 1});
+  }
+  check_equal_bits(one.y, two.y);
+  check_equal_bits(one.dx, two.dx);
+  check_equal_bits(one.dw, two.dw);
+  // Stride 1, "same" padding: the implicit GEMM forward and input gradient.
+  const Tensor r1 = rand64({12, 32, 14, 14}, 65).detach().to(kFloat32);
+  {
+    Threads t(1);
+    one = run_conv(ConvAlgorithm::Auto, x, w, b, r1, {1, 1}, {1, 1});
+  }
+  {
+    Threads t(2);
+    two = run_conv(ConvAlgorithm::Auto, x, w, b, r1, {1, 1}, {1, 1});
   }
   check_equal_bits(one.y, two.y);
   check_equal_bits(one.dx, two.dx);
