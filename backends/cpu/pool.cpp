@@ -50,7 +50,7 @@ template <typename T, int S>
       if (idx == nullptr) {
         for (int64_t ow = lo; ow < hi; ++ow) {
           const T v = rp[ow * sw + off];
-          m[ow] = (v > m[ow]) | (v != v) ? v : m[ow];
+          m[ow] = ((v > m[ow]) | (v != v)) ? v : m[ow];
         }
       } else {
         for (int64_t ow = lo; ow < hi; ++ow) {
