@@ -150,7 +150,7 @@ bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Stride
   const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
   VT_ASSERT(w.is_contiguous() && w.numel() == Cout * K && y.is_contiguous());
   VT_ASSERT(!bias.data || bias.numel() == Cout);
-  // A stride-1 convolution with "same" padding on a map of 14x14 or more: no im2col at all.
+  // Where the phase planes waste little (conv_implicit.h): no im2col at all.
   if (implicit_conv_runs(x, g)) {
     implicit_conv2d(x, w.ptr<float>(), Cout, bias.data ? bias.ptr<float>() : nullptr,
                     y.ptr<float>(), g, group_size(B, L));
@@ -222,10 +222,10 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
   VT_ASSERT(!dx.data || dx.is_contiguous());
   VT_ASSERT(!dw.data || (dw.is_contiguous() && dw.numel() == Cout * K));
   const int64_t G = group_size(B, L), groups = (B + G - 1) / G;
-  // Where the forward runs implicitly, so does dx (a convolution of dy with the flipped weight);
-  // the loop below then computes dW only.
+  // A stride-1 "same" convolution's dx is a convolution of dy with the flipped weight, implicit
+  // too; the loop below then computes dW only.
   Strided dx_cols = dx;
-  if (dx.data && implicit_conv_runs(x, g)) {
+  if (dx.data && implicit_input_grad_runs(x, g)) {
     implicit_conv2d_input_grad(dy, w.ptr<float>(), Cout, dx.ptr<float>(), g, G);
     dx_cols = Strided();
     if (!dw.data) return true;

@@ -1,25 +1,40 @@
-// Implicit-GEMM convolution (conv_implicit.h): stride 1, "same" padding (ph = (kh - 1) / 2, pw
-// likewise), float32 on the own GEMM.
+// Implicit-GEMM convolution (conv_implicit.h), float32 on the own GEMM.
 //
 // im2col writes kh kw shifted copies of the input, one per kernel tap, and the product reads them
 // back: for a 3x3 over 16 channels (a ResNet-8) that copy cost a quarter of the inference. Here the
-// copy is one, with the zero padding in it, and the taps are row offsets into it. For a group of
-// n images, each channel's plane P_c holds the images one above the other, each row followed by
-// pw zeros and each image by ph zero rows (with ph zero rows above the first): rows Ws = W + pw
-// apart, images Hs = H + ph rows apart. A row's pw zeros are at once the right padding of that row
-// and the left padding of the next; an image's zero rows the bottom padding of it and the top of
-// the next. Output (i, r, c) is computed at the "wide" column q = (i Hs + r) Ws + c, and
-//   B[(c, a, b)][q] = P_c[q + a Ws + b]   (from P_c's start, which lies pw before the first row)
+// copy is one, with the zero padding in it, and the taps are row offsets into it.
+//
+// Stride 1, padding 1, a 3x3 (the common case). For a group of n images, each channel's plane P_c
+// holds the images one above the other, each row followed by a zero and each image by a zero row
+// (with a zero row above the first): rows Ws = W + 1 apart, images Hs = H + 1 rows apart. A row's
+// zero is at once the right padding of that row and the left padding of the next; an image's zero
+// row the bottom padding of it and the top of the next. Output (i, r, c) is computed at the
+// "wide" column q = (i Hs + r) Ws + c, and
+//   B[(c, a, b)][q] = P_c[q + (a - 1) Ws + (b - 1)]
 //   Y [Cout, N] = W [Cout, C kh kw] B       (W as stored: its columns are (c, a, b) in that order)
-// so B's row (c, a, b) is P_c read from offset a Ws + b: own_sgemm_rows_in_chunk with a table of
-// those offsets. The wide columns of the padding (q with c >= W or r >= H) are computed and
-// dropped: (H + ph)(W + pw) / (H W) of the work, 1.07 at 28x28 and 1.15 at 14x14 for a 3x3, which
-// is why smaller maps (1.31 at 7x7) stay with im2col.
+// so B's row (c, a, b) is P_c read from offset (a - 1) Ws + b - 1: own_sgemm_rows_in_chunk with a
+// table of those offsets. The wide columns of the padding (c >= W or r >= H) are computed and
+// dropped: Hs Ws / (H W) of the work, 1.07 at 28x28 and 1.15 at 14x14, which is why smaller maps
+// (1.31 at 7x7) stay with im2col (kMaxWaste).
+//
+// Any stride s, padding p and dilation d, one dimension at a time: tap a reads input index
+// o s + t for output o, t = a d - p. With phase = t mod s and shift = floor(t / s), that is entry
+// o + shift of the phase's plane, which holds the input's indices phase, phase + s, ... So the
+// input is cut into s_h s_w phase planes per channel (at stride 1, one: the plane above), each
+// laid out as above with rows Ws and images Hs apart, Ws large enough that every row's reach,
+// shifts from the most negative to the largest, falls on its own data or on zeros shared with its
+// neighbours (axis()); B's row (c, a, b) is plane (c, phase_r(a), phase_c(b)) from offset
+// shift_r(a) Ws + shift_c(b). At stride 2 a 3x3 with padding 1 reads all four phases, and the copy
+// is still one: every input element lies in exactly one phase plane.
 //
 // The product goes in chunks of whole wide rows (about 2^16 / Cout columns: Y's chunk stays in
 // L2), each chunk's valid columns copied out to y with the bias while in cache. A group of images
 // is one task on one thread from its copy to its last chunk, as in conv_batched.cpp, so the result
 // does not depend on the number of threads.
+//
+// The input gradient of a stride-1 "same" convolution is such a convolution too (of dy with the
+// flipped weight: implicit_conv2d_input_grad). Other input gradients and every weight gradient
+// still go through im2col and col2im (conv_batched.cpp).
 #include "backends/cpu/conv_implicit.h"
 
 #include <algorithm>
@@ -29,26 +44,70 @@
 #include "backends/conv_algorithm.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/sgemm.h"
+#include "backends/cpu/simd.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace vitrine::cpu {
 
 namespace {
 
-/// The zero-padded planes of a group of n images (file comment).
+/// The most wide columns computed per output kept (waste(g)): above it, im2col. (1.4, which
+/// takes the 3x3s of a 7x7 map, measured slower on ResNet-8: 1.31 times the product against
+/// im2col's copies of a 64-channel map.)
+constexpr double kMaxWaste = 1.25;
+
+/// One spatial dimension (rows or columns) of the phase planes (file comment): tap a reads phase
+/// phase[a] at output index + shift[a]; a phase plane holds count[phi] entries of its dimension,
+/// and its rows (or images) lie period apart.
+struct Axis {
+  int64_t stride = 1, period = 0, dmin = 0;
+  std::vector<int64_t> phase, shift, count;
+};
+
+Axis axis(int64_t size, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d) {
+  Axis ax;
+  ax.stride = s;
+  int64_t dmax = 0;
+  for (int64_t a = 0; a < k; ++a) {
+    const int64_t t = a * d - p, phi = ((t % s) + s) % s, delta = (t - phi) / s;
+    ax.phase.push_back(phi);
+    ax.shift.push_back(delta);
+    ax.dmin = std::min(ax.dmin, delta);
+    dmax = std::max(dmax, delta);
+  }
+  ax.period = out + dmax;
+  for (int64_t phi = 0; phi < s; ++phi) {
+    ax.count.push_back(phi < size ? (size - phi + s - 1) / s : 0);
+    ax.period = std::max(ax.period, ax.count.back() - ax.dmin);
+  }
+  return ax;
+}
+
+/// The phase planes of a group of n images (file comment).
 struct Layout {
-  int64_t Ws, Hs;  // row and image strides, in floats and rows
-  int64_t plane;   // floats between channels' planes
-  int64_t N;       // wide columns, up to the last image's last output
+  Axis rows, cols;
+  int64_t Ws, Hs;  // = cols.period (floats between rows), rows.period (rows between images)
+  int64_t front;   // floats before a plane's first row (the most negative shifts' reach)
+  int64_t plane;  // floats between planes; plane (c, phi_r, phi_c) is c s_h s_w + phi_r s_w + phi_c
+  int64_t N;      // wide columns, up to the last image's last output
 };
 
 Layout layout(const ConvGeometry& g, int64_t n) {
   Layout l;
-  l.Ws = g.width + g.pad_w;
-  l.Hs = g.height + g.pad_h;
-  l.plane = (g.pad_w + (g.pad_h + n * l.Hs) * l.Ws + 15) / 16 * 16;
-  l.N = ((n - 1) * l.Hs + g.height - 1) * l.Ws + g.width;
+  l.rows = axis(g.height, g.out_h, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h);
+  l.cols = axis(g.width, g.out_w, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w);
+  l.Ws = l.cols.period;
+  l.Hs = l.rows.period;
+  l.front = -l.cols.dmin - l.rows.dmin * l.Ws;
+  l.plane = (l.front + n * l.Hs * l.Ws + 15) / 16 * 16;
+  l.N = ((n - 1) * l.Hs + g.out_h - 1) * l.Ws + g.out_w;
   return l;
+}
+
+/// (H_s W_s) / (OH OW): the share of wide columns computed for every output kept.
+double waste(const ConvGeometry& g) {
+  const Layout l = layout(g, 1);
+  return static_cast<double>(l.Hs * l.Ws) / static_cast<double>(g.out_h * g.out_w);
 }
 
 /// A thread's buffer of at least n floats (slot 0: the planes, 1: a chunk of Y), kept.
@@ -60,32 +119,42 @@ T* buffer(size_t n, int slot) {
   return v.data();
 }
 
-/// P (C planes of l.plane floats) from images [b0, b0 + n) of x [B, C, H, W] (any strides).
-void pack(const Strided& x, int64_t b0, int64_t n, const ConvGeometry& g, const Layout& l,
-          float* P) {
-  const int64_t H = g.height, W = g.width, Ws = l.Ws;
+/// The phase planes P from images [b0, b0 + n) of x [B, C, H, W] (any strides); planes of a
+/// phase no tap reads are left alone.
+VT_SIMD_CLONES void pack(const Strided& x, int64_t b0, int64_t n, const ConvGeometry& g,
+                         const Layout& l, const std::vector<char>& used, float* P) {
+  const int64_t sh = l.rows.stride, sw = l.cols.stride, Ws = l.Ws;
   const float* xp = x.ptr<float>();
-  for (int64_t c = 0; c < g.channels; ++c) {
-    float* p = P + c * l.plane;
-    float* const end = p + l.plane;
-    const int64_t head = g.pad_w + g.pad_h * Ws;
-    std::fill(p, p + head, 0.0f);
-    p += head;
-    for (int64_t i = 0; i < n; ++i) {
-      const float* img = xp + (b0 + i) * x.strides[0] + c * x.strides[1];
-      for (int64_t h = 0; h < H; ++h, p += Ws) {
-        const float* src = img + h * x.strides[2];
-        if (x.strides[3] == 1)
-          std::memcpy(p, src, static_cast<size_t>(W) * sizeof(float));
-        else
-          for (int64_t w = 0; w < W; ++w) p[w] = src[w * x.strides[3]];
-        std::fill(p + W, p + Ws, 0.0f);
+  for (int64_t c = 0; c < g.channels; ++c)
+    for (int64_t pr = 0; pr < sh; ++pr)
+      for (int64_t pc = 0; pc < sw; ++pc) {
+        if (!used[static_cast<size_t>(pr * sw + pc)]) continue;
+        float* p = P + ((c * sh + pr) * sw + pc) * l.plane;
+        float* const end = p + l.plane;
+        const int64_t nr = l.rows.count[static_cast<size_t>(pr)];
+        const int64_t nc = l.cols.count[static_cast<size_t>(pc)];
+        std::fill(p, p + l.front, 0.0f);
+        p += l.front;
+        for (int64_t i = 0; i < n; ++i) {
+          const float* img = xp + (b0 + i) * x.strides[0] + c * x.strides[1];
+          for (int64_t u = 0; u < l.Hs; ++u, p += Ws) {
+            if (u >= nr) {
+              std::fill(p, p + Ws, 0.0f);
+              continue;
+            }
+            const float* src = img + (u * sh + pr) * x.strides[2] + pc * x.strides[3];
+            const int64_t step = sw * x.strides[3];
+            if (step == 1)
+              std::memcpy(p, src, static_cast<size_t>(nc) * sizeof(float));
+            else if (step == 2)  // (a compile-time stride: vectorised as even-lane permutes)
+              for (int64_t v = 0; v < nc; ++v) p[v] = src[2 * v];
+            else
+              for (int64_t v = 0; v < nc; ++v) p[v] = src[v * step];
+            std::fill(p + nc, p + Ws, 0.0f);
+          }
+        }
+        std::fill(p, end, 0.0f);
       }
-      std::fill(p, p + g.pad_h * Ws, 0.0f);
-      p += g.pad_h * Ws;
-    }
-    std::fill(p, end, 0.0f);
-  }
 }
 
 /// C[M, N] = A[M, K] B, B[k][n] = b[rows[k] + n], on the calling thread: the own GEMM, or plain
@@ -104,23 +173,45 @@ void rows_gemm(int64_t M, int64_t N, int64_t K, const float* a, const float* b, 
   }
 }
 
+/// dst[co * ld_dst + c] = src[co * ld_src + c] + bias[co] for co < Cout, c < n: one wide row's
+/// outputs of every channel, from Y's chunk into y.
+VT_SIMD_CLONES void copy_out(const float* src, int64_t ld_src, float* dst, int64_t ld_dst,
+                             int64_t Cout, int64_t n, const float* bias) {
+  for (int64_t co = 0; co < Cout; ++co) {
+    const float add = bias ? bias[co] : 0.0f;
+    const float* s = src + co * ld_src;
+    float* d = dst + co * ld_dst;
+    for (int64_t c = 0; c < n; ++c) d[c] = s[c] + add;
+  }
+}
+
 void run(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
          const ConvGeometry& g, int64_t G) {
-  const int64_t B = x.shape[0], C = g.channels, H = g.height, W = g.width;
+  const int64_t B = x.shape[0], C = g.channels, OH = g.out_h, OW = g.out_w;
   const int64_t kh = g.kernel_h, kw = g.kernel_w, K = C * kh * kw;
+  const int64_t sh = g.stride_h, sw = g.stride_w;
   const int64_t groups = (B + G - 1) / G;
   parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t grp = g0; grp < g1; ++grp) {
       const int64_t b0 = grp * G, n = std::min(G, B - b0);
       const Layout l = layout(g, n);
-      float* P = buffer<float>(static_cast<size_t>(C * l.plane), 0);
-      pack(x, b0, n, g, l, P);
+      // B's row (c, a, b): plane (c, phase_r[a], phase_c[b]) from offset shift_r[a] Ws + shift_c[b]
       thread_local std::vector<int64_t> rows;
+      thread_local std::vector<char> used;
       rows.resize(static_cast<size_t>(K));
+      used.assign(static_cast<size_t>(sh * sw), 0);
       for (int64_t c = 0; c < C; ++c)
         for (int64_t a = 0; a < kh; ++a)
-          for (int64_t b = 0; b < kw; ++b)
-            rows[static_cast<size_t>((c * kh + a) * kw + b)] = c * l.plane + a * l.Ws + b;
+          for (int64_t b = 0; b < kw; ++b) {
+            const int64_t pr = l.rows.phase[static_cast<size_t>(a)];
+            const int64_t pc = l.cols.phase[static_cast<size_t>(b)];
+            used[static_cast<size_t>(pr * sw + pc)] = 1;
+            rows[static_cast<size_t>((c * kh + a) * kw + b)] =
+                ((c * sh + pr) * sw + pc) * l.plane + l.front +
+                l.rows.shift[static_cast<size_t>(a)] * l.Ws + l.cols.shift[static_cast<size_t>(b)];
+          }
+      float* P = buffer<float>(static_cast<size_t>(C * sh * sw * l.plane), 0);
+      pack(x, b0, n, g, l, used, P);
       // Chunks of whole wide rows, about 2^16 / Cout columns (Y's chunk in L2), 256 at least.
       const int64_t per_chunk =
           std::max<int64_t>(1, std::clamp<int64_t>((int64_t{1} << 16) / Cout, 256, 4096) / l.Ws);
@@ -129,16 +220,12 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
       for (int64_t R0 = 0; R0 * l.Ws < l.N; R0 += per_chunk) {
         const int64_t q0 = R0 * l.Ws, cols = std::min(nc, l.N - q0);
         rows_gemm(Cout, cols, K, w, P + q0, rows.data(), Yc, nc);
-        // The chunk's valid outputs: wide row R is image R / Hs's row R % Hs (none past H).
+        // The chunk's valid outputs: wide row R is image R / Hs's row R % Hs (none past OH).
         for (int64_t R = R0; R < R0 + per_chunk && R * l.Ws < l.N; ++R) {
           const int64_t i = R / l.Hs, r = R % l.Hs;
-          if (r >= H) continue;
-          for (int64_t co = 0; co < Cout; ++co) {
-            const float* src = Yc + co * nc + (R - R0) * l.Ws;
-            float* dst = y + ((b0 + i) * Cout + co) * H * W + r * W;
-            const float add = bias ? bias[co] : 0.0f;
-            for (int64_t c = 0; c < W; ++c) dst[c] = src[c] + add;
-          }
+          if (r >= OH) continue;
+          copy_out(Yc + (R - R0) * l.Ws, nc, y + (b0 + i) * Cout * OH * OW + r * OW, OH * OW, Cout,
+                   OW, bias);
         }
       }
     }
@@ -151,12 +238,16 @@ bool implicit_conv_runs(const Strided& x, const ConvGeometry& g) {
   if (x.dtype != DType::Float32 || conv_algorithm() != ConvAlgorithm::Auto ||
       gemm_policy() == GemmPolicy::Off)
     return false;
-  const int64_t H = g.height, W = g.width;
-  return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 &&
-         g.kernel_h % 2 == 1 && g.kernel_w % 2 == 1 && 2 * g.pad_h == g.kernel_h - 1 &&
-         2 * g.pad_w == g.kernel_w - 1 && g.out_h == H && g.out_w == W &&
-         g.channels * g.kernel_h * g.kernel_w >= 8 &&
-         4 * (H + g.pad_h) * (W + g.pad_w) <= 5 * H * W;
+  // A strided 1x1 is a subsampling copy either way, and im2col's one product over the group
+  // measured faster than the chunks here (ResNet-18's shortcuts: 0.76 against 0.88 ms).
+  const bool strided_1x1 = g.kernel_h * g.kernel_w == 1 && (g.stride_h > 1 || g.stride_w > 1);
+  return !strided_1x1 && g.channels * g.kernel_h * g.kernel_w >= 8 && g.out_h > 0 && g.out_w > 0 &&
+         waste(g) <= kMaxWaste;
+}
+
+bool implicit_input_grad_runs(const Strided& x, const ConvGeometry& g) {
+  return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h * (g.kernel_h - 1) == 2 * g.pad_h &&
+         g.dilation_w * (g.kernel_w - 1) == 2 * g.pad_w && implicit_conv_runs(x, g);
 }
 
 void implicit_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
@@ -175,7 +266,7 @@ void implicit_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout,
         for (int64_t b = 0; b < kw; ++b)
           wt[static_cast<size_t>(((c * Cout + co) * kh + a) * kw + b)] =
               w[((co * C + c) * kh + kh - 1 - a) * kw + kw - 1 - b];
-  ConvGeometry gt = g;
+  ConvGeometry gt = g;  // (same padding at stride 1: the output's size is the input's)
   gt.channels = Cout;
   run(dy, wt.data(), C, nullptr, dx, gt, G);
 }

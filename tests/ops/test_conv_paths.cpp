@@ -57,12 +57,13 @@ struct ConvRun {
 /// y = conv2d(x, w, b) and the gradients of sum(y r), under algorithm a.
 ConvRun run_conv(ConvAlgorithm a, const Tensor& x0, const Tensor& w0, const Tensor& b0,
                  const Tensor& r, std::pair<int64_t, int64_t> stride,
-                 std::pair<int64_t, int64_t> padding, bool input_grad = true) {
+                 std::pair<int64_t, int64_t> padding, bool input_grad = true,
+                 std::pair<int64_t, int64_t> dilation = {1, 1}) {
   Algorithm use(a);
   Tensor x = x0.detach(), w = w0.detach().requires_grad_();
   if (input_grad) x.requires_grad_();
   Tensor b = b0.defined() ? b0.detach().requires_grad_() : Tensor();
-  Tensor y = ops::conv2d(x, w, b, stride, padding);
+  Tensor y = ops::conv2d(x, w, b, stride, padding, dilation);
   ops::sum(y * r).backward();
   return {y.detach(), input_grad ? x.grad() : Tensor(), w.grad(),
           b.defined() ? b.grad() : Tensor()};
@@ -141,10 +142,13 @@ TEST_CASE("conv2d: the batched path passes a float64 gradcheck and equals the pe
 TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-image path") {
   struct Shape {
     Dims x, w;
-    std::pair<int64_t, int64_t> stride, padding;
+    std::pair<int64_t, int64_t> stride, padding, dilation = {1, 1};
   };
   // vitrine-train's ResNet-8 on Fashion-MNIST (batch cut to 10): the stem, a 3x3 at 28x28, the
-  // stride-2 3x3 and 1x1 shortcut, a 64-channel 3x3 at 7x7.
+  // stride-2 3x3 and 1x1 shortcut, a 64-channel 3x3 at 7x7. Auto takes the implicit GEMM
+  // (conv_implicit.cpp) where its phase planes waste little (the 28x28 and 14x14 ones, stride 1
+  // or 2, the 7x7 stem at stride 2, other paddings and dilations), im2col elsewhere; Batched
+  // im2col everywhere, in bands of output rows above 1024 outputs an image.
   const std::vector<Shape> shapes = {{{10, 1, 28, 28}, {16, 1, 3, 3}, {1, 1}, {1, 1}},
                                      {{10, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}, {1, 1}},
                                      {{10, 16, 28, 28}, {32, 16, 3, 3}, {2, 2}, {1, 1}},
@@ -152,38 +156,46 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
                                      {{10, 64, 7, 7}, {64, 64, 3, 3}, {1, 1}, {1, 1}},
                                      {{3, 5, 37, 19}, {20, 5, 3, 5}, {1, 1}, {2, 0}},
                                      {{4, 3, 9, 8}, {5, 3, 3, 3}, {2, 1}, {1, 1}},
-                                     // stride 1, "same" padding, 14x14 and larger: implicit
-                                     // GEMM (conv_implicit.cpp), square and 5x3, a 1x1, a
-                                     // map of 1296 outputs (chunks of whole wide rows)
                                      {{3, 16, 14, 14}, {24, 16, 3, 3}, {1, 1}, {1, 1}},
                                      {{2, 5, 20, 17}, {7, 5, 5, 3}, {1, 1}, {2, 1}},
                                      {{4, 16, 16, 16}, {8, 16, 1, 1}, {1, 1}, {0, 0}},
+                                     {{2, 3, 40, 40}, {8, 3, 7, 7}, {2, 2}, {3, 3}},
+                                     {{2, 4, 24, 20}, {6, 4, 3, 5}, {1, 2}, {0, 2}},
+                                     {{2, 4, 20, 20}, {6, 4, 3, 3}, {1, 1}, {2, 2}, {2, 2}},
+                                     {{2, 4, 23, 21}, {6, 4, 3, 3}, {2, 2}, {1, 2}, {2, 1}},
                                      {{2, 64, 36, 36}, {8, 64, 3, 3}, {1, 1}, {1, 1}},
-                                     // L = 1296 > 1024 at stride 2: the forward in bands of
-                                     // output rows
                                      {{2, 8, 72, 72}, {8, 8, 3, 3}, {2, 2}, {1, 1}}};
   uint64_t seed = 40;
   for (const Shape& s : shapes) {
-    INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w));
+    INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w) << " stride "
+              << s.stride.first << "x" << s.stride.second << " dilation " << s.dilation.first << "x"
+              << s.dilation.second);
     const Tensor x = rand64(s.x, seed++).to(kFloat32), w = rand64(s.w, seed++, 0.2).to(kFloat32);
     const Tensor b = rand64({s.w[0]}, seed++).to(kFloat32);
-    const Tensor y0 = ops::conv2d(x, w, b, s.stride, s.padding);
+    const Tensor y0 = ops::conv2d(x, w, b, s.stride, s.padding, s.dilation);
     const Tensor r = rand64(y0.shape(), seed++).detach().to(kFloat32);
-    const ConvRun a = run_conv(ConvAlgorithm::Auto, x, w, b, r, s.stride, s.padding);
-    const ConvRun p = run_conv(ConvAlgorithm::PerImage, x, w, b, r, s.stride, s.padding);
-    check_close(a.y, p.y, 1e-4, 1e-4);
-    check_close(a.dx, p.dx, 1e-4, 1e-4);
-    // Both float32 paths share im2col and col2im (AVX-512 rows at unit stride): against the same
-    // convolution in float64 (the plain loops).
-    const ConvRun d = run_conv(ConvAlgorithm::PerImage, x.to(kFloat64), w.to(kFloat64),
-                               b.to(kFloat64), r.to(kFloat64), s.stride, s.padding);
+    const ConvRun a =
+        run_conv(ConvAlgorithm::Auto, x, w, b, r, s.stride, s.padding, true, s.dilation);
+    const ConvRun p =
+        run_conv(ConvAlgorithm::PerImage, x, w, b, r, s.stride, s.padding, true, s.dilation);
+    const ConvRun bt =
+        run_conv(ConvAlgorithm::Batched, x, w, b, r, s.stride, s.padding, true, s.dilation);
+    for (const ConvRun* o : {&a, &bt}) {
+      check_close(o->y, p.y, 1e-4, 1e-4);
+      check_close(o->dx, p.dx, 1e-4, 1e-4);
+      check_close(o->dw, p.dw, 1e-3, 1e-4);
+      check_close(o->db, p.db, 1e-3, 1e-4);
+    }
+    // Against the same convolution in float64 (the plain loops).
+    const ConvRun d =
+        run_conv(ConvAlgorithm::PerImage, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64),
+                 r.to(kFloat64), s.stride, s.padding, true, s.dilation);
     check_close(a.y, d.y, 1e-4, 1e-4);
     check_close(a.dx, d.dx, 1e-4, 1e-4);
     check_close(a.dw, d.dw, 1e-3, 1e-4);
-    check_close(a.dw, p.dw, 1e-3, 1e-4);
-    check_close(a.db, p.db, 1e-3, 1e-4);
     // The first layer's input needs no gradient: the weight's alone.
-    const ConvRun first = run_conv(ConvAlgorithm::Auto, x, w, b, r, s.stride, s.padding, false);
+    const ConvRun first =
+        run_conv(ConvAlgorithm::Auto, x, w, b, r, s.stride, s.padding, false, s.dilation);
     check_equal_bits(first.dw, a.dw);
   }
 }
