@@ -1,10 +1,11 @@
 // How the CPU computes a convolution, as a switch for A/B runs and for the tests that check one
 // path against the other (the rule that every fast kernel keeps its plain path):
 //   Auto      the batched path (backends/cpu/conv_batched.cpp: groups of images in parallel, one
-//             product per group) for float32 where Vitrine's own GEMM runs (AVX-512), else image
-//             by image (the default)
-//   Batched   the batched path for float32 and float64 (float64 and shapes the own GEMM does not
-//             take on plain loops: for tests)
+//             product per group) for float32 where Vitrine's own GEMM runs (AVX-512), its
+//             products reading the padded input in place where that wastes little
+//             (backends/cpu/conv_implicit.cpp, implicit GEMM), else image by image (the default)
+//   Batched   the batched path with im2col for float32 and float64 (float64 and shapes the own
+//             GEMM does not take on plain loops: for tests and A/B runs)
 //   PerImage  im2col and one product per image or per chunk (ops/conv.cpp), on any backend
 // CUDA takes its batched path (one im2col launch per chunk of images, cuda_backend.cpp) under
 // Auto and Batched, and ops/conv.cpp's under PerImage.

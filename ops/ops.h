@@ -222,8 +222,8 @@ Tensor dropout(const Tensor& x, double p, bool train, Generator& gen = default_g
 ///   y[b, co, oh, ow] = bias[co] + sum_{c in co's group, i, j} weight[co, c, i, j]
 ///                      x[b, c, oh stride_h - pad_h + i dil_h, ow stride_w - pad_w + j dil_w]
 /// (zero padding; channel group gi is input channels gi Cin / groups .. and output channels
-/// gi Cout / groups ..). im2col + GEMM, groups of images at once on the CPU; depthwise (groups =
-/// Cin) by direct loops.
+/// gi Cout / groups ..). On the CPU groups of images at once, as an implicit GEMM over the padded
+/// input where that wastes little, else im2col + GEMM; depthwise (groups = Cin) by direct loops.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               std::pair<int64_t, int64_t> stride = {1, 1},
               std::pair<int64_t, int64_t> padding = {0, 0},

@@ -1,4 +1,7 @@
-// Convolution over the whole batch at once (ops/conv.cpp's first choice on the CPU): the batch is
+// Convolution over the whole batch at once (ops/conv.cpp's first choice on the CPU). Where the
+// implicit GEMM runs (conv_implicit.h: float32, ConvAlgorithm::Auto, little padding waste) the
+// forward, and a stride-1 "same" convolution's input gradient, go there, in the same groups;
+// what follows is the im2col path, for the rest and for the weight gradient. The batch is
 // cut into groups of G images, and the groups run in parallel on the pool's threads, each group
 // on one thread from its im2col to its last product, so that no step waits at a barrier for
 // another thread. With K = C kh kw, L = OH OW and the group's columns side by side (image i at
