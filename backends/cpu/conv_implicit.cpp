@@ -38,7 +38,6 @@
 #include "backends/cpu/conv_implicit.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "backends/conv_algorithm.h"
@@ -139,18 +138,18 @@ VT_SIMD_CLONES void pack(const Strided& x, int64_t b0, int64_t n, const ConvGeom
           const float* img = xp + (b0 + i) * x.strides[0] + c * x.strides[1];
           for (int64_t u = 0; u < l.Hs; ++u, p += Ws) {
             if (u >= nr) {
-              std::fill(p, p + Ws, 0.0f);
+              for (int64_t v = 0; v < Ws; ++v) p[v] = 0.0f;
               continue;
             }
             const float* src = img + (u * sh + pr) * x.strides[2] + pc * x.strides[3];
             const int64_t step = sw * x.strides[3];
-            if (step == 1)
-              std::memcpy(p, src, static_cast<size_t>(nc) * sizeof(float));
+            if (step == 1)  // (a loop, not memcpy: rows of 14 to 56 floats, a call each)
+              for (int64_t v = 0; v < nc; ++v) p[v] = src[v];
             else if (step == 2)  // (a compile-time stride: vectorised as even-lane permutes)
               for (int64_t v = 0; v < nc; ++v) p[v] = src[2 * v];
             else
               for (int64_t v = 0; v < nc; ++v) p[v] = src[v * step];
-            std::fill(p + nc, p + Ws, 0.0f);
+            for (int64_t v = nc; v < Ws; ++v) p[v] = 0.0f;
           }
         }
         std::fill(p, end, 0.0f);
@@ -173,15 +172,21 @@ void rows_gemm(int64_t M, int64_t N, int64_t K, const float* a, const float* b, 
   }
 }
 
-/// dst[co * ld_dst + c] = src[co * ld_src + c] + bias[co] for co < Cout, c < n: one wide row's
-/// outputs of every channel, from Y's chunk into y.
-VT_SIMD_CLONES void copy_out(const float* src, int64_t ld_src, float* dst, int64_t ld_dst,
-                             int64_t Cout, int64_t n, const float* bias) {
+/// The valid outputs of wide rows [R0, R1) (Y's chunk yc [Cout, nc], row R0 at column 0) into y
+/// [B, Cout, OH, OW] with the bias: wide row R is image b0 + R / Hs's output row R % Hs (none
+/// past OH). Channel by channel, so that each channel's rows land one after another in y.
+VT_SIMD_CLONES void copy_out(const float* yc, int64_t nc, int64_t R0, int64_t R1, int64_t Ws,
+                             int64_t Hs, int64_t b0, int64_t Cout, int64_t OH, int64_t OW,
+                             const float* bias, float* y) {
   for (int64_t co = 0; co < Cout; ++co) {
     const float add = bias ? bias[co] : 0.0f;
-    const float* s = src + co * ld_src;
-    float* d = dst + co * ld_dst;
-    for (int64_t c = 0; c < n; ++c) d[c] = s[c] + add;
+    for (int64_t R = R0; R < R1; ++R) {
+      const int64_t i = R / Hs, r = R % Hs;
+      if (r >= OH) continue;
+      const float* s = yc + co * nc + (R - R0) * Ws;
+      float* d = y + ((b0 + i) * Cout + co) * OH * OW + r * OW;
+      for (int64_t c = 0; c < OW; ++c) d[c] = s[c] + add;
+    }
   }
 }
 
@@ -220,13 +225,9 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
       for (int64_t R0 = 0; R0 * l.Ws < l.N; R0 += per_chunk) {
         const int64_t q0 = R0 * l.Ws, cols = std::min(nc, l.N - q0);
         rows_gemm(Cout, cols, K, w, P + q0, rows.data(), Yc, nc);
-        // The chunk's valid outputs: wide row R is image R / Hs's row R % Hs (none past OH).
-        for (int64_t R = R0; R < R0 + per_chunk && R * l.Ws < l.N; ++R) {
-          const int64_t i = R / l.Hs, r = R % l.Hs;
-          if (r >= OH) continue;
-          copy_out(Yc + (R - R0) * l.Ws, nc, y + (b0 + i) * Cout * OH * OW + r * OW, OH * OW, Cout,
-                   OW, bias);
-        }
+        // (the last chunk ends at the last output, inside its wide row)
+        copy_out(Yc, nc, R0, std::min(R0 + per_chunk, (l.N + l.Ws - 1) / l.Ws), l.Ws, l.Hs, b0,
+                 Cout, OH, OW, bias, y);
       }
     }
   });
