@@ -106,15 +106,6 @@ void group_gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, bool a
   }
 }
 
-/// A thread's scratch of at least n elements of T, kept between calls.
-template <typename T>
-T* scratch(size_t n, int slot) {
-  thread_local std::vector<T> buffers[2];
-  std::vector<T>& v = buffers[slot];
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
 /// Image b of x [B, C, H, W] (any strides) as [C, H, W].
 Strided image(const Strided& x, int64_t b) {
   Strided r;
@@ -173,7 +164,7 @@ bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Stride
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t b = u / bands, oh0 = (u % bands) * band, oh1 = std::min(OH, oh0 + band);
         const int64_t n = (oh1 - oh0) * OW;
-        float* cols = scratch<float>(static_cast<size_t>(K * n), 0);
+        float* cols = thread_scratch<float>(static_cast<size_t>(K * n), 0);
         im2col_rows_f32(image(x, b), cols, n, g, oh0, oh1);
         float* out = yp + b * Cout * L + oh0 * OW;  // y[b, :, oh0 : oh1] [Cout, n], rows L apart
         group_gemm<float>(Cout, n, K, wp, K, false, cols, n, false, out, L, false);
@@ -192,8 +183,8 @@ bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Stride
     parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
       for (int64_t grp = g0; grp < g1; ++grp) {
         const int64_t b0 = grp * G, n = std::min(G, B - b0), nL = n * L;
-        T* cols = scratch<T>(static_cast<size_t>(K * nL), 0);
-        T* yt = scratch<T>(static_cast<size_t>(Cout * nL), 1);
+        T* cols = thread_scratch<T>(static_cast<size_t>(K * nL), 0);
+        T* yt = thread_scratch<T>(static_cast<size_t>(Cout * nL), 1);
         for (int64_t i = 0; i < n; ++i)
           im2col(image(x, b0 + i), block(cols, x.dtype, K, n, L, i), g);
         // Y [Cout, n L] = W [Cout, K] cols [K, n L], then y[b0 + i] = Y's columns i L ..
@@ -241,8 +232,8 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
     parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
       for (int64_t grp = g0; grp < g1; ++grp) {
         const int64_t b0 = grp * G, n = std::min(G, B - b0), nL = n * L;
-        T* cols = scratch<T>(static_cast<size_t>(K * nL), 0);
-        T* dY = scratch<T>(static_cast<size_t>(Cout * nL), 1);
+        T* cols = thread_scratch<T>(static_cast<size_t>(K * nL), 0);
+        T* dY = thread_scratch<T>(static_cast<size_t>(Cout * nL), 1);
         for (int64_t i = 0; i < n; ++i)  // dY [Cout, n L]: image i's dy at columns i L
           for (int64_t co = 0; co < Cout; ++co)
             std::memcpy(dY + co * nL + i * L, dyp + ((b0 + i) * Cout + co) * L,

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "backends/conv_algorithm.h"
+#include "backends/cpu/conv_window.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/simd.h"
@@ -107,15 +108,6 @@ Layout layout(const ConvGeometry& g, int64_t n) {
 double waste(const ConvGeometry& g) {
   const Layout l = layout(g, 1);
   return static_cast<double>(l.Hs * l.Ws) / static_cast<double>(g.out_h * g.out_w);
-}
-
-/// A thread's buffer of at least n floats (slot 0: the planes, 1: a chunk of Y), kept.
-template <typename T>
-T* buffer(size_t n, int slot) {
-  thread_local std::vector<T> buffers[2];
-  std::vector<T>& v = buffers[slot];
-  if (v.size() < n) v.resize(n);
-  return v.data();
 }
 
 /// The phase planes P from images [b0, b0 + n) of x [B, C, H, W] (any strides); planes of a
@@ -215,13 +207,13 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
                 ((c * sh + pr) * sw + pc) * l.plane + l.front +
                 l.rows.shift[static_cast<size_t>(a)] * l.Ws + l.cols.shift[static_cast<size_t>(b)];
           }
-      float* P = buffer<float>(static_cast<size_t>(C * sh * sw * l.plane), 0);
+      float* P = thread_scratch<float>(static_cast<size_t>(C * sh * sw * l.plane), 0);
       pack(x, b0, n, g, l, used, P);
       // Chunks of whole wide rows, about 2^16 / Cout columns (Y's chunk in L2), 256 at least.
       const int64_t per_chunk =
           std::max<int64_t>(1, std::clamp<int64_t>((int64_t{1} << 16) / Cout, 256, 4096) / l.Ws);
       const int64_t nc = per_chunk * l.Ws;
-      float* Yc = buffer<float>(static_cast<size_t>(Cout * nc), 1);
+      float* Yc = thread_scratch<float>(static_cast<size_t>(Cout * nc), 1);
       for (int64_t R0 = 0; R0 * l.Ws < l.N; R0 += per_chunk) {
         const int64_t q0 = R0 * l.Ws, cols = std::min(nc, l.N - q0);
         rows_gemm(Cout, cols, K, w, P + q0, rows.data(), Yc, nc);

@@ -1,10 +1,11 @@
 // Which output positions of a convolution read a given kernel tap from inside the image: the one
-// index computation im2col, col2im and the depthwise kernels share; and im2col of a band of
-// output rows, which the batched convolution tiles large images with.
+// index computation im2col, col2im and the depthwise kernels share; im2col of a band of output
+// rows, which the batched convolution tiles large images with; the convolutions' scratch.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "backends/backend.h"
 
@@ -19,6 +20,17 @@ inline std::pair<int64_t, int64_t> valid_range(int64_t k, int64_t size, int64_t 
   const int64_t lo = std::min(out, a <= 0 ? int64_t{0} : (a + stride - 1) / stride);
   const int64_t hi = b < 0 ? 0 : std::min(out, b / stride + 1);
   return {lo, std::max(lo, hi)};
+}
+
+/// A thread's scratch of at least n elements of T (slot 0 or 1), kept between calls: the
+/// convolutions' columns, phase planes and product chunks (conv_batched.cpp, conv_implicit.cpp;
+/// one convolution at a time per thread, so they share it).
+template <typename T>
+T* thread_scratch(size_t n, int slot) {
+  thread_local std::vector<T> buffers[2];
+  std::vector<T>& v = buffers[slot];
+  if (v.size() < n) v.resize(n);
+  return v.data();
 }
 
 /// im2col of output rows [oh0, oh1) of one image (x [C, H, W], float32, unit column stride of
