@@ -1,7 +1,7 @@
 // 2-D pooling as compositions of existing ops, so that every backend runs them and autograd
-// differentiates them without a rule of their own. Max pooling takes a backend's argmax kernel
-// first where there is one (the CPU's, backends/cpu/pool.cpp), and gathers the maxima: no copy of
-// the k_h k_w windows below.
+// differentiates them without a rule of their own. Max pooling takes a backend's kernel first
+// where there is one (the CPU's, backends/cpu/pool.cpp): the maxima, and their indices where a
+// gradient is wanted (the backward scatters dy onto them); no copy of the k_h k_w windows below.
 //
 // A k_h x k_w window with stride s and padding p over x [B, C, H, W] gives
 //   OH = (H + 2 p_h - k_h) / s_h + 1,  OW likewise,
