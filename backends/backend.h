@@ -276,8 +276,8 @@ class Backend {
     return false;
   }
   /// Max pooling (backends/cpu/pool.cpp): x [B, C, H, W] contiguous -> values [B, C, OH, OW]
-  /// (x's dtype) and indices int64 [B, C, OH, OW], each contiguous, either with data null when not
-  /// wanted (inference needs no indices; a training step's values are gathered at them):
+  /// (x's dtype) and indices int64 [B, C, OH, OW], each contiguous, the indices with data null when
+  /// not wanted (no gradient; with one, the backward scatters dy onto them):
   ///   values[b, c, oh, ow] = max over the window of x[b, c],  indices = its flat index h W + w
   /// (the first maximum in row-major order; a NaN wins, as PyTorch's max_pool2d); the window of
   /// output (oh, ow) is rows oh stride_h - pad_h + i dilation_h (i < kernel_h) and the columns

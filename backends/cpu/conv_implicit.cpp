@@ -83,13 +83,12 @@ Axis axis(int64_t size, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d)
   return ax;
 }
 
-/// The phase planes of a group of n images (file comment).
+/// The phase planes of a group of up to n images (file comment).
 struct Layout {
   Axis rows, cols;
   int64_t Ws, Hs;  // = cols.period (floats between rows), rows.period (rows between images)
   int64_t front;   // floats before a plane's first row (the most negative shifts' reach)
   int64_t plane;  // floats between planes; plane (c, phi_r, phi_c) is c s_h s_w + phi_r s_w + phi_c
-  int64_t N;      // wide columns, up to the last image's last output
 };
 
 Layout layout(const ConvGeometry& g, int64_t n) {
@@ -100,8 +99,12 @@ Layout layout(const ConvGeometry& g, int64_t n) {
   l.Hs = l.rows.period;
   l.front = -l.cols.dmin - l.rows.dmin * l.Ws;
   l.plane = (l.front + n * l.Hs * l.Ws + 15) / 16 * 16;
-  l.N = ((n - 1) * l.Hs + g.out_h - 1) * l.Ws + g.out_w;
   return l;
+}
+
+/// The wide columns of n images, up to the last image's last output.
+int64_t wide_columns(const Layout& l, const ConvGeometry& g, int64_t n) {
+  return ((n - 1) * l.Hs + g.out_h - 1) * l.Ws + g.out_w;
 }
 
 /// (H_s W_s) / (OH OW): the share of wide columns computed for every output kept.
@@ -188,38 +191,38 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
   const int64_t kh = g.kernel_h, kw = g.kernel_w, K = C * kh * kw;
   const int64_t sh = g.stride_h, sw = g.stride_w;
   const int64_t groups = (B + G - 1) / G;
+  // One layout for every group (planes sized for G images; a last, smaller group leaves the rest
+  // zero), and one table: B's row (c, a, b) is plane (c, phase_r[a], phase_c[b]) from offset
+  // shift_r[a] Ws + shift_c[b].
+  const Layout l = layout(g, G);
+  std::vector<int64_t> rows(static_cast<size_t>(K));
+  std::vector<char> used(static_cast<size_t>(sh * sw), 0);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t a = 0; a < kh; ++a)
+      for (int64_t b = 0; b < kw; ++b) {
+        const int64_t pr = l.rows.phase[static_cast<size_t>(a)];
+        const int64_t pc = l.cols.phase[static_cast<size_t>(b)];
+        used[static_cast<size_t>(pr * sw + pc)] = 1;
+        rows[static_cast<size_t>((c * kh + a) * kw + b)] =
+            ((c * sh + pr) * sw + pc) * l.plane + l.front +
+            l.rows.shift[static_cast<size_t>(a)] * l.Ws + l.cols.shift[static_cast<size_t>(b)];
+      }
+  // Chunks of whole wide rows, about 2^16 / Cout columns (Y's chunk in L2), 256 at least.
+  const int64_t per_chunk =
+      std::max<int64_t>(1, std::clamp<int64_t>((int64_t{1} << 16) / Cout, 256, 4096) / l.Ws);
+  const int64_t nc = per_chunk * l.Ws;
   parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t grp = g0; grp < g1; ++grp) {
-      const int64_t b0 = grp * G, n = std::min(G, B - b0);
-      const Layout l = layout(g, n);
-      // B's row (c, a, b): plane (c, phase_r[a], phase_c[b]) from offset shift_r[a] Ws + shift_c[b]
-      thread_local std::vector<int64_t> rows;
-      thread_local std::vector<char> used;
-      rows.resize(static_cast<size_t>(K));
-      used.assign(static_cast<size_t>(sh * sw), 0);
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t a = 0; a < kh; ++a)
-          for (int64_t b = 0; b < kw; ++b) {
-            const int64_t pr = l.rows.phase[static_cast<size_t>(a)];
-            const int64_t pc = l.cols.phase[static_cast<size_t>(b)];
-            used[static_cast<size_t>(pr * sw + pc)] = 1;
-            rows[static_cast<size_t>((c * kh + a) * kw + b)] =
-                ((c * sh + pr) * sw + pc) * l.plane + l.front +
-                l.rows.shift[static_cast<size_t>(a)] * l.Ws + l.cols.shift[static_cast<size_t>(b)];
-          }
+      const int64_t b0 = grp * G, n = std::min(G, B - b0), N = wide_columns(l, g, n);
       float* P = thread_scratch<float>(static_cast<size_t>(C * sh * sw * l.plane), 0);
       pack(x, b0, n, g, l, used, P);
-      // Chunks of whole wide rows, about 2^16 / Cout columns (Y's chunk in L2), 256 at least.
-      const int64_t per_chunk =
-          std::max<int64_t>(1, std::clamp<int64_t>((int64_t{1} << 16) / Cout, 256, 4096) / l.Ws);
-      const int64_t nc = per_chunk * l.Ws;
       float* Yc = thread_scratch<float>(static_cast<size_t>(Cout * nc), 1);
-      for (int64_t R0 = 0; R0 * l.Ws < l.N; R0 += per_chunk) {
-        const int64_t q0 = R0 * l.Ws, cols = std::min(nc, l.N - q0);
+      for (int64_t R0 = 0; R0 * l.Ws < N; R0 += per_chunk) {
+        const int64_t q0 = R0 * l.Ws, cols = std::min(nc, N - q0);
         rows_gemm(Cout, cols, K, w, P + q0, rows.data(), Yc, nc);
         // (the last chunk ends at the last output, inside its wide row)
-        copy_out(Yc, nc, R0, std::min(R0 + per_chunk, (l.N + l.Ws - 1) / l.Ws), l.Ws, l.Hs, b0,
-                 Cout, OH, OW, bias, y);
+        copy_out(Yc, nc, R0, std::min(R0 + per_chunk, (N + l.Ws - 1) / l.Ws), l.Ws, l.Hs, b0, Cout,
+                 OH, OW, bias, y);
       }
     }
   });

@@ -1,5 +1,6 @@
 // Max pooling on the CPU (backend.h; the op is ops/pool.cpp). x [B, C, H, W] contiguous, values
-// [B, C, OH, OW] and indices int64 [B, C, OH, OW], either not wanted; one (b, c) plane per task.
+// [B, C, OH, OW] and, unless not wanted (no gradient), indices int64 [B, C, OH, OW]; one (b, c)
+// plane per task.
 //
 // PyTorch's rule scans each window in row-major order: a value replaces the maximum when it is
 // greater, or NaN. Here an output row is done tap by tap, with the row's OW maxima (and indices)
@@ -12,8 +13,6 @@
 // The inner loop runs over ow with selects, no branches: the compiler vectorises it (a stride of
 // 1 or 2 a compile-time constant), where the window-by-window loop it replaces branched on every
 // comparison and spent a tenth of a ResNet-18's inference mispredicting which of 9 values wins.
-#include <vector>
-
 #include "backends/cpu/conv_window.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
@@ -64,18 +63,10 @@ template <typename T, int S>
   }
 }
 
-/// A row of maxima where the values are not wanted (indices only).
-template <typename T>
-T* row_scratch(int64_t n) {
-  thread_local std::vector<T> buf;
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-  return buf.data();
-}
-
 VT_SIMD_CLONES void pool_rows_f32(const float* plane, float* vals, int64_t* idx,
                                   const ConvGeometry& g) {
   for (int64_t oh = 0; oh < g.out_h; ++oh) {
-    float* m = vals ? vals + oh * g.out_w : row_scratch<float>(g.out_w);
+    float* m = vals + oh * g.out_w;
     int64_t* id = idx ? idx + oh * g.out_w : nullptr;
     if (g.stride_w == 2)
       pool_row<float, 2>(plane, oh, m, id, g);
@@ -88,8 +79,7 @@ VT_SIMD_CLONES void pool_rows_f32(const float* plane, float* vals, int64_t* idx,
 
 void pool_rows_f64(const double* plane, double* vals, int64_t* idx, const ConvGeometry& g) {
   for (int64_t oh = 0; oh < g.out_h; ++oh)
-    pool_row<double, 0>(plane, oh, vals ? vals + oh * g.out_w : row_scratch<double>(g.out_w),
-                        idx ? idx + oh * g.out_w : nullptr, g);
+    pool_row<double, 0>(plane, oh, vals + oh * g.out_w, idx ? idx + oh * g.out_w : nullptr, g);
 }
 
 }  // namespace
@@ -97,19 +87,18 @@ void pool_rows_f64(const double* plane, double* vals, int64_t* idx, const ConvGe
 bool CpuBackend::max_pool2d(const Strided& x, const Strided& values, const Strided& indices,
                             const ConvGeometry& g) {
   VT_ASSERT(x.shape.size() == 4 && x.is_contiguous());
-  VT_ASSERT(values.data || indices.data);
+  VT_ASSERT(values.data != nullptr);
   const int64_t planes = x.shape[0] * x.shape[1], HW = g.height * g.width;
   const int64_t L = g.out_h * g.out_w;
   VT_ASSERT(!indices.data || (indices.is_contiguous() && indices.numel() == planes * L &&
                               indices.dtype == DType::Int64));
-  VT_ASSERT(!values.data ||
-            (values.is_contiguous() && values.numel() == planes * L && values.dtype == x.dtype));
+  VT_ASSERT(values.is_contiguous() && values.numel() == planes * L && values.dtype == x.dtype);
   dispatch_float(x.dtype, "max_pool2d", [&]<typename T>() {
     const T* xp = x.ptr<T>();
-    T* vp = values.data ? values.ptr<T>() : nullptr;
+    T* vp = values.ptr<T>();
     int64_t* ip = indices.data ? indices.ptr<int64_t>() : nullptr;
     parallel_for(planes, L * g.kernel_h * g.kernel_w, [&](int64_t p) {
-      T* v = vp ? vp + p * L : nullptr;
+      T* v = vp + p * L;
       int64_t* i = ip ? ip + p * L : nullptr;
       if constexpr (std::is_same_v<T, float>)
         pool_rows_f32(xp + p * HW, v, i, g);
