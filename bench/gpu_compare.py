@@ -86,6 +86,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare as C  # noqa: E402  (bench/compare.py: the CPU comparison's helpers)
+import compare_tables as T  # noqa: E402  (its tables: spread, ratio, the formatters)
 import torch_bench  # noqa: E402  (its model list; it imports torch only when it runs)
 
 REPO = C.REPO
@@ -227,21 +228,21 @@ def summarize(manifest, results, peak_tflops):
             x = {"rounds": len(present), "version": first.get("version"),
                  "params": first.get("params"), "batch": first.get("batch"),
                  "gpu": first.get("gpu"),
-                 "matmul_peak_gflops": C.spread([C.get(j, "sgemm_peak_gflops") for j in present]),
-                 "train_device_peak_mb": C.spread([C.get(j, "memory", "device_peak_mb")
+                 "matmul_peak_gflops": T.spread([T.get(j, "sgemm_peak_gflops") for j in present]),
+                 "train_device_peak_mb": T.spread([T.get(j, "memory", "device_peak_mb")
                                                    for j in present]),
-                 "first_call_seconds": {p: C.spread([C.get(j, "first_call_seconds", p)
+                 "first_call_seconds": {p: T.spread([T.get(j, "first_call_seconds", p)
                                                      for j in present])
                                         for p in ("train", "infer")}}
             for part in ("train", "infer"):
-                gflops = [C.get(j, part, "gflops") for j in present]
+                gflops = [T.get(j, part, "gflops") for j in present]
                 x[part] = {
-                    "images_per_s": C.spread([C.get(j, part, "images_per_s", "median")
+                    "images_per_s": T.spread([T.get(j, part, "images_per_s", "median")
                                               for j in present]),
-                    "gflops": C.spread(gflops),
-                    "mfu": C.spread([g / (1e3 * peak_tflops) if g is not None else None
+                    "gflops": T.spread(gflops),
+                    "mfu": T.spread([g / (1e3 * peak_tflops) if g is not None else None
                                      for g in gflops]),
-                    "peak_share": C.spread([C.get(j, part, "peak_share") for j in present])}
+                    "peak_share": T.spread([T.get(j, part, "peak_share") for j in present])}
             c["sides"][s] = x
             if s != "vitrine":
                 want = args_precision(manifest, s)
@@ -258,12 +259,12 @@ def summarize(manifest, results, peak_tflops):
             for t in [s for s in TORCH_SIDES if s in c["sides"]]:
                 pairs = [(v, o) for v, o in zip(js["vitrine"], js[t]) if v and o]
                 for part in ("train", "infer"):
-                    c["ratios"][f"{part}_vs_{t}"] = C.spread([
-                        C.ratio(C.get(v, part, "images_per_s", "median"),
-                                C.get(o, part, "images_per_s", "median")) for v, o in pairs])
-                c["ratios"][f"memory_vs_{t}"] = C.spread([
-                    C.ratio(C.get(v, "memory", "device_peak_mb"),
-                            C.get(o, "memory", "device_peak_mb")) for v, o in pairs])
+                    c["ratios"][f"{part}_vs_{t}"] = T.spread([
+                        T.ratio(T.get(v, part, "images_per_s", "median"),
+                                T.get(o, part, "images_per_s", "median")) for v, o in pairs])
+                c["ratios"][f"memory_vs_{t}"] = T.spread([
+                    T.ratio(T.get(v, "memory", "device_peak_mb"),
+                            T.get(o, "memory", "device_peak_mb")) for v, o in pairs])
         params = {s: x["params"] for s, x in c["sides"].items()}
         if len(set(params.values())) > 1:
             c["notes"].append(f"parameter counts differ: {params}")
@@ -305,13 +306,13 @@ def goal_lines(summary):
         else:
             lines.append(f"Goal (ViT-B/16 training at least {eager}'s images/s): "
                          f"{'MET' if g['met'] else 'NOT MET'}, Vitrine / {eager} = "
-                         f"{C.fmt_ratio(g['ratio'])}")
+                         f"{T.fmt_ratio(g['ratio'])}")
         for side in COMPILE_SIDES:
             rc = c["ratios"].get(f"train_vs_{side}")
             if rc is not None:
                 lines.append(f"Against torch.compile (to approach): Vitrine / "
-                             f"{side_title(side)} = {C.fmt_ratio(rc)} for training, "
-                             f"{C.fmt_ratio(c['ratios'].get(f'infer_vs_{side}'))} for inference")
+                             f"{side_title(side)} = {T.fmt_ratio(rc)} for training, "
+                             f"{T.fmt_ratio(c['ratios'].get(f'infer_vs_{side}'))} for inference")
     return lines
 
 
@@ -330,18 +331,18 @@ def tables(summary, float32):
             rows.append([f"{name} images/s"] + [fmt_spread(x[s][part]["images_per_s"])
                                                  for s in sides])
             rows.append([f"{name} model TFLOP/s (MFU)"] + [
-                f"{C.fmt_num(x[s][part]['gflops'], 1, 1e-3)} "
-                f"({C.fmt_num(x[s][part]['mfu'], 1, 100, '%')})" for s in sides])
+                f"{T.fmt_num(x[s][part]['gflops'], 1, 1e-3)} "
+                f"({T.fmt_num(x[s][part]['mfu'], 1, 100, '%')})" for s in sides])
             rows.append([f"{name}, share of the measured matmul peak"] + [
-                C.fmt_num(x[s][part]["peak_share"], 0, 100, "%") for s in sides])
-        rows.append(["training peak GPU memory MiB"] + [C.fmt_num(x[s]["train_device_peak_mb"], 0)
+                T.fmt_num(x[s][part]["peak_share"], 0, 100, "%") for s in sides])
+        rows.append(["training peak GPU memory MiB"] + [T.fmt_num(x[s]["train_device_peak_mb"], 0)
                                                         for s in sides])
         rows.append(["measured matmul peak TFLOP/s (2048^3)"] + [
-            C.fmt_num(x[s]["matmul_peak_gflops"], 1, 1e-3) for s in sides])
+            T.fmt_num(x[s]["matmul_peak_gflops"], 1, 1e-3) for s in sides])
         if any(x[s]["first_call_seconds"]["train"] for s in sides):
             rows.append(["first call s (compilation), train / infer"] + [
-                f"{C.fmt_num(x[s]['first_call_seconds']['train'], 0)} / "
-                f"{C.fmt_num(x[s]['first_call_seconds']['infer'], 0)}"
+                f"{T.fmt_num(x[s]['first_call_seconds']['train'], 0)} / "
+                f"{T.fmt_num(x[s]['first_call_seconds']['infer'], 0)}"
                 if x[s]["first_call_seconds"]["train"] else "" for s in sides])
         runs_per_side = {s: x[s]["rounds"] for s in sides}
         notes = list(c["notes"])
@@ -357,7 +358,7 @@ def tables(summary, float32):
                                             for s in others] + (["goal", "met"] if goal else [])
         rows2 = []
         for part, name in (("train", "training speed"), ("infer", "inference speed")):
-            row = [name] + [C.fmt_ratio(c["ratios"][f"{part}_vs_{s}"]) for s in others]
+            row = [name] + [T.fmt_ratio(c["ratios"][f"{part}_vs_{s}"]) for s in others]
             if goal and part == "train":
                 g = c.get("goal") or {}
                 row += [f">= {GOAL:g} vs {side_title(g.get('side') or GOAL_SIDES[-1])}",
@@ -365,7 +366,7 @@ def tables(summary, float32):
             elif goal:
                 row += ["", ""]
             rows2.append(row)
-        rows2.append(["training peak GPU memory"] + [C.fmt_ratio(c["ratios"][f"memory_vs_{s}"])
+        rows2.append(["training peak GPU memory"] + [T.fmt_ratio(c["ratios"][f"memory_vs_{s}"])
                                                      for s in others]
                      + (["", ""] if goal else []))
         out.append((None, header2, rows2, []))
@@ -413,7 +414,7 @@ def render_markdown(ts, manifest, summary):
         lines += [f"Note: {n}", ""]
     for f in m.get("failures", []):
         lines += [f"Failed: {f['name']} ({f['why']})", ""]
-    lines += C.markdown_tables(ts)
+    lines += T.markdown_tables(ts)
     for g in goal_lines(summary):
         lines += [f"**{g}**", ""]
     return "\n".join(lines).rstrip("\n")
@@ -447,7 +448,7 @@ def report(out, manifest, results, markdown, peak_tflops, peak_given):
 def brief(j):
     parts = [f"{p} {j[p]['images_per_s']['median']:.1f} images/s" for p in ("train", "infer")
              if p in j]
-    mb = C.get(j, "memory", "device_peak_mb")
+    mb = T.get(j, "memory", "device_peak_mb")
     if mb is not None:
         parts.append(f"train peak {mb:.0f} MiB on the GPU")
     first = j.get("first_call_seconds")

@@ -591,13 +591,7 @@ __global__ void gemm_epilogue_mixed_kernel(float* c, int64_t M, int64_t N, const
       float v = row[n];
       if (bias) v = v + bias[n];
       if (add) v = v + add[m * add_ld + n];
-      if (gelu_out) {
-        const float g = UnaryFn<Unary::Gelu, float>{}(v);
-        if (gelu_f32)
-          static_cast<float*>(gelu_out)[m * N + n] = g;
-        else
-          static_cast<uint16_t*>(gelu_out)[m * N + n] = float_to_bf16(g);
-      }
+      const float g = gelu_out ? UnaryFn<Unary::Gelu, float>{}(v) : 0.0f;
       if (pre) {
         const float p = pre_f32 ? static_cast<const float*>(pre)[m * pre_ld + n]
                                 : bf16_to_float(static_cast<const uint16_t*>(pre)[m * pre_ld + n]);
@@ -605,6 +599,12 @@ __global__ void gemm_epilogue_mixed_kernel(float* c, int64_t M, int64_t N, const
       }
       row[n] = v;
       if (c_copy) c_copy[m * N + n] = float_to_bf16(v);
+      if (gelu_out) {  // after c: a float32 gelu_out may be c
+        if (gelu_f32)
+          static_cast<float*>(gelu_out)[m * N + n] = g;
+        else
+          static_cast<uint16_t*>(gelu_out)[m * N + n] = float_to_bf16(g);
+      }
     }
   }
 }
