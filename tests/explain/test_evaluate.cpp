@@ -6,6 +6,7 @@
 
 #include "test_util.h"
 #include "tiny_vit.h"
+#include "tools/explain/detail.h"
 #include "tools/explain/evaluate.h"
 
 using namespace vitrine;
@@ -162,4 +163,44 @@ TEST_CASE("evaluate: the whole evaluation on a tiny ViT, with boxes and sanity c
   CHECK(md.find("| chefer |") != std::string::npos);
   CHECK(md.find("pointing game") != std::string::npos);
   CHECK(to_json(r)["results"]["centre"].contains("energy"));
+}
+
+TEST_CASE("evaluate: --pos-interp reaches the pass and the curves' logits at another size") {
+  // A 12x12 ViT evaluated on 20x20 images with DINO's position-embedding resize: every row must
+  // be what explain (the one entry point) and the curves give under that resize. (The pass and
+  // the logits used to take the default resize whatever the option said; only the gradient
+  // methods honoured it.)
+  Generator gen(4);
+  models::VisionTransformer model(vt_test::tiny_vit_config(12, 12, 1), gen);
+  Generator ig(5);
+  const Tensor x = ops::randn({3, 1, 20, 20}, ig);
+  const std::vector<int64_t> t(3, -1);
+  EvalOptions o;
+  o.methods = {Method::Attention, Method::Rollout, Method::Saliency};
+  o.sanity_images = 0;
+  o.explain.pos_interp = models::PosInterp::Dino;
+  const EvalResult r = evaluate(model, x, t, std::nullopt, o);
+  auto expected = [&](models::PosInterp pi) {
+    Options opts = o.explain;
+    opts.pos_interp = pi;
+    const Result res = explain::explain(
+        model, Request{.images = x, .targets = t, .methods = o.methods, .options = opts});
+    detail::VitForward fwd(model, pi);
+    const LogitsFn f = logits_of(model, 256);
+    std::map<std::string, std::vector<double>> auc;
+    for (size_t i = 0; i < o.methods.size(); ++i)
+      auc[method_name(o.methods[i])] =
+          deletion_insertion(f, x, res.targets, res.explanations[i].grid, 4, o.curves).deletion_auc;
+    return auc;
+  };
+  const auto dino = expected(models::PosInterp::Dino), size = expected(models::PosInterp::Size);
+  for (Method m : o.methods) {
+    const std::string name = method_name(m);
+    INFO(name);
+    REQUIRE(r.deletion_auc.at(name).size() == 3);
+    for (size_t b = 0; b < 3; ++b)
+      CHECK(r.deletion_auc.at(name)[b] == doctest::Approx(dino.at(name)[b]).epsilon(1e-9));
+  }
+  // The two resizes give different curves here, so the check above tells them apart.
+  CHECK(dino.at("attention") != size.at("attention"));
 }

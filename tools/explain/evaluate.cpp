@@ -331,6 +331,8 @@ EvalResult evaluate_with(
   for (Method m : o.methods) r.rows.push_back(method_name(m));
   r.rows.push_back("random");
   r.rows.push_back("centre");
+  // The curves' logits with the methods' position-embedding resize (a ViT at another size).
+  detail::VitForward fwd(model, o.explain.pos_interp);
   const LogitsFn f = logits_of(model, 256);
   const int64_t n_sanity = ex.steps.empty() ? 0 : std::min(o.sanity_images, N);
   std::map<std::string, std::vector<std::vector<double>>> trained_maps;  // sanity references
@@ -430,14 +432,13 @@ EvalResult evaluate(models::VisionTransformer& model, const Tensor& images,
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   Explainer ex;
   ex.patch = model.config().patch;
+  // explain's one entry point: its pass honours the options (--pos-interp, the layer), and runs
+  // the backward only when a method needs it.
   ex.run = [&o](nn::Module& m, const Tensor& x, const std::vector<int64_t>& t,
                 std::vector<int64_t>& resolved) {
-    auto& vit = dynamic_cast<models::VisionTransformer&>(m);
-    const Pass pass = run_pass(vit, x, t, o.explain.layer);
-    resolved = pass.targets;
-    std::vector<Explanation> out;
-    for (Method method : o.methods) out.push_back(explain_method(vit, x, pass, method, o.explain));
-    return out;
+    Result r = explain(m, {.images = x, .targets = t, .methods = o.methods, .options = o.explain});
+    resolved = r.targets;
+    return std::move(r.explanations);
   };
   ex.steps = randomisation_steps(model.config());
   ex.randomised = [&model, &o](int64_t steps) -> std::shared_ptr<nn::Module> {
