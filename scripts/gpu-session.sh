@@ -224,13 +224,15 @@ ab() {
 # suite, and the bfloat16-operand cases again without cuBLASLt), with their failures in the
 # summary.
 cases() {
-  local i=0
-  for spec in ${CASES:-test_backends:cuda* VITRINE_CUDA_LT=0:test_backends:*bfloat16*}; do
+  local i=0 specs
+  # (split on spaces without expanding the patterns' * against the current folder)
+  read -ra specs <<< "${CASES:-test_backends:cuda* VITRINE_CUDA_LT=0:test_backends:*bfloat16*}"
+  for spec in "${specs[@]}"; do
     i=$((i + 1))
     local envs=() bin pat
     if [[ $spec == *=*:*:* ]]; then envs=("${spec%%:*}"); spec=${spec#*:}; fi
     bin=${spec%%:*} pat=${spec#*:}
-    timeout 300 env "${envs[@]}" "$BUILD/tests/$bin" -tc="$pat" > "$LOGS/cases-$i.log" 2>&1
+    timeout 300 env ${envs[@]+"${envs[@]}"} "$BUILD/tests/$bin" -tc="$pat" > "$LOGS/cases-$i.log" 2>&1
     say "cases ${envs[*]} $bin '$pat': exit $? $(grep -E '^\[doctest\] test cases' "$LOGS/cases-$i.log")"
     grep -E 'ERROR|FATAL|CHECK.*is NOT|with expansion' -A3 "$LOGS/cases-$i.log" | head -40 >> "$summary"
   done

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/conv_algorithm.h"
+#include "backends/cpu/conv_implicit.h"
+#include "backends/cpu/sgemm.h"
 #include "backends/threads.h"
 #include "test_util.h"
 
@@ -166,6 +168,7 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
                                      {{2, 64, 36, 36}, {8, 64, 3, 3}, {1, 1}, {1, 1}},
                                      {{2, 8, 72, 72}, {8, 8, 3, 3}, {2, 2}, {1, 1}}};
   uint64_t seed = 40;
+  int64_t implicit = 0;  // shapes Auto takes through the implicit GEMM
   for (const Shape& s : shapes) {
     INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w) << " stride "
               << s.stride.first << "x" << s.stride.second << " dilation " << s.dilation.first << "x"
@@ -174,6 +177,14 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
     const Tensor b = rand64({s.w[0]}, seed++).to(kFloat32);
     const Tensor y0 = ops::conv2d(x, w, b, s.stride, s.padding, s.dilation);
     const Tensor r = rand64(y0.shape(), seed++).detach().to(kFloat32);
+    {
+      Algorithm use(ConvAlgorithm::Auto);
+      const ConvGeometry g{s.x[1],           s.x[2],         s.x[3],          s.w[2],
+                           s.w[3],           s.stride.first, s.stride.second, s.padding.first,
+                           s.padding.second, y0.size(2),     y0.size(3),      s.dilation.first,
+                           s.dilation.second};
+      implicit += cpu::implicit_conv_runs(x.strided(), g) ? 1 : 0;
+    }
     const ConvRun a =
         run_conv(ConvAlgorithm::Auto, x, w, b, r, s.stride, s.padding, true, s.dilation);
     const ConvRun p =
@@ -198,6 +209,9 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
         run_conv(ConvAlgorithm::Auto, x, w, b, r, s.stride, s.padding, false, s.dilation);
     check_equal_bits(first.dw, a.dw);
   }
+  // The 11 shapes the comment names take the implicit path where the own GEMM runs (else every
+  // float32 shape goes image by image, and Auto is the per-image path).
+  if (cpu::gemm_policy() != cpu::GemmPolicy::Off) CHECK(implicit == 11);
 }
 
 TEST_CASE("conv2d: the batched and depthwise paths give the same bits on 1 and 2 threads") {
@@ -217,6 +231,11 @@ TEST_CASE("conv2d: the batched and depthwise paths give the same bits on 1 and 2
   check_equal_bits(one.dx, two.dx);
   check_equal_bits(one.dw, two.dw);
   // Stride 1, "same" padding: the implicit GEMM forward and input gradient.
+  if (cpu::gemm_policy() != cpu::GemmPolicy::Off) {
+    Algorithm use(ConvAlgorithm::Auto);
+    CHECK(cpu::implicit_input_grad_runs(x.strided(),
+                                        ConvGeometry{16, 14, 14, 3, 3, 1, 1, 1, 1, 14, 14}));
+  }
   const Tensor r1 = rand64({12, 32, 14, 14}, 65).detach().to(kFloat32);
   {
     Threads t(1);
