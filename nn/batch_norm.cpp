@@ -7,6 +7,7 @@
 #include <typeinfo>
 
 #include "autograd/grad_mode.h"
+#include "backends/env_switch.h"
 #include "nn/init.h"
 #include "ops/ops.h"
 
@@ -63,10 +64,7 @@ Tensor BatchNorm2d::normalize(const Tensor& x, const ops::BatchNormSync& sync, b
   return ops::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, m, eps, sync);
 }
 
-bool BatchNorm2d::fused_relu = [] {
-  const char* env = std::getenv("VITRINE_FUSED_BN_RELU");
-  return env == nullptr || std::string(env) != "0";
-}();
+bool BatchNorm2d::fused_relu = env_switch_on("VITRINE_FUSED_BN_RELU");
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
   // A subclass (SyncBatchNorm) or a replaced module: through forward, which they override.

@@ -4,11 +4,10 @@
 // keeps such casts for the forward; here they are kept per version of the weight, so that
 // several forwards before a step, gradient accumulation, share one).
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
-#include <string_view>
 #include <unordered_map>
 
+#include "backends/env_switch.h"
 #include "backends/matmul_precision.h"
 #include "ops/helpers.h"
 
@@ -16,10 +15,7 @@ namespace vitrine::ops::detail {
 
 namespace {
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("VITRINE_BF16_OPERANDS");
-    return !(v && std::string_view(v) == "0");
-  }();
+  static const bool on = env_switch_on("VITRINE_BF16_OPERANDS");
   return on;
 }
 

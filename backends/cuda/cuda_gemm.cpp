@@ -2,6 +2,7 @@
 // (as column-major ones with the operands swapped), batched and gridded; the float32 precisions;
 // the bfloat16 operands of linear layers on cuBLASLt with epilogues (lt_gemm.h), docs/cuda.md.
 #include "backends/cuda/cuda_backend.h"
+#include "backends/env_switch.h"
 
 namespace vitrine::cuda {
 
@@ -197,10 +198,7 @@ void CudaBackend::gemm_rm(DType t, int64_t M, int64_t N, int64_t K, double alpha
 }
 
 bool CudaBackend::bf16_copies() {
-  static const bool on = [] {
-    const char* v = std::getenv("VITRINE_CUDA_BF16_COPIES");
-    return !(v && std::string_view(v) == "0");
-  }();
+  static const bool on = env_switch_on("VITRINE_CUDA_BF16_COPIES");
   return on;
 }
 

@@ -1,8 +1,7 @@
 #include "backends/cuda/lt_gemm.h"
+#include "backends/env_switch.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 namespace vitrine::cuda {
 
@@ -22,10 +21,7 @@ int alignment(const void* p) {
 /// VITRINE_CUDA_LT=0 turns cuBLASLt off (every product on cuBLAS with an epilogue pass): for
 /// A/B runs. Read once.
 bool lt_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("VITRINE_CUDA_LT");
-    return !(v && std::string_view(v) == "0");
-  }();
+  static const bool on = env_switch_on("VITRINE_CUDA_LT");
   return on;
 }
 }  // namespace
