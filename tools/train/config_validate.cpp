@@ -31,12 +31,7 @@ void validate_model(const json& config, const DatasetSpec& dataset, models::Clas
   } catch (const Error& e) {
     fail("config: {}", e.what());
   }
-  const std::vector<std::string> keys = model_keys(arch);
-  for (const auto& [k, v] : model.json_value().items()) {
-    (void)v;
-    if (!nn::is_comment_key(k) && !contains(keys, k))
-      fail("config: {}", nn::unknown_key_message("model", k, keys));
-  }
+  model.check_keys({}, model_keys(arch));  // every key of the architecture optional
   vit = model_spec(config);
   VT_CHECK(vit.num_classes >= 1,
            "config: model.num_classes must be >= 1 to train a classifier, got {}", vit.num_classes);
@@ -194,11 +189,7 @@ int64_t validate_train(const json& config, double validation_fraction) {
 void validate_config(const json& config) {
   VT_CHECK(config.is_object(), "config: expected a JSON object with the sections {}, got {}",
            join(kSections), nn::json_a_type(config));
-  for (const auto& [k, v] : config.items()) {
-    (void)v;
-    if (!nn::is_comment_key(k) && !contains(kSections, k))
-      fail("config: {}", nn::unknown_key_message("", k, kSections));
-  }
+  nn::JsonSection(config, "", "config: ").check_keys({}, kSections);
   Section data(config, "data");
   data.check_keys(kSectionKeys.at("data"), {"pasted"});
   const DatasetSpec dataset = dataset_spec(data);
