@@ -2,6 +2,7 @@
 // eval mode, freeze its parameters or hook a module for a scope, targets, input gradients.
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -10,6 +11,11 @@
 #include "ops/ops.h"
 
 namespace vitrine::explain::detail {
+
+/// Seconds on the steady clock since t (the timings explain and the server report).
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 /// A tensor's values as doubles, row-major (any device, any dtype).
 inline std::vector<double> values(const Tensor& t) {

@@ -20,10 +20,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-double seconds_since(clock::time_point t) {
-  return std::chrono::duration<double>(clock::now() - t).count();
-}
-
 /// A ViT: one pass (or the request's), then each method read from it, timed.
 Result explain_vit(models::VisionTransformer& model, const Request& r) {
   Result out;

@@ -43,7 +43,6 @@ using Loaded = ex::LoadedModel;
 /// (output.h's one writer); prints the times and each image's prediction.
 int run(const Cli& cli) {
   auto methods = ex::parse_methods(cli.methods);
-  ex::parse_colormap(cli.colormap);  // checked before any work
   Loaded l = load(cli);
   if (l.headless) check_headless(cli, methods);
   if (!l.vit) methods = methods_for_any_model(cli, l, methods);

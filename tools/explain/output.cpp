@@ -273,10 +273,7 @@ Written write_explanations(const std::string& folder, const LoadedModel& model,
   const int64_t montage_columns =
       std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(N)))));
   for (size_t r = 0; r < results.size(); ++r) {
-    bool same = !montage[r].empty();  // tiles of one size (--resize none may differ)
-    for (const auto& t : montage[r])
-      same = same && t.height == montage[r][0].height && t.width == montage[r][0].width;
-    if (!same) continue;
+    if (montage[r].empty()) continue;  // (the tiles share one size: the images are one batch)
     const std::string name = method_name(results[r].method);
     const Rgb8 g = labelled_grid(montage[r], montage_labels, montage_columns);
     write_png(folder + "/" + name + ".grid.png", g);

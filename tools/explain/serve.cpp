@@ -12,12 +12,14 @@
 #include "nn/json.h"
 #include "ops/ops.h"
 #include "tools/common/html.h"
+#include "tools/explain/detail.h"
 #include "tools/explain/render.h"
 
 namespace vitrine::explain {
 
 using json = nlohmann::json;
 using clock = std::chrono::steady_clock;
+using detail::seconds_since;
 
 namespace {
 
@@ -91,10 +93,6 @@ std::string png_uri(const Rgb8& image) { return tools::data_uri("image/png", enc
 int64_t enlargement(int64_t h, int64_t w) {
   const int64_t side = std::max<int64_t>(1, std::max(h, w));
   return std::max<int64_t>(1, (224 + side - 1) / side);
-}
-
-double seconds_since(clock::time_point t) {
-  return std::chrono::duration<double>(clock::now() - t).count();
 }
 
 }  // namespace
