@@ -64,18 +64,24 @@ const Strided* epilogue_view(const Tensor& t, Tensor& keep, Strided& view) {
 /// A linear layer's dW = dy^T x and db = sum_rows dy (dy [M, N], x [M, K]; either may be
 /// skipped). In a backward without create_graph one product gives both (Backend::gemm_fused
 /// sums dy's columns as it reads them); with create_graph they are ops, differentiable again.
-std::pair<Tensor, Tensor> weight_bias_grads(const Tensor& dy, const Tensor& x, bool need_w,
-                                            bool need_b) {
-  if (GradMode::is_enabled() || !need_w)
-    return {need_w ? matmul(dy.mT(), x) : Tensor(), need_b ? sum(dy, {0}) : Tensor()};
-  Tensor dw = empty_on(x, {dy.size(1), x.size(1)}, x.dtype());
-  Tensor db = need_b ? empty_on(x, {dy.size(1)}, x.dtype()) : Tensor();
+/// The product of both without graph: dW [N, K] and, when need_b, db [N], of dtype out.
+std::pair<Tensor, Tensor> fused_weight_bias_grads(const Tensor& dy, const Tensor& x, bool need_b,
+                                                  DType out) {
+  Tensor dw = empty_on(x, {dy.size(1), x.size(1)}, out);
+  Tensor db = need_b ? empty_on(x, {dy.size(1)}, out) : Tensor();
   const Strided dbs = need_b ? db.strided() : Strided();
   Backend::GemmEpilogue ep;
   ep.a_row_sums = need_b ? &dbs : nullptr;
   x.backend().gemm_fused(gemm_operand(dy.mT()).strided(), gemm_operand(x).strided(), dw.strided(),
                          ep);
   return {dw, db};
+}
+
+std::pair<Tensor, Tensor> weight_bias_grads(const Tensor& dy, const Tensor& x, bool need_w,
+                                            bool need_b) {
+  if (GradMode::is_enabled() || !need_w)
+    return {need_w ? matmul(dy.mT(), x) : Tensor(), need_b ? sum(dy, {0}) : Tensor()};
+  return fused_weight_bias_grads(dy, x, need_b, x.dtype());
 }
 
 // ---- bfloat16 operands (bf16_operands: CUDA, precision "medium"; docs/cuda.md) --------------
@@ -97,15 +103,9 @@ void check_no_graph(const char* op) {
 /// from one product with the sums in its epilogue.
 std::pair<Tensor, Tensor> weight_bias_grads_16(const Tensor& dy16, const Tensor& x16, bool need_w,
                                                bool need_b) {
-  if (!need_w && !need_b) return {};
-  const int64_t N = dy16.size(1), K = x16.size(1);
-  Tensor dw = empty_on(x16, {N, K}, kFloat32);
-  Tensor db = need_b ? empty_on(x16, {N}, kFloat32) : Tensor();
-  const Strided dbs = need_b ? db.strided() : Strided();
-  Backend::GemmEpilogue ep;
-  ep.a_row_sums = need_b ? &dbs : nullptr;
-  x16.backend().gemm_fused(dy16.mT().strided(), x16.strided(), dw.strided(), ep);
-  return {need_w ? dw : Tensor(), db};
+  if (!need_w)  // (a frozen weight: the bias's sums alone, not a product thrown away)
+    return {Tensor(), need_b ? sum(to_dtype(dy16, kFloat32), {0}) : Tensor()};
+  return fused_weight_bias_grads(dy16, x16, need_b, kFloat32);
 }
 
 /// dx = dy16 W16 [M, K], float32.

@@ -97,3 +97,17 @@ TEST_CASE("bf16 operands: a ViT training step stays within bfloat16's error of f
   CHECK(worst > 1e-4);  // the bfloat16 path ran
   MESSAGE("worst relative gradient difference: " << worst);
 }
+
+TEST_CASE("bf16 operands: a frozen weight's linear gives the bias its gradient alone") {
+  // (the weight needs none: db is dy's column sums of its bfloat16 copy, no product computed)
+  const Bf16OnCpu on;
+  const Tensor x = randn({6, 5}, 11).to(kFloat32), w = randn({4, 5}, 12).to(kFloat32);
+  Tensor b = randn({4}, 13).to(kFloat32).requires_grad_(true);
+  Tensor xg = x.detach().requires_grad_(true);
+  const Tensor dy = randn({6, 4}, 14).to(kFloat32);
+  ops::sum(ops::linear(xg, w, b) * dy).backward();
+  REQUIRE(b.grad().defined());
+  const Tensor want = ops::sum(dy.to(kBFloat16).to(kFloat64), {0});
+  check_close(b.grad().to(kFloat64), want, 1e-6, 1e-6);
+  CHECK(xg.grad().defined());
+}
