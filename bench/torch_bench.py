@@ -264,25 +264,15 @@ def build_model(m):
 
 
 def build_resnet(m):
-    """models/resnet.cpp's networks: torchvision's resnet18/34, or the CIFAR ResNet of
-    tests/fixtures/make_resnet_fixtures.py (torchvision's BasicBlock, option-B shortcuts), with
-    torchvision's init."""
-    from torch import nn
+    """models/resnet.cpp's networks: torchvision's own resnet18/34 (the reference a user compares
+    with), or the CIFAR ResNet of bench/fmnist_models.py's build_resnet (torchvision's BasicBlock,
+    option-B shortcuts, torchvision's init)."""
     if "layers" in m:
         import torchvision
         return getattr(torchvision.models, f"resnet{m['depth']}")(num_classes=m["classes"])
-    import importlib.util
-    here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location(
-        "make_resnet_fixtures", os.path.join(here, "..", "tests", "fixtures",
-                                             "make_resnet_fixtures.py"))
-    fixtures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fixtures)
-    model = fixtures.ResNet(m["depth"], m["channels"], m["classes"], m["width"])
-    for mod in model.modules():
-        if isinstance(mod, nn.Conv2d):
-            nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
-    return model
+    from fmnist_models import build_resnet as cifar_resnet
+    return cifar_resnet(dict(depth=m["depth"], channels=m["channels"], num_classes=m["classes"],
+                             width=m["width"], layers=None, stem="cifar"))
 
 
 def build_timm_model(name):
