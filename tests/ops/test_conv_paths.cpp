@@ -221,36 +221,29 @@ TEST_CASE("conv2d: the batched and depthwise paths give the same bits on 1 and 2
   // (Without the own GEMM, VITRINE_GEMM=openblas or no AVX-512, Auto is the per-image path on
   // OpenBLAS, whose threads split the products their own way: no such promise there.)
   if (cpu::gemm_policy() != cpu::GemmPolicy::Off) {
-    ConvRun one, two;
-    {
-      Threads t(1);
-      one = run_conv(ConvAlgorithm::Auto, x, w, b, r, {2, 2}, {1, 1});
-    }
-    {
-      Threads t(2);
-      two = run_conv(ConvAlgorithm::Auto, x, w, b, r, {2, 2}, {1, 1});
-    }
-    check_equal_bits(one.y, two.y);
-    check_equal_bits(one.dx, two.dx);
-    check_equal_bits(one.dw, two.dw);
+    // y, dx and dW of one convolution on 1 and on 2 threads, bit for bit.
+    auto same_on_1_and_2 = [&](const Tensor& dy, std::pair<int64_t, int64_t> stride) {
+      ConvRun one, two;
+      {
+        Threads t(1);
+        one = run_conv(ConvAlgorithm::Auto, x, w, b, dy, stride, {1, 1});
+      }
+      {
+        Threads t(2);
+        two = run_conv(ConvAlgorithm::Auto, x, w, b, dy, stride, {1, 1});
+      }
+      check_equal_bits(one.y, two.y);
+      check_equal_bits(one.dx, two.dx);
+      check_equal_bits(one.dw, two.dw);
+    };
+    same_on_1_and_2(r, {2, 2});
     // Stride 1, "same" padding: the implicit GEMM forward and input gradient.
     {
       Algorithm use(ConvAlgorithm::Auto);
       CHECK(cpu::implicit_input_grad_runs(x.strided(),
                                           ConvGeometry{16, 14, 14, 3, 3, 1, 1, 1, 1, 14, 14}));
     }
-    const Tensor r1 = rand64({12, 32, 14, 14}, 65).detach().to(kFloat32);
-    {
-      Threads t(1);
-      one = run_conv(ConvAlgorithm::Auto, x, w, b, r1, {1, 1}, {1, 1});
-    }
-    {
-      Threads t(2);
-      two = run_conv(ConvAlgorithm::Auto, x, w, b, r1, {1, 1}, {1, 1});
-    }
-    check_equal_bits(one.y, two.y);
-    check_equal_bits(one.dx, two.dx);
-    check_equal_bits(one.dw, two.dw);
+    same_on_1_and_2(rand64({12, 32, 14, 14}, 65).detach().to(kFloat32), {1, 1});
   }
   // Depthwise, 16 channels, multiplier 2.
   const Tensor wd = rand64({32, 1, 3, 3}, 64).to(kFloat32);
