@@ -231,7 +231,8 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
 }  // namespace
 
 bool implicit_conv_runs(const Strided& x, const ConvGeometry& g) {
-  if (x.dtype != DType::Float32 || conv_algorithm() != ConvAlgorithm::Auto ||
+  const ConvAlgorithm a = conv_algorithm();
+  if (x.dtype != DType::Float32 || (a != ConvAlgorithm::Auto && a != ConvAlgorithm::Implicit) ||
       gemm_policy() == GemmPolicy::Off)
     return false;
   // A strided 1x1 is a subsampling copy either way, and im2col's one product over the group
@@ -253,18 +254,10 @@ void implicit_conv2d(const Strided& x, const float* w, int64_t Cout, const float
 
 void implicit_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
                                 const ConvGeometry& g, int64_t G) {
-  const int64_t C = g.channels, kh = g.kernel_h, kw = g.kernel_w;
-  // wt [C, Cout kh kw]: wt[c][(co, a, b)] = W[co][c][kh - 1 - a][kw - 1 - b]
-  std::vector<float> wt(static_cast<size_t>(C * Cout * kh * kw));
-  for (int64_t co = 0; co < Cout; ++co)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t a = 0; a < kh; ++a)
-        for (int64_t b = 0; b < kw; ++b)
-          wt[static_cast<size_t>(((c * Cout + co) * kh + a) * kw + b)] =
-              w[((co * C + c) * kh + kh - 1 - a) * kw + kw - 1 - b];
+  const std::vector<float> wt = flipped_weight(w, Cout, g);
   ConvGeometry gt = g;  // (same padding at stride 1: the output's size is the input's)
   gt.channels = Cout;
-  run(dy, wt.data(), C, nullptr, dx, gt, G);
+  run(dy, wt.data(), g.channels, nullptr, dx, gt, G);
 }
 
 }  // namespace vitrine::cpu

@@ -1,6 +1,7 @@
 // Which output positions of a convolution read a given kernel tap from inside the image: the one
 // index computation im2col, col2im and the depthwise kernels share; im2col of a band of output
-// rows, which the batched convolution tiles large images with; the convolutions' scratch.
+// rows, which the batched convolution tiles large images with; the convolutions' scratch; the
+// flipped weight of an input gradient.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -31,6 +32,21 @@ T* thread_scratch(size_t n, int slot) {
   std::vector<T>& v = buffers[slot];
   if (v.size() < n) v.resize(n);
   return v.data();
+}
+
+/// wt [C, Cout kh kw] from w [Cout, C, kh, kw]: the weight flipped in space, its channel dims
+/// swapped, wt[c][(co, a, b)] = w[co][c][kh - 1 - a][kw - 1 - b]. A stride-1 "same" convolution's
+/// input gradient is the convolution of dy with it (conv_implicit.cpp, conv_winograd.cpp).
+inline std::vector<float> flipped_weight(const float* w, int64_t Cout, const ConvGeometry& g) {
+  const int64_t C = g.channels, kh = g.kernel_h, kw = g.kernel_w;
+  std::vector<float> wt(static_cast<size_t>(C * Cout * kh * kw));
+  for (int64_t co = 0; co < Cout; ++co)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t a = 0; a < kh; ++a)
+        for (int64_t b = 0; b < kw; ++b)
+          wt[static_cast<size_t>(((c * Cout + co) * kh + a) * kw + b)] =
+              w[((co * C + c) * kh + kh - 1 - a) * kw + kw - 1 - b];
+  return wt;
 }
 
 /// im2col of output rows [oh0, oh1) of one image (x [C, H, W], float32, unit column stride of
