@@ -135,7 +135,9 @@ VT_SIMD_CLONES void transform_weight_rows(const float* w, int64_t Cout, int64_t 
 
 std::vector<float> transform_weight(const float* w, int64_t Cout, int64_t C) {
   std::vector<float> U(static_cast<size_t>(16 * Cout * C));
-  for (int64_t co = 0; co < Cout; ++co) transform_weight_rows(w, Cout, C, co, U.data());
+  parallel_chunks(Cout, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t co = c0; co < c1; ++co) transform_weight_rows(w, Cout, C, co, U.data());
+  });
   return U;
 }
 
