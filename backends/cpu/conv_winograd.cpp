@@ -78,7 +78,8 @@ struct Plan {
   int64_t Hs;        // wide rows between images: H + ph
   int64_t nR;        // wide rows: (B - 1) Hs + OH
   int64_t TW, TR;    // tiles a tile row (ceil(OW / 2)), tile rows (ceil(nR / 2))
-  int64_t rows, Lp;  // tile rows a chunk; a chunk's tiles at most, rounded up to 16
+  int64_t rows, Lp;  // tile rows a chunk; a chunk's tiles at most, rounded up to 32
+  int64_t Ld;        // D's rows: Lp + 16 (gather_windows' whole-vector stores)
   int64_t chunks;    // ceil(TR / rows)
 };
 
@@ -104,6 +105,7 @@ Plan plan(const Strided& x, const ConvGeometry& g, int64_t Cout) {
   p.chunks = (p.TR + rows - 1) / rows;
   p.rows = (p.TR + p.chunks - 1) / p.chunks;  // as even as that many chunks can be
   p.Lp = (p.rows * p.TW + 31) / 32 * 32;
+  p.Ld = p.Lp + 16;
   return p;
 }
 
@@ -177,10 +179,12 @@ std::vector<__mmask16> gather_masks(const Plan& p) {
 }
 
 /// Chunk tile rows [tr0, tr1) of channel c: D[u 4 + v][(tr - tr0) TW + tc] = the input at wide
-/// row 2 tr - ph + u, column 2 tc - pw + v (0 in the padding), D's rows Lp apart. Column v of
+/// row 2 tr - ph + u, column 2 tc - pw + v (0 in the padding), D's rows Ld apart. Column v of
 /// tile tc is the even lane of two masked loads from column 2 tc0 + v - pw (masks: gather_masks),
 /// picked by one permute; a row of zeros (above the first image, between images, below the last)
-/// is stored as zeros. x's rows have unit column stride.
+/// is stored as zeros. x's rows have unit column stride. The stores are whole vectors (a masked
+/// store measured slow on a Zen 4): lanes past a tile row's TW land on the next tile row's, which
+/// are written after them, and the last row's in D's 16 floats of padding.
 __attribute__((target("avx512f"))) void gather_windows(const Plan& p, const Strided& x, int64_t c,
                                                        int64_t tr0, int64_t tr1,
                                                        const __mmask16* masks, float* D) {
@@ -196,19 +200,18 @@ __attribute__((target("avx512f"))) void gather_windows(const Plan& p, const Stri
       const bool zero = rr < 0 || rr >= p.H || ri >= p.B;
       const float* src = xp + ri * s0 + rr * s2 - p.pw;
       for (int64_t v = 0; v < 4; ++v) {
-        float* d = D + (u * 4 + v) * p.Lp + base;
+        float* d = D + (u * 4 + v) * p.Ld + base;
         for (int64_t k = 0; k < blocks; ++k) {
-          const int64_t tc0 = 16 * k, n = std::min<int64_t>(16, p.TW - tc0);
-          const __mmask16 keep = static_cast<__mmask16>((1u << n) - 1);
+          const int64_t tc0 = 16 * k;
           if (zero) {
-            _mm512_mask_storeu_ps(d + tc0, keep, _mm512_setzero_ps());
+            _mm512_storeu_ps(d + tc0, _mm512_setzero_ps());
             continue;
           }
           const __mmask16* m = masks + (v * blocks + k) * 2;
           const float* s = src + 2 * tc0 + v;
           const __m512 lo = _mm512_maskz_loadu_ps(m[0], s),
                        hi = _mm512_maskz_loadu_ps(m[1], s + 16);
-          _mm512_mask_storeu_ps(d + tc0, keep, _mm512_permutex2var_ps(lo, even, hi));
+          _mm512_storeu_ps(d + tc0, _mm512_permutex2var_ps(lo, even, hi));
         }
       }
       if (++rr == p.Hs) rr = 0, ++ri;
@@ -218,14 +221,14 @@ __attribute__((target("avx512f"))) void gather_windows(const Plan& p, const Stri
   }
 }
 
-/// V[xi][c][t] = (B^T d B)[xi] for D's windows of one channel, t < n (a multiple of 16; D's and
-/// V's rows Lp apart, V's channels C Lp apart).
-__attribute__((target("avx512f"))) void input_transform(const float* D, int64_t Lp, int64_t n,
-                                                        int64_t C, int64_t c, float* V) {
+/// V[xi][c][t] = (B^T d B)[xi] for D's windows of one channel, t < n (a multiple of 16; D's rows
+/// Ld apart, V's rows Lp apart and its channels C Lp).
+__attribute__((target("avx512f"))) void input_transform(const float* D, int64_t Ld, int64_t Lp,
+                                                        int64_t n, int64_t C, int64_t c, float* V) {
   for (int64_t t = 0; t < n; t += 16) {
     __m512 d[4][4], b[4][4];
     for (int u = 0; u < 4; ++u)
-      for (int v = 0; v < 4; ++v) d[u][v] = _mm512_loadu_ps(D + (u * 4 + v) * Lp + t);
+      for (int v = 0; v < 4; ++v) d[u][v] = _mm512_loadu_ps(D + (u * 4 + v) * Ld + t);
     for (int v = 0; v < 4; ++v) {  // B^T d: combine rows
       b[0][v] = _mm512_sub_ps(d[0][v], d[2][v]);
       b[1][v] = _mm512_add_ps(d[1][v], d[2][v]);
@@ -294,9 +297,9 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
   const std::vector<float> U = transform_weight(w, Cout, p.C);
   const std::vector<__mmask16> masks = gather_masks(p);
   const int64_t Lp = p.Lp;
-  // One scratch a thread, cut into D [16, Lp], V [16, C, Lp], M [16, Cout, Lp] and T [4, Lp]
+  // One scratch a thread, cut into D [16, Ld], V [16, C, Lp], M [16, Cout, Lp] and T [4, Lp]
   // (16 more floats after T's rows for the interleave's loads).
-  const int64_t d_size = 16 * Lp, v_size = 16 * p.C * Lp, m_size = 16 * Cout * Lp;
+  const int64_t d_size = 16 * p.Ld, v_size = 16 * p.C * Lp, m_size = 16 * Cout * Lp;
   const int64_t t_size = 4 * Lp + 16;
   parallel_chunks(p.chunks, 1, [&](int64_t k0, int64_t k1) {
     float* D = thread_scratch<float>(static_cast<size_t>(d_size + v_size + m_size + t_size), 0);
@@ -311,7 +314,7 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
       const int64_t n = (tr1 - tr0) * p.TW, n32 = (n + 31) / 32 * 32;
       for (int64_t c = 0; c < p.C; ++c) {
         gather_windows(p, x, c, tr0, tr1, masks.data(), D);
-        input_transform(D, Lp, n32, p.C, c, V);
+        input_transform(D, p.Ld, Lp, n32, p.C, c, V);
       }
       for (int64_t xi = 0; xi < 16; ++xi)
         chunk_gemm(Cout, n32, p.C, U.data() + xi * Cout * p.C, p.C, V + xi * p.C * Lp, Lp,
