@@ -10,10 +10,10 @@
 namespace vitrine::cpu {
 
 /// Whether the implicit path takes a convolution of x [B, C, H, W] with geometry g: float32 on
-/// Vitrine's own GEMM (AVX-512) under ConvAlgorithm::Auto, a depth C kh kw of 8 or more, and a
-/// map large enough that the columns of the padding, computed and dropped, add at most a quarter
-/// of the work (any stride, padding and dilation; for a 3x3 with padding 1, outputs of 14x14 and
-/// larger).
+/// Vitrine's own GEMM (AVX-512) under ConvAlgorithm::Auto or Implicit, a depth C kh kw of 8 or
+/// more, a map large enough that the columns of the padding, computed and dropped, add at most a
+/// quarter of the work (for a 3x3 with padding 1, outputs of 14x14 and larger), and at a stride
+/// over 1 a kernel of more than 9 taps (a 7x7 stem; any padding and dilation).
 bool implicit_conv_runs(const Strided& x, const ConvGeometry& g);
 /// Whether implicit_conv2d_input_grad takes its input gradient: implicit_conv_runs, stride 1 and
 /// "same" padding (dilation (k - 1) = 2 padding, both dims).
