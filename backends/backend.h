@@ -266,6 +266,16 @@ class Backend {
     (void)x, (void)w, (void)bias, (void)y, (void)g;
     return false;
   }
+  /// conv2d_batched with relu(y + residual) applied as y is written (ops::conv2d_add_relu, in
+  /// inference only): residual laid out as y, contiguous (data null: none), relu whether to clamp
+  /// (x > 0 ? x : 0, as ops::relu). The bits of the composition. false, having done nothing, where
+  /// the backend has none; the op then composes conv2d, add and relu.
+  virtual bool conv2d_batched_add_relu(const Strided& x, const Strided& w, const Strided& bias,
+                                       const Strided& residual, bool relu, const Strided& y,
+                                       const ConvGeometry& g) {
+    (void)x, (void)w, (void)bias, (void)residual, (void)relu, (void)y, (void)g;
+    return false;
+  }
   /// Its backward from dy [B, Cout, OH, OW] contiguous: dx[b] = col2im(W^T dy[b]) into dx
   /// (contiguous; data null: not wanted), dw = sum_b dy[b] im2col(x[b])^T into dw ([Cout, K];
   /// data null: not wanted). false as above.

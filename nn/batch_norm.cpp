@@ -66,6 +66,37 @@ Tensor BatchNorm2d::normalize(const Tensor& x, const ops::BatchNormSync& sync, b
 
 bool BatchNorm2d::fused_relu = env_switch_on("VITRINE_FUSED_BN_RELU");
 
+bool BatchNorm2d::foldable() const {
+  return fused_relu && !is_training() && !GradMode::is_enabled() && track_running_stats &&
+         running_mean.defined() && !replaced_by_ && !has_forward_hooks() &&
+         typeid(*this) == typeid(BatchNorm2d);
+}
+
+std::pair<Tensor, Tensor> fuse_conv_bn_weights(const Tensor& conv_w, const Tensor& conv_b,
+                                               const Tensor& bn_rm, const Tensor& bn_rv,
+                                               double bn_eps, const Tensor& bn_w,
+                                               const Tensor& bn_b) {
+  VT_CHECK(conv_w.defined() && conv_w.dim() >= 2 && bn_rm.defined() && bn_rv.defined() &&
+               bn_rm.dim() == 1 && bn_rm.size(0) == conv_w.size(0) &&
+               bn_rv.shape() == bn_rm.shape(),
+           "fuse_conv_bn_weights: expected a weight [Cout, ...] and running statistics [Cout], "
+           "got {} and {}, {}",
+           conv_w.defined() ? conv_w.shape().str() : std::string("undefined"),
+           bn_rm.defined() ? bn_rm.shape().str() : std::string("undefined"),
+           bn_rv.defined() ? bn_rv.shape().str() : std::string("undefined"));
+  NoGradGuard no_grad;
+  // In PyTorch's order of operations, so that the rounding is its.
+  const Tensor rsqrt = ops::rsqrt(ops::add(bn_rv, bn_eps));
+  Dims shape{conv_w.size(0)};  // [Cout, 1, 1, ...]
+  while (shape.size() < conv_w.dim()) shape.push_back(1);
+  const Tensor w =
+      ops::mul(conv_w, ops::reshape(bn_w.defined() ? ops::mul(bn_w, rsqrt) : rsqrt, shape));
+  Tensor b = ops::mul(conv_b.defined() ? ops::sub(conv_b, bn_rm) : ops::neg(bn_rm), rsqrt);
+  if (bn_w.defined()) b = ops::mul(b, bn_w);
+  if (bn_b.defined()) b = ops::add(b, bn_b);
+  return {w, b};
+}
+
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
   // A subclass (SyncBatchNorm) or a replaced module: through forward, which they override.
   if (!fused_relu || replaced_by_ || has_forward_hooks() || typeid(*this) != typeid(BatchNorm2d))

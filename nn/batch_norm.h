@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "nn/layers.h"
 #include "ops/ops.h"
@@ -31,8 +32,13 @@ class BatchNorm2d : public Module {
   /// a SyncBatchNorm or a module it replaced); else the composition, through forward.
   Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
   /// Whether forward_relu fuses (default true; the environment's VITRINE_FUSED_BN_RELU=0 turns it
-  /// off at start, for an A/B run).
+  /// off at start, for an A/B run). It also switches foldable.
   static bool fused_relu;
+  /// Whether a model may fold this module into the convolution before it (fuse_conv_bn_weights),
+  /// as torch.jit.freeze and torch.ao's fuse_modules do for inference: eval mode with running
+  /// statistics, no gradient recorded (GradMode off), fused_relu on, and nothing that needs this
+  /// module's own call (a forward hook here; a SyncBatchNorm, or a module it replaced).
+  bool foldable() const;
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string extra_repr() const override;
   Tensor weight, bias;                                    // [C], undefined without affine
@@ -60,6 +66,15 @@ class BatchNorm2d : public Module {
   /// Sequential's list, a member such as ResNet's bn1) calls its replacement.
   std::shared_ptr<BatchNorm2d> replaced_by_;
 };
+
+/// torch.nn.utils.fusion.fuse_conv_bn_weights: the weight and bias of the convolution whose
+/// output is bn(conv(x)) with bn in eval mode, r = bn_w / sqrt(bn_rv + bn_eps) per channel:
+///   w' = conv_w r[:, None, None, None],   b' = (conv_b - bn_rm) r + bn_b
+/// (an undefined conv_b, bn_w or bn_b counts as 0, 1 or 0). Not recorded for autograd.
+std::pair<Tensor, Tensor> fuse_conv_bn_weights(const Tensor& conv_w, const Tensor& conv_b,
+                                               const Tensor& bn_rm, const Tensor& bn_rv,
+                                               double bn_eps, const Tensor& bn_w,
+                                               const Tensor& bn_b);
 
 /// A lookup table (ops::embedding): indices int64 [...] -> weight rows [..., dim]; weight
 /// [num_embeddings, dim] ~ N(0, 1) as PyTorch's.

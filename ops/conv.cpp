@@ -241,11 +241,11 @@ Tensor conv2d_dense(const Tensor& x, const Tensor& weight, const Tensor& bias,
   return record_conv(y, x, weight, bias, g);
 }
 
-}  // namespace
-
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding,
-              std::pair<int64_t, int64_t> dilation, int64_t groups) {
+/// conv2d's checks of its arguments (with their messages), and the geometry of one group.
+ConvGeometry checked_geometry(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              std::pair<int64_t, int64_t> stride,
+                              std::pair<int64_t, int64_t> padding,
+                              std::pair<int64_t, int64_t> dilation, int64_t groups) {
   check_defined(x, "conv2d", "input");
   check_defined(weight, "conv2d", "weight");
   VT_CHECK(x.dim() == 4, "conv2d: input must be 4-D [B, Cin, H, W], got shape {}", x.shape());
@@ -253,7 +253,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
            weight.shape());
   check_float(x, "conv2d");
   check_same(x, weight, "conv2d");
-  const int64_t B = x.size(0), Cin = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t Cin = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t Cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);
   VT_CHECK(groups > 0, "conv2d: groups must be positive, got {}", groups);
   VT_CHECK(Cin % groups == 0 && Cout % groups == 0,
@@ -288,20 +288,29 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
       H + 2 * ph, W + 2 * pw, x.shape(), ph, pw);
 
   const int64_t OH = (H + 2 * ph - eh) / sh + 1, OW = (W + 2 * pw - ew) / sw + 1;
-  if (groups == 1)
-    return conv2d_dense(x, weight, bias, {Cin, H, W, kh, kw, sh, sw, ph, pw, OH, OW, dh, dw});
+  return {Cin / groups, H, W, kh, kw, sh, sw, ph, pw, OH, OW, dh, dw};
+}
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding,
+              std::pair<int64_t, int64_t> dilation, int64_t groups) {
+  const ConvGeometry g = checked_geometry(x, weight, bias, stride, padding, dilation, groups);
+  if (groups == 1) return conv2d_dense(x, weight, bias, g);
+  const int64_t Cin = x.size(1), Cout = weight.size(0);
   const int64_t cin_g = Cin / groups, cout_g = Cout / groups;
-  if (cin_g == 1) {  // depthwise
-    const ConvGeometry g{Cin, H, W, kh, kw, sh, sw, ph, pw, OH, OW, dh, dw};
-    Tensor y = empty_on(x, {B, Cout, OH, OW}, x.dtype());
+  if (cin_g == 1) {  // depthwise: one geometry over all the channels
+    ConvGeometry gd = g;
+    gd.channels = Cin;
+    Tensor y = empty_on(x, {x.size(0), Cout, g.out_h, g.out_w}, x.dtype());
     bool done;
     {
       NoGradGuard no_grad;
       const Tensor wc = weight.contiguous(), bc = bias.defined() ? bias.contiguous() : Tensor();
       done = x.backend().depthwise_conv2d(
-          x.strided(), wc.strided(), bias.defined() ? bc.strided() : Strided(), y.strided(), g);
+          x.strided(), wc.strided(), bias.defined() ? bc.strided() : Strided(), y.strided(), gd);
     }
-    if (done) return record_conv(y, x, weight, bias, g, true);
+    if (done) return record_conv(y, x, weight, bias, gd, true);
   }
   // Any other grouping (or a backend without a depthwise kernel): one convolution per group of
   // channels, concatenated (slice and cat carry the gradients).
@@ -312,6 +321,37 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         bias.defined() ? slice(bias, 0, i * cout_g, (i + 1) * cout_g) : Tensor(),
                         stride, padding, dilation, 1));
   return cat(ys, 1);
+}
+
+Tensor conv2d_add_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       const Tensor& residual, bool relu, std::pair<int64_t, int64_t> stride,
+                       std::pair<int64_t, int64_t> padding, std::pair<int64_t, int64_t> dilation,
+                       int64_t groups) {
+  const ConvGeometry g = checked_geometry(x, weight, bias, stride, padding, dilation, groups);
+  const Dims out{x.size(0), weight.size(0), g.out_h, g.out_w};
+  if (residual.defined()) {
+    check_same(x, residual, "conv2d_add_relu");
+    VT_CHECK(residual.shape() == out,
+             "conv2d_add_relu: the residual must have the output's shape {}, got {}", out,
+             residual.shape());
+  }
+  const auto wants_grad = [](const Tensor& t) { return t.defined() && t.requires_grad(); };
+  const bool grad = GradMode::is_enabled() && (wants_grad(x) || wants_grad(weight) ||
+                                               wants_grad(bias) || wants_grad(residual));
+  if (!grad && groups == 1) {
+    Tensor y = empty_on(x, out, x.dtype());
+    NoGradGuard no_grad;
+    const Tensor wc = weight.contiguous();
+    const Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+    const Tensor rc = residual.defined() ? residual.contiguous() : Tensor();
+    if (x.backend().conv2d_batched_add_relu(
+            x.strided(), wc.strided(), bias.defined() ? bc.strided() : Strided(),
+            residual.defined() ? rc.strided() : Strided(), relu, y.strided(), g))
+      return y;
+  }
+  Tensor y = conv2d(x, weight, bias, stride, padding, dilation, groups);
+  if (residual.defined()) y = add(y, residual);
+  return relu ? ops::relu(y) : y;
 }
 
 }  // namespace vitrine::ops

@@ -222,12 +222,24 @@ Tensor dropout(const Tensor& x, double p, bool train, Generator& gen = default_g
 ///   y[b, co, oh, ow] = bias[co] + sum_{c in co's group, i, j} weight[co, c, i, j]
 ///                      x[b, c, oh stride_h - pad_h + i dil_h, ow stride_w - pad_w + j dil_w]
 /// (zero padding; channel group gi is input channels gi Cin / groups .. and output channels
-/// gi Cout / groups ..). On the CPU groups of images at once, as an implicit GEMM over the padded
-/// input where that wastes little, else im2col + GEMM; depthwise (groups = Cin) by direct loops.
+/// gi Cout / groups ..). On the CPU groups of images at once: 3x3s of 64 channels and more by
+/// Winograd's F(2x2, 3x3), others as an implicit GEMM over the padded input where that wastes
+/// little, else im2col + GEMM; depthwise (groups = Cin) by direct loops.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               std::pair<int64_t, int64_t> stride = {1, 1},
               std::pair<int64_t, int64_t> padding = {0, 0},
               std::pair<int64_t, int64_t> dilation = {1, 1}, int64_t groups = 1);
+/// relu(conv2d(x, weight, bias) + residual) (residual [B, Cout, OH, OW] or undefined; relu false:
+/// no clamp), the composition's bits. Where nothing needs a gradient (inference) and the backend
+/// writes it as one pass (the CPU's batched convolution, float32, groups = 1), the residual and
+/// the clamp are applied as the convolution writes y, not as two more passes over it; else
+/// conv2d, add and relu. A ResNet's blocks call it in inference with their batch norm folded
+/// into the convolution (nn::fuse_conv_bn_weights).
+Tensor conv2d_add_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       const Tensor& residual, bool relu,
+                       std::pair<int64_t, int64_t> stride = {1, 1},
+                       std::pair<int64_t, int64_t> padding = {0, 0},
+                       std::pair<int64_t, int64_t> dilation = {1, 1}, int64_t groups = 1);
 /// Resizes x [B, C, H, W] (or [C, H, W]) to size, or by scale_factor (PyTorch's semantics: the
 /// output size is floor(in * scale) and, when recompute_scale_factor is false, the given scale
 /// maps output to input coordinates). mode: "nearest", "bilinear", "bicubic" (A = -0.75).

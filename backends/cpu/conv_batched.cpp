@@ -136,11 +136,9 @@ bool batched_on_cpu(DType dt) {
   return dt == DType::Float32 && gemm_policy() != GemmPolicy::Off;  // Auto, Implicit
 }
 
-}  // namespace
-
-bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Strided& bias,
-                                const Strided& y, const ConvGeometry& g) {
-  if (!batched_on_cpu(x.dtype)) return false;
+/// conv2d_batched, then out's residual and ReLU (float32 only) as y is written.
+bool conv_forward(CpuBackend& be, const Strided& x, const Strided& w, const Strided& bias,
+                  const Strided& y, const ConvGeometry& g, const ConvOut& out) {
   const int64_t B = x.shape[0], Cout = w.shape[0];
   const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
   VT_ASSERT(w.is_contiguous() && w.numel() == Cout * K && y.is_contiguous());
@@ -148,13 +146,13 @@ bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Stride
   // A 3x3 at stride 1: Winograd's F(2x2, 3x3) (conv_winograd.h), 2.25x fewer multiplies.
   if (winograd_conv_runs(x, g, Cout)) {
     winograd_conv2d(x, w.ptr<float>(), Cout, bias.data ? bias.ptr<float>() : nullptr,
-                    y.ptr<float>(), g);
+                    y.ptr<float>(), g, out);
     return true;
   }
   // Where the phase planes waste little (conv_implicit.h): no im2col at all.
   if (implicit_conv_runs(x, g)) {
     implicit_conv2d(x, w.ptr<float>(), Cout, bias.data ? bias.ptr<float>() : nullptr,
-                    y.ptr<float>(), g, group_size(B, L));
+                    y.ptr<float>(), g, group_size(B, L), out);
     return true;
   }
   // A large map (over kGroupColumns outputs an image) in float32: bands of output rows, whose
@@ -173,11 +171,13 @@ bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Stride
         const int64_t n = (oh1 - oh0) * OW;
         float* cols = thread_scratch<float>(static_cast<size_t>(K * n), 0);
         im2col_rows_f32(image(x, b), cols, n, g, oh0, oh1);
-        float* out = yp + b * Cout * L + oh0 * OW;  // y[b, :, oh0 : oh1] [Cout, n], rows L apart
-        group_gemm<float>(Cout, n, K, wp, K, false, cols, n, false, out, L, false);
-        if (bp)
+        const int64_t at = b * Cout * L + oh0 * OW;  // y[b, :, oh0 : oh1] [Cout, n], rows L apart
+        float* yb = yp + at;
+        group_gemm<float>(Cout, n, K, wp, K, false, cols, n, false, yb, L, false);
+        if (bp || out.residual || out.relu)
           for (int64_t co = 0; co < Cout; ++co)
-            for (int64_t l = 0; l < n; ++l) out[co * L + l] += bp[co];
+            finish_row(yb + co * L, yb + co * L, n, bp ? bp[co] : 0.0f,
+                       out.residual ? out.residual + at + co * L : nullptr, out.relu);
       }
     });
     return true;
@@ -193,24 +193,45 @@ bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Stride
         T* cols = thread_scratch<T>(static_cast<size_t>(K * nL), 0);
         T* yt = thread_scratch<T>(static_cast<size_t>(Cout * nL), 1);
         for (int64_t i = 0; i < n; ++i)
-          im2col(image(x, b0 + i), block(cols, x.dtype, K, n, L, i), g);
+          be.im2col(image(x, b0 + i), block(cols, x.dtype, K, n, L, i), g);
         // Y [Cout, n L] = W [Cout, K] cols [K, n L], then y[b0 + i] = Y's columns i L ..
         group_gemm<T>(Cout, nL, K, wp, K, false, cols, nL, false, yt, nL, false);
         for (int64_t i = 0; i < n; ++i)
           for (int64_t co = 0; co < Cout; ++co) {
             const T* src = yt + co * nL + i * L;
-            T* dst = yp + ((b0 + i) * Cout + co) * L;
-            if (bp) {
-              const T add = bp[co];
-              for (int64_t l = 0; l < L; ++l) dst[l] = src[l] + add;
-            } else {
-              std::memcpy(dst, src, static_cast<size_t>(L) * sizeof(T));
+            const int64_t at = ((b0 + i) * Cout + co) * L;
+            if constexpr (std::is_same_v<T, float>) {
+              if (bp || out.residual || out.relu) {
+                finish_row(yp + at, src, L, bp ? bp[co] : 0.0f,
+                           out.residual ? out.residual + at : nullptr, out.relu);
+                continue;
+              }
+            } else if (bp) {  // (float64: no residual or ReLU here)
+              finish_row(yp + at, src, L, bp[co], static_cast<const T*>(nullptr), false);
+              continue;
             }
+            std::memcpy(yp + at, src, static_cast<size_t>(L) * sizeof(T));
           }
       }
     });
   });
   return true;
+}
+
+}  // namespace
+
+bool CpuBackend::conv2d_batched(const Strided& x, const Strided& w, const Strided& bias,
+                                const Strided& y, const ConvGeometry& g) {
+  return batched_on_cpu(x.dtype) && conv_forward(*this, x, w, bias, y, g, {});
+}
+
+bool CpuBackend::conv2d_batched_add_relu(const Strided& x, const Strided& w, const Strided& bias,
+                                         const Strided& residual, bool relu, const Strided& y,
+                                         const ConvGeometry& g) {
+  if (x.dtype != DType::Float32 || !batched_on_cpu(x.dtype)) return false;
+  VT_ASSERT(!residual.data || (residual.is_contiguous() && residual.numel() == y.numel()));
+  return conv_forward(*this, x, w, bias, y, g,
+                      {residual.data ? residual.ptr<float>() : nullptr, relu});
 }
 
 bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, const Strided& dy,

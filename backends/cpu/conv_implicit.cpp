@@ -168,25 +168,26 @@ void rows_gemm(int64_t M, int64_t N, int64_t K, const float* a, const float* b, 
 }
 
 /// The valid outputs of wide rows [R0, R1) (Y's chunk yc [Cout, nc], row R0 at column 0) into y
-/// [B, Cout, OH, OW] with the bias: wide row R is image b0 + R / Hs's output row R % Hs (none
-/// past OH). Channel by channel, so that each channel's rows land one after another in y.
+/// [B, Cout, OH, OW] with the bias (and out's residual and ReLU): wide row R is image b0 + R / Hs's
+/// output row R % Hs (none past OH). Channel by channel, so that each channel's rows land one
+/// after another in y.
 VT_SIMD_CLONES void copy_out(const float* yc, int64_t nc, int64_t R0, int64_t R1, int64_t Ws,
                              int64_t Hs, int64_t b0, int64_t Cout, int64_t OH, int64_t OW,
-                             const float* bias, float* y) {
+                             const float* bias, const ConvOut& out, float* y) {
   for (int64_t co = 0; co < Cout; ++co) {
     const float add = bias ? bias[co] : 0.0f;
     for (int64_t R = R0; R < R1; ++R) {
       const int64_t i = R / Hs, r = R % Hs;
       if (r >= OH) continue;
-      const float* s = yc + co * nc + (R - R0) * Ws;
-      float* d = y + ((b0 + i) * Cout + co) * OH * OW + r * OW;
-      for (int64_t c = 0; c < OW; ++c) d[c] = s[c] + add;
+      const int64_t at = ((b0 + i) * Cout + co) * OH * OW + r * OW;
+      finish_row(y + at, yc + co * nc + (R - R0) * Ws, OW, add,
+                 out.residual ? out.residual + at : nullptr, out.relu);
     }
   }
 }
 
 void run(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
-         const ConvGeometry& g, int64_t G) {
+         const ConvGeometry& g, int64_t G, const ConvOut& out) {
   const int64_t B = x.shape[0], C = g.channels, OH = g.out_h, OW = g.out_w;
   const int64_t kh = g.kernel_h, kw = g.kernel_w, K = C * kh * kw;
   const int64_t sh = g.stride_h, sw = g.stride_w;
@@ -222,7 +223,7 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
         rows_gemm(Cout, cols, K, w, P + q0, rows.data(), Yc, nc);
         // (the last chunk ends at the last output, inside its wide row)
         copy_out(Yc, nc, R0, std::min(R0 + per_chunk, (N + l.Ws - 1) / l.Ws), l.Ws, l.Hs, b0, Cout,
-                 OH, OW, bias, y);
+                 OH, OW, bias, out, y);
       }
     }
   });
@@ -249,8 +250,8 @@ bool implicit_input_grad_runs(const Strided& x, const ConvGeometry& g) {
 }
 
 void implicit_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
-                     const ConvGeometry& g, int64_t G) {
-  run(x, w, Cout, bias, y, g, G);
+                     const ConvGeometry& g, int64_t G, const ConvOut& out) {
+  run(x, w, Cout, bias, y, g, G, out);
 }
 
 void implicit_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
@@ -258,7 +259,7 @@ void implicit_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout,
   const std::vector<float> wt = flipped_weight(w, Cout, g);
   ConvGeometry gt = g;  // (same padding at stride 1: the output's size is the input's)
   gt.channels = Cout;
-  run(dy, wt.data(), g.channels, nullptr, dx, gt, G);
+  run(dy, wt.data(), g.channels, nullptr, dx, gt, G, {});
 }
 
 }  // namespace vitrine::cpu

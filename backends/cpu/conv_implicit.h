@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backends/backend.h"
+#include "backends/cpu/conv_window.h"
 
 namespace vitrine::cpu {
 
@@ -19,11 +20,11 @@ bool implicit_conv_runs(const Strided& x, const ConvGeometry& g);
 /// "same" padding (dilation (k - 1) = 2 padding, both dims).
 bool implicit_input_grad_runs(const Strided& x, const ConvGeometry& g);
 
-/// y [B, Cout, OH, OW] (contiguous) = conv(x, w) + bias: w [Cout, C kh kw] contiguous, bias
-/// [Cout] or null. Groups of G images, one group per task on the pool's threads; results do not
-/// depend on the thread count.
+/// y [B, Cout, OH, OW] (contiguous) = conv(x, w) + bias, then out's residual and ReLU: w [Cout,
+/// C kh kw] contiguous, bias [Cout] or null. Groups of G images, one group per task on the pool's
+/// threads; results do not depend on the thread count.
 void implicit_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
-                     const ConvGeometry& g, int64_t G);
+                     const ConvGeometry& g, int64_t G, const ConvOut& out = {});
 
 /// dx [B, C, H, W] (contiguous) of a convolution implicit_input_grad_runs takes, from dy [B, Cout,
 /// H, W] (contiguous): with "same" padding and stride 1 it is itself such a convolution, of dy

@@ -1,7 +1,7 @@
 // Which output positions of a convolution read a given kernel tap from inside the image: the one
 // index computation im2col, col2im and the depthwise kernels share; im2col of a band of output
 // rows, which the batched convolution tiles large images with; the convolutions' scratch; the
-// flipped weight of an input gradient.
+// flipped weight of an input gradient; what a convolution does to its rows as it writes them.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -32,6 +32,29 @@ T* thread_scratch(size_t n, int slot) {
   std::vector<T>& v = buffers[slot];
   if (v.size() < n) v.resize(n);
   return v.data();
+}
+
+/// What a convolution does to y as it writes it, after the bias (ops::conv2d_add_relu, a ResNet
+/// block's batch norm folded into its convolution in inference): y = relu(y + residual).
+struct ConvOut {
+  const float* residual = nullptr;  // laid out as y ([B, Cout, OH, OW] contiguous), or none
+  bool relu = false;
+};
+
+/// d[i] = s[i] + add (+ r[i]) (then relu) for i < n: a row of y from a row of
+/// the product; r the residual at the row's place in y (null: none). (One loop per case, so that
+/// each vectorises.)
+template <typename T>
+inline void finish_row(T* d, const T* s, int64_t n, T add, const T* r, bool relu) {
+  const auto clamp = [](T v) { return v > T(0) ? v : T(0); };  // (ops::relu's rule, NaN to 0)
+  if (r && relu)
+    for (int64_t i = 0; i < n; ++i) d[i] = clamp(s[i] + add + r[i]);
+  else if (r)
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i] + add + r[i];
+  else if (relu)
+    for (int64_t i = 0; i < n; ++i) d[i] = clamp(s[i] + add);
+  else
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i] + add;
 }
 
 /// wt [C, Cout kh kw] from w [Cout, C, kh, kw]: the weight flipped in space, its channel dims

@@ -243,12 +243,23 @@ __attribute__((target("avx512f"))) void input_transform(const float* D, int64_t 
   }
 }
 
+/// d[0 .. k) = v (+ r) (then ReLU: ops::relu's, 0 for NaN, which vmaxps gives as its second
+/// operand), k <= 16; r the residual at d's place (null: none).
+__attribute__((target("avx512f"))) inline void store_outputs(__m512 v, int64_t k, const float* r,
+                                                             bool relu, float* d) {
+  const __mmask16 m = static_cast<__mmask16>((1u << k) - 1);
+  if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r));
+  if (relu) v = _mm512_maskz_max_ps(0xFFFF, v, _mm512_setzero_ps());  // (maskz: GCC 12's warning)
+  _mm512_mask_storeu_ps(d, m, v);
+}
+
 /// Output channel co of the chunk's tiles [0, n): the 2x2 outputs A^T m A (+ bias) of M[xi][co]
 /// (rows Lp apart, channels Cout Lp apart) into T[0..3] (rows Lp apart: y00, y01, y10, y11),
-/// then interleaved into y's rows.
+/// then interleaved into y's rows, with out's residual and ReLU (after the bias, as
+/// ops::conv2d_add_relu's composition rounds them; the ReLU is ops::relu's, NaN to 0).
 __attribute__((target("avx512f"))) void output_transform(const Plan& p, const float* M, int64_t co,
                                                          float bias, int64_t tr0, int64_t tr1,
-                                                         float* T, float* y) {
+                                                         const ConvOut& out, float* T, float* y) {
   const int64_t n = (tr1 - tr0) * p.TW, Lp = p.Lp;
   const __m512 add = _mm512_set1_ps(bias);
   for (int64_t t = 0; t < n; t += 16) {
@@ -277,22 +288,25 @@ __attribute__((target("avx512f"))) void output_transform(const Plan& p, const fl
       if (R >= p.nR || r >= p.OH) continue;
       const float* a = T + (2 * u) * Lp + (tr - tr0) * p.TW;
       const float* b = T + (2 * u + 1) * Lp + (tr - tr0) * p.TW;
-      float* d = y + ((i * p.Cout + co) * p.OH + r) * p.OW;
+      const int64_t at = ((i * p.Cout + co) * p.OH + r) * p.OW;
+      float* d = y + at;
+      const float* res = out.residual ? out.residual + at : nullptr;
       for (int64_t tc0 = 0; tc0 < p.TW; tc0 += 16) {
         const __m512 av = _mm512_loadu_ps(a + tc0), bv = _mm512_loadu_ps(b + tc0);
         const int64_t k = std::min<int64_t>(32, p.OW - 2 * tc0);  // outputs left in the row
         const int64_t k0 = std::min<int64_t>(k, 16), k1 = k - k0;
-        _mm512_mask_storeu_ps(d + 2 * tc0, static_cast<__mmask16>((1u << k0) - 1),
-                              _mm512_permutex2var_ps(av, lo_idx, bv));
+        const int64_t c = 2 * tc0;
+        store_outputs(_mm512_permutex2var_ps(av, lo_idx, bv), k0, res ? res + c : nullptr, out.relu,
+                      d + c);
         if (k1 > 0)
-          _mm512_mask_storeu_ps(d + 2 * tc0 + 16, static_cast<__mmask16>((1u << k1) - 1),
-                                _mm512_permutex2var_ps(av, hi_idx, bv));
+          store_outputs(_mm512_permutex2var_ps(av, hi_idx, bv), k1, res ? res + c + 16 : nullptr,
+                        out.relu, d + c + 16);
       }
     }
 }
 
 void run(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
-         const ConvGeometry& g) {
+         const ConvGeometry& g, const ConvOut& out) {
   const Plan p = plan(x, g, Cout);
   const std::vector<float> U = transform_weight(w, Cout, p.C);
   const std::vector<__mmask16> masks = gather_masks(p);
@@ -320,12 +334,13 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
         chunk_gemm(Cout, n32, p.C, U.data() + xi * Cout * p.C, p.C, V + xi * p.C * Lp, Lp,
                    M + xi * Cout * Lp, Lp);
       for (int64_t co = 0; co < Cout; ++co)
-        output_transform(p, M, co, bias ? bias[co] : 0.0f, tr0, tr1, T, y);
+        output_transform(p, M, co, bias ? bias[co] : 0.0f, tr0, tr1, out, T, y);
     }
   });
 }
 #else
-void run(const Strided&, const float*, int64_t, const float*, float*, const ConvGeometry&) {
+void run(const Strided&, const float*, int64_t, const float*, float*, const ConvGeometry&,
+         const ConvOut&) {
   VT_ASSERT(false);  // (winograd_conv_runs is false without AVX-512)
 }
 #endif
@@ -354,8 +369,8 @@ bool winograd_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t C
 }
 
 void winograd_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
-                     const ConvGeometry& g) {
-  run(x, w, Cout, bias, y, g);
+                     const ConvGeometry& g, const ConvOut& out) {
+  run(x, w, Cout, bias, y, g, out);
 }
 
 void winograd_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
@@ -363,7 +378,7 @@ void winograd_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout,
   const std::vector<float> wt = flipped_weight(w, Cout, g);
   ConvGeometry gt = g;  // (padding 1 at stride 1: the output's size is the input's)
   gt.channels = Cout;
-  run(dy, wt.data(), g.channels, nullptr, dx, gt);
+  run(dy, wt.data(), g.channels, nullptr, dx, gt, {});
 }
 
 }  // namespace vitrine::cpu

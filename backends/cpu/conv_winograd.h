@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backends/backend.h"
+#include "backends/cpu/conv_window.h"
 
 namespace vitrine::cpu {
 
@@ -22,9 +23,10 @@ bool winograd_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t C
 /// [Cout] or null:
 ///   for each 2x2 output tile Y and its 4x4 input window d, per pair (co, c):
 ///   Y = A^T [ (G g G^T) . (B^T d B) ] A      (. elementwise; the 16 products over c are a GEMM)
-/// with B^T, G, A^T of F(2x2, 3x3) (conv_winograd.cpp). Results do not depend on the thread count.
+/// with B^T, G, A^T of F(2x2, 3x3) (conv_winograd.cpp), then out's residual and ReLU. Results do
+/// not depend on the thread count.
 void winograd_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
-                     const ConvGeometry& g);
+                     const ConvGeometry& g, const ConvOut& out = {});
 
 /// dx [B, C, H, W] (contiguous) of a convolution winograd_input_grad_runs takes, from dy [B, Cout,
 /// H, W]: the convolution of dy with the weight flipped in space and its channel dims swapped

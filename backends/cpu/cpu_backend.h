@@ -75,6 +75,9 @@ class CpuBackend final : public Backend {
   // conv_batched.cpp
   bool conv2d_batched(const Strided& x, const Strided& w, const Strided& bias, const Strided& y,
                       const ConvGeometry& g) override;
+  bool conv2d_batched_add_relu(const Strided& x, const Strided& w, const Strided& bias,
+                               const Strided& residual, bool relu, const Strided& y,
+                               const ConvGeometry& g) override;
   bool conv2d_batched_backward(const Strided& x, const Strided& w, const Strided& dy,
                                const Strided& dx, const Strided& dw,
                                const ConvGeometry& g) override;

@@ -1,7 +1,8 @@
 // The CIFAR ResNet (models/resnet.h) against PyTorch on the same weights
 // (tests/fixtures/resnet_parity.json, made by tests/fixtures/make_resnet_fixtures.py): logits and
 // input gradients in eval mode (running statistics) and in training mode (batch statistics, which
-// it updates as PyTorch does); names, presets, config errors.
+// it updates as PyTorch does); inference with the batch norms folded into the convolutions;
+// names, presets, config errors.
 #include "models/resnet.h"
 #include "resnet_fixture.h"
 
@@ -95,4 +96,50 @@ TEST_CASE("resnet: nn::summary of ResNet-8, every parameter on a row, the total 
   CHECK(rows.size() == m.named_modules().size());  // no module owns a tensor beside children
   CHECK(m.is_training());
   CHECK_FALSE(m.has_forward_hooks_below());
+}
+
+TEST_CASE("resnet: inference folds batch norm into the convolutions, as PyTorch's eval computes") {
+  // float64, the fixture's weights: eval mode without a gradient takes the folded path
+  // (nn::fuse_conv_bn_weights, ops::conv2d_add_relu), and gives PyTorch's eval logits.
+  const auto& c = resnet_case();
+  auto m = fixture_resnet();
+  m->eval();
+  {
+    NoGradGuard no_grad;
+    check_close((*m)(fixture_tensor(c.at("input"))), fixture_tensor(c.at("eval").at("logits")),
+                1e-10, 1e-10);
+  }
+  // float32, width 64 (Winograd's 3x3s, the implicit GEMM's stem, im2col's strided ones), batch
+  // norms with statistics and affine parameters of their own: the folded model against the
+  // modules one by one (BatchNorm2d::fused_relu off), to float32's rounding.
+  Generator gen(3);
+  models::ResNetConfig cfg = models::ResNetConfig::preset("resnet8");
+  cfg.channels = 1;
+  cfg.width = 64;
+  cfg.image_h = cfg.image_w = 14;
+  models::ResNet r(cfg, gen);
+  uint64_t seed = 90;
+  for (auto& [name, t] : r.named_buffers())
+    if (name.find("running_") != std::string::npos)
+      t.copy_(rand64(t.shape(), seed++, 0.5, name.find("var") != std::string::npos ? 1.0 : 0.0));
+  for (auto& [name, t] : r.named_parameters())
+    if (name.find("bn") != std::string::npos || name.find("downsample.1") != std::string::npos)
+      t.detach().copy_(rand64(t.shape(), seed++, 0.5, name.find("weight") != std::string::npos));
+  r.eval();
+  const Tensor x = rand64({5, 1, 14, 14}, 99).to(kFloat32);
+  NoGradGuard no_grad;
+  const Tensor folded = r(x);
+  nn::BatchNorm2d::fused_relu = false;
+  const Tensor modules = r(x);
+  nn::BatchNorm2d::fused_relu = true;
+  check_close(folded, modules, 1e-4, 1e-4);
+  // A forward hook on a batch norm is called: that block runs its modules.
+  int calls = 0;
+  r.layer2->child("0")->child("bn1")->register_forward_hook(
+      [&calls](nn::Module&, const Tensor&, const Tensor& y) {
+        ++calls;
+        return y;
+      });
+  check_close(r(x), folded, 1e-4, 1e-4);
+  CHECK(calls == 1);
 }

@@ -1,7 +1,7 @@
 // batch_norm_relu (ops/batch_norm.cpp): relu(batch_norm(x) + residual) as one op, against its
 // composition (the reference), in float64 to 1e-12 and float32, training and eval, with a float64
-// gradcheck; nn::BatchNorm2d::forward_relu's choice between them; and a ResNet's training step
-// fused and unfused.
+// gradcheck; nn::BatchNorm2d::forward_relu's choice between them; a ResNet's training step fused
+// and unfused; nn::fuse_conv_bn_weights (batch norm folded into a convolution, for inference).
 #include "models/resnet.h"
 #include "test_util.h"
 
@@ -109,4 +109,25 @@ TEST_CASE("ResNet: a training step with the fused BN-ReLU equals the composed on
   // The same bits: the fused forward rounds as the composition, and the backward is batch norm's
   // on the same masked dy.
   for (size_t i = 0; i < fused.size(); ++i) check_close(fused[i], composed[i], 0, 0);
+}
+
+TEST_CASE("fuse_conv_bn_weights: the convolution that gives bn(conv(x)) in eval mode") {
+  const Tensor x = rand64({2, 3, 6, 5}, 40), w = rand64({4, 3, 3, 3}, 41);
+  const Tensor rm = rand64({4}, 42), rv = rand64({4}, 43, 0.4, 1);
+  const Tensor bw = rand64({4}, 44, 0.5, 1), bb = rand64({4}, 45), cb = rand64({4}, 46);
+  NoGradGuard no_grad;
+  for (const bool conv_bias : {true, false})
+    for (const bool affine : {true, false}) {
+      INFO("conv bias " << conv_bias << ", affine " << affine);
+      const Tensor b = conv_bias ? cb : Tensor();
+      const Tensor want =
+          ops::batch_norm(ops::conv2d(x, w, b, {1, 1}, {1, 1}), rm, rv, affine ? bw : Tensor(),
+                          affine ? bb : Tensor(), false, 0.1, 1e-3);
+      const auto [fw, fb] = nn::fuse_conv_bn_weights(w, b, rm, rv, 1e-3, affine ? bw : Tensor(),
+                                                     affine ? bb : Tensor());
+      check_close(ops::conv2d(x, fw, fb, {1, 1}, {1, 1}), want, 1e-12, 1e-12);
+    }
+  CHECK_ERROR_CONTAINS(nn::fuse_conv_bn_weights(w, Tensor(), ops::zeros({3}), ops::ones({3}), 1e-5,
+                                                Tensor(), Tensor()),
+                       "fuse_conv_bn_weights", "[4, 3, 3, 3]", "[3]");
 }
