@@ -6,27 +6,14 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "backends/cpu/sgemm.h"
-#include "test_util.h"
+#include "conv_test_util.h"
 
 using namespace vitrine;
 using namespace vt_test;
 using V = std::vector<Tensor>;
-
-namespace {
-
-/// The same float32 bits, NaNs included.
-void check_equal_bits(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  CHECK(std::memcmp(ac.strided().ptr<float>(), bc.strided().ptr<float>(),
-                    static_cast<size_t>(a.numel()) * sizeof(float)) == 0);
-}
-
-}  // namespace
 
 TEST_CASE("conv2d_add_relu: one pass gives the composition's bits on every CPU path") {
   struct Shape {

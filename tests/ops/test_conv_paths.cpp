@@ -12,7 +12,7 @@
 #include "backends/cpu/conv_implicit.h"
 #include "backends/cpu/sgemm.h"
 #include "backends/threads.h"
-#include "test_util.h"
+#include "conv_test_util.h"
 
 using namespace vitrine;
 using namespace vt_test;
@@ -38,20 +38,6 @@ const char* kCases[] = {"conv2d_dilation2", "conv2d_dilation_s2_rect", "conv2d_g
                         "conv2d_depthwise", "conv2d_depthwise_s2",     "conv2d_depthwise_x2_dil",
                         "conv2d_1x1_s2"};
 
-/// Sets the convolution algorithm for a scope.
-struct Algorithm {
-  explicit Algorithm(ConvAlgorithm a) : before(conv_algorithm()) { set_conv_algorithm(a); }
-  ~Algorithm() { set_conv_algorithm(before); }
-  ConvAlgorithm before;
-};
-
-/// Sets the thread count for a scope.
-struct Threads {
-  explicit Threads(int n) : before(get_num_threads()) { set_num_threads(n); }
-  ~Threads() { set_num_threads(before); }
-  int before;
-};
-
 struct ConvRun {
   Tensor y, dx, dw, db;
 };
@@ -69,12 +55,6 @@ ConvRun run_conv(ConvAlgorithm a, const Tensor& x0, const Tensor& w0, const Tens
   ops::sum(y * r).backward();
   return {y.detach(), input_grad ? x.grad() : Tensor(), w.grad(),
           b.defined() ? b.grad() : Tensor()};
-}
-
-void check_equal_bits(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  const Tensor d = ops::sum(ops::abs(ops::sub(a.to(kFloat64), b.to(kFloat64))));
-  CHECK(d.item<double>() == 0.0);
 }
 
 }  // namespace

@@ -11,24 +11,12 @@
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/sgemm.h"
 #include "backends/threads.h"
-#include "test_util.h"
+#include "conv_test_util.h"
 
 using namespace vitrine;
 using namespace vt_test;
 
 namespace {
-
-struct Algorithm {
-  explicit Algorithm(ConvAlgorithm a) : before(conv_algorithm()) { set_conv_algorithm(a); }
-  ~Algorithm() { set_conv_algorithm(before); }
-  ConvAlgorithm before;
-};
-
-struct Threads {
-  explicit Threads(int n) : before(get_num_threads()) { set_num_threads(n); }
-  ~Threads() { set_num_threads(before); }
-  int before;
-};
 
 struct Run {
   Tensor y, dx, dw;
@@ -56,11 +44,6 @@ ConvGeometry geometry(const Tensor& x, int64_t ph, int64_t pw) {
                       pw,
                       x.size(2) + 2 * ph - 2,
                       x.size(3) + 2 * pw - 2};
-}
-
-void check_equal_bits(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  CHECK(ops::sum(ops::abs(ops::sub(a.to(kFloat64), b.to(kFloat64)))).item<double>() == 0.0);
 }
 
 bool own_gemm() { return cpu::gemm_policy() != cpu::GemmPolicy::Off; }

@@ -1,0 +1,38 @@
+// Helpers of the convolution tests (test_conv_paths.cpp, test_conv_winograd.cpp,
+// test_conv_add_relu.cpp): the algorithm and the thread count set for a scope, and a bit-for-bit
+// comparison.
+#pragma once
+#include <cstring>
+
+#include "backends/conv_algorithm.h"
+#include "backends/threads.h"
+#include "test_util.h"
+
+namespace vt_test {
+
+/// Sets the convolution algorithm for a scope.
+struct Algorithm {
+  explicit Algorithm(vitrine::ConvAlgorithm a) : before(vitrine::conv_algorithm()) {
+    vitrine::set_conv_algorithm(a);
+  }
+  ~Algorithm() { vitrine::set_conv_algorithm(before); }
+  vitrine::ConvAlgorithm before;
+};
+
+/// Sets the thread count for a scope.
+struct Threads {
+  explicit Threads(int n) : before(vitrine::get_num_threads()) { vitrine::set_num_threads(n); }
+  ~Threads() { vitrine::set_num_threads(before); }
+  int before;
+};
+
+/// The same shape, dtype and bits (NaNs included).
+inline void check_equal_bits(const vitrine::Tensor& a, const vitrine::Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  REQUIRE(a.dtype() == b.dtype());
+  const vitrine::Tensor ac = a.contiguous(), bc = b.contiguous();
+  CHECK(std::memcmp(ac.strided().data, bc.strided().data,
+                    static_cast<size_t>(a.numel()) * vitrine::dtype_size(a.dtype())) == 0);
+}
+
+}  // namespace vt_test
