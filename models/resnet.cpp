@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <typeinfo>
 
 #include <fmt/format.h>
@@ -231,14 +230,17 @@ std::string ResNetConfig::describe() const {
 }
 
 namespace {
-/// relu(bn(c(x)) + residual) (residual may be undefined; relu false: no clamp) in inference, bn
-/// folded into c's weight and bias (nn::fuse_conv_bn_weights): one pass over the output
-/// (ops::conv2d_add_relu). Null when bn or c may not be folded (BatchNorm2d::foldable, a forward
-/// hook on c): the caller then runs the modules.
-std::optional<Tensor> folded(const nn::Conv2d& c, const nn::BatchNorm2d& bn, const Tensor& x,
-                             const Tensor& residual, bool relu) {
-  if (!bn.foldable() || c.has_forward_hooks() || typeid(c) != typeid(nn::Conv2d))
-    return std::nullopt;
+/// Whether bn may be folded into c in inference (BatchNorm2d::foldable, a plain Conv2d without a
+/// forward hook).
+bool can_fold(const nn::Conv2d& c, const nn::BatchNorm2d& bn) {
+  return bn.foldable() && !c.has_forward_hooks() && typeid(c) == typeid(nn::Conv2d);
+}
+
+/// relu(bn(c(x)) + residual) (residual may be undefined; relu false: no clamp) with bn folded into
+/// c's weight and bias (nn::fuse_conv_bn_weights): one pass over the output
+/// (ops::conv2d_add_relu). For can_fold(c, bn).
+Tensor fold(const nn::Conv2d& c, const nn::BatchNorm2d& bn, const Tensor& x, const Tensor& residual,
+            bool relu) {
   const auto [w, b] = nn::fuse_conv_bn_weights(c.weight, c.bias, bn.running_mean, bn.running_var,
                                                bn.eps, bn.weight, bn.bias);
   return ops::conv2d_add_relu(x, w, b, residual, relu, c.stride, c.padding, c.dilation, c.groups);
@@ -259,19 +261,18 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, Generator& gen) 
 
 Tensor BasicBlock::forward(const Tensor& x) {
   // In inference, each batch norm folded into the convolution before it, and the ReLU and the
-  // shortcut's add done as the convolution writes its output (folded()).
-  if (!(downsample && downsample->has_forward_hooks_below()))
-    if (auto y = folded(*conv1, *bn1, x, Tensor(), true)) {
-      std::optional<Tensor> shortcut = x;
-      if (downsample) {
-        const auto& ds = *downsample;  // (the modules it calls: conv, batch norm)
-        auto c = ds.size() == 2 ? std::dynamic_pointer_cast<nn::Conv2d>(ds[0]) : nullptr;
-        auto bn = ds.size() == 2 ? std::dynamic_pointer_cast<nn::BatchNorm2d>(ds[1]) : nullptr;
-        shortcut = c && bn ? folded(*c, *bn, x, Tensor(), false) : std::nullopt;
-      }
-      if (shortcut)
-        if (auto out = folded(*conv2, *bn2, *y, *shortcut, true)) return *out;
-    }
+  // shortcut's add done as the convolution writes its output (fold()).
+  std::shared_ptr<nn::Conv2d> dc;  // the shortcut's modules (a Sequential of the two)
+  std::shared_ptr<nn::BatchNorm2d> dbn;
+  if (downsample && downsample->size() == 2 && !downsample->has_forward_hooks()) {
+    dc = std::dynamic_pointer_cast<nn::Conv2d>((*downsample)[0]);
+    dbn = std::dynamic_pointer_cast<nn::BatchNorm2d>((*downsample)[1]);
+  }
+  if (can_fold(*conv1, *bn1) && can_fold(*conv2, *bn2) &&
+      (!downsample || (dc && dbn && can_fold(*dc, *dbn)))) {
+    const Tensor y = fold(*conv1, *bn1, x, Tensor(), true);
+    return fold(*conv2, *bn2, y, downsample ? fold(*dc, *dbn, x, Tensor(), false) : x, true);
+  }
   // relu(bn(conv(x))) and relu(bn(conv(y)) + shortcut) as one op each (BatchNorm2d::forward_relu).
   const Tensor y = bn1->forward_relu((*conv1)(x));
   const Tensor h = (*conv2)(y);
@@ -308,8 +309,8 @@ ResNet::ResNet(const ResNetConfig& config, Generator& gen) : config_(config) {
 Tensor ResNet::forward_features(const Tensor& x) {
   VT_CHECK(x.dim() == 4 && x.size(1) == config_.channels,
            "ResNet: expected images [B, {}, H, W], got shape {}", config_.channels, x.shape());
-  auto stem = folded(*conv1, *bn1, x, Tensor(), true);  // (in inference)
-  Tensor y = stem ? *stem : bn1->forward_relu((*conv1)(x));
+  Tensor y = can_fold(*conv1, *bn1) ? fold(*conv1, *bn1, x, Tensor(), true)  // (inference)
+                                    : bn1->forward_relu((*conv1)(x));
   if (maxpool) y = (*maxpool)(y);
   for (const auto& s : stages) y = (*s)(y);
   return ops::flatten((*avgpool)(y), 1);
