@@ -1,7 +1,8 @@
 // Convolution over the whole batch at once (ops/conv.cpp's first choice on the CPU). Where the
 // implicit GEMM runs (conv_implicit.h: float32, ConvAlgorithm::Auto, little padding waste) the
-// forward, and a stride-1 "same" convolution's input gradient, go there, in the same groups;
-// what follows is the im2col path, for the rest and for the weight gradient. The batch is
+// forward, a stride-1 "same" convolution's input gradient and a weight gradient of 16 to 64
+// output channels go there, in the same groups (a 3x3 at stride 1 of 64 channels and more to
+// Winograd's, conv_winograd.h); what follows is the im2col path, for the rest. The batch is
 // cut into groups of G images, and the groups run in parallel on the pool's threads, each group
 // on one thread from its im2col to its last product, so that no step waits at a barrier for
 // another thread. With K = C kh kw, L = OH OW and the group's columns side by side (image i at
@@ -259,32 +260,41 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
   dispatch_float(x.dtype, "conv2d_backward", [&]<typename T>() {
     const T* wp = w.ptr<T>();
     const T* dyp = dy.ptr<T>();
-    // The weight gradient's partials, one [K, Cout] per group.
+    // The weight gradient's partials, one [K, Cout] per group: read from the padded input in
+    // place where the implicit path's planes waste little (conv_implicit.h), else by im2col below.
     std::unique_ptr<T[]> partial(dw.data ? new T[static_cast<size_t>(groups * K * Cout)] : nullptr);
-    parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
-      for (int64_t grp = g0; grp < g1; ++grp) {
-        const int64_t b0 = grp * G, n = std::min(G, B - b0), nL = n * L;
-        T* cols = thread_scratch<T>(static_cast<size_t>(K * nL), 0);
-        T* dY = thread_scratch<T>(static_cast<size_t>(Cout * nL), 1);
-        for (int64_t i = 0; i < n; ++i)  // dY [Cout, n L]: image i's dy at columns i L
-          for (int64_t co = 0; co < Cout; ++co)
-            std::memcpy(dY + co * nL + i * L, dyp + ((b0 + i) * Cout + co) * L,
-                        static_cast<size_t>(L) * sizeof(T));
-        if (dw.data) {
-          for (int64_t i = 0; i < n; ++i)
-            im2col(image(x, b0 + i), block(cols, x.dtype, K, n, L, i), g);
-          // dWt_g [K, Cout] = cols [K, n L] dY^T [n L, Cout]
-          group_gemm<T>(K, Cout, nL, cols, nL, false, dY, nL, true, partial.get() + grp * K * Cout,
-                        Cout, false);
-        }
-        if (dx_cols.data) {
-          // dcols [K, n L] = W^T [K, Cout] dY [Cout, n L]
-          group_gemm<T>(K, nL, Cout, wp, K, true, dY, nL, false, cols, nL, false);
-          for (int64_t i = 0; i < n; ++i)
-            col2im(block(cols, x.dtype, K, n, L, i), image(dx_cols, b0 + i), g);
-        }
+    bool dw_cols = dw.data != nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      if (dw_cols && implicit_weight_grad_runs(x, g, Cout)) {
+        implicit_conv2d_weight_grad(x, dy, Cout, partial.get(), g, G);
+        dw_cols = false;
       }
-    });
+    }
+    if (dw_cols || dx_cols.data)
+      parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
+        for (int64_t grp = g0; grp < g1; ++grp) {
+          const int64_t b0 = grp * G, n = std::min(G, B - b0), nL = n * L;
+          T* cols = thread_scratch<T>(static_cast<size_t>(K * nL), 0);
+          T* dY = thread_scratch<T>(static_cast<size_t>(Cout * nL), 1);
+          for (int64_t i = 0; i < n; ++i)  // dY [Cout, n L]: image i's dy at columns i L
+            for (int64_t co = 0; co < Cout; ++co)
+              std::memcpy(dY + co * nL + i * L, dyp + ((b0 + i) * Cout + co) * L,
+                          static_cast<size_t>(L) * sizeof(T));
+          if (dw_cols) {
+            for (int64_t i = 0; i < n; ++i)
+              im2col(image(x, b0 + i), block(cols, x.dtype, K, n, L, i), g);
+            // dWt_g [K, Cout] = cols [K, n L] dY^T [n L, Cout]
+            group_gemm<T>(K, Cout, nL, cols, nL, false, dY, nL, true,
+                          partial.get() + grp * K * Cout, Cout, false);
+          }
+          if (dx_cols.data) {
+            // dcols [K, n L] = W^T [K, Cout] dY [Cout, n L]
+            group_gemm<T>(K, nL, Cout, wp, K, true, dY, nL, false, cols, nL, false);
+            for (int64_t i = 0; i < n; ++i)
+              col2im(block(cols, x.dtype, K, n, L, i), image(dx_cols, b0 + i), g);
+          }
+        }
+      });
     if (dw.data) {  // dW[co, k] = sum over groups of dWt_g[k, co], in group order
       T* dwp = dw.ptr<T>();
       parallel_for(K, groups * Cout, [&](int64_t k) {

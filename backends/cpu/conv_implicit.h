@@ -26,6 +26,20 @@ bool implicit_input_grad_runs(const Strided& x, const ConvGeometry& g);
 void implicit_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
                      const ConvGeometry& g, int64_t G, const ConvOut& out = {});
 
+/// Whether implicit_conv2d_weight_grad takes the weight gradient: implicit_conv_runs and 16 to 64
+/// output channels (the products' columns: below, under the own GEMM's minimum; above, im2col's
+/// one product measured as fast).
+bool implicit_weight_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
+/// The weight gradient's partials, one per group of G images, partial [groups, C kh kw, Cout]
+/// (group g's dW^T), from x [B, C, H, W] and dy [B, Cout, OH, OW] (contiguous): with the group's
+/// planes P (as the forward lays them out) and dYt [N, Cout] (its dy at the wide columns, 0 at
+/// the padding's), per tap (a, b)
+///   dW^T[(c, a, b)][co] = sum_q P[row(c, a, b) + q] dYt[q][co]      (q over the wide columns)
+/// one product whose A, the C rows of the tap, is read in place (they lie a fixed number of
+/// planes apart): no im2col. The caller adds the partials in group order.
+void implicit_conv2d_weight_grad(const Strided& x, const Strided& dy, int64_t Cout, float* partial,
+                                 const ConvGeometry& g, int64_t G);
+
 /// dx [B, C, H, W] (contiguous) of a convolution implicit_input_grad_runs takes, from dy [B, Cout,
 /// H, W] (contiguous): with "same" padding and stride 1 it is itself such a convolution, of dy
 /// with the weight flipped in space and its channel dims swapped,

@@ -147,9 +147,11 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
                                      {{2, 4, 20, 20}, {6, 4, 3, 3}, {1, 1}, {2, 2}, {2, 2}},
                                      {{2, 4, 23, 21}, {6, 4, 3, 3}, {2, 2}, {1, 2}, {2, 1}},
                                      {{2, 64, 36, 36}, {8, 64, 3, 3}, {1, 1}, {1, 1}},
-                                     {{2, 8, 72, 72}, {8, 8, 3, 3}, {2, 2}, {1, 1}}};
+                                     {{2, 8, 72, 72}, {8, 8, 3, 3}, {2, 2}, {1, 1}},
+                                     {{2, 3, 40, 40}, {16, 3, 7, 7}, {2, 2}, {3, 3}},
+                                     {{2, 4, 20, 20}, {16, 4, 3, 3}, {1, 1}, {2, 2}, {2, 2}}};
   uint64_t seed = 40;
-  int64_t implicit = 0;  // shapes Auto takes through the implicit GEMM
+  int64_t implicit = 0, implicit_dw = 0;  // shapes Auto takes through the implicit GEMM
   for (const Shape& s : shapes) {
     INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w) << " stride "
               << s.stride.first << "x" << s.stride.second << " dilation " << s.dilation.first << "x"
@@ -165,6 +167,7 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
                            s.padding.second, y0.size(2),     y0.size(3),      s.dilation.first,
                            s.dilation.second};
       implicit += cpu::implicit_conv_runs(x.strided(), g) ? 1 : 0;
+      implicit_dw += cpu::implicit_weight_grad_runs(x.strided(), g, s.w[0]) ? 1 : 0;
     }
     const ConvRun a =
         run_conv(ConvAlgorithm::Auto, x, w, b, r, s.stride, s.padding, true, s.dilation);
@@ -190,9 +193,15 @@ TEST_CASE("conv2d: the batched path on a ResNet's float32 shapes equals the per-
         run_conv(ConvAlgorithm::Auto, x, w, b, r, s.stride, s.padding, false, s.dilation);
     check_equal_bits(first.dw, a.dw);
   }
-  // The 9 shapes the comment names take the implicit path where the own GEMM runs (else every
+  // The 11 shapes the comment names take the implicit path where the own GEMM runs (else every
   // float32 shape goes image by image, and Auto is the per-image path).
-  if (cpu::gemm_policy() != cpu::GemmPolicy::Off) CHECK(implicit == 9);
+  // Their weight gradients too where they have 16 to 64 output channels: the ResNet-8 stem's, its
+  // 3x3 at 28x28, the 14x14 one, and the last two (a 7x7 at stride 2 in phase planes, a dilated
+  // 3x3); the other six have 6 to 8.
+  if (cpu::gemm_policy() != cpu::GemmPolicy::Off) {
+    CHECK(implicit == 11);
+    CHECK(implicit_dw == 5);
+  }
 }
 
 TEST_CASE("conv2d: the batched and depthwise paths give the same bits on 1 and 2 threads") {
