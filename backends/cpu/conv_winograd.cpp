@@ -64,7 +64,8 @@ namespace {
 /// work per pair of channels).
 constexpr int64_t kMinChannels = 64;
 /// The largest C Cout: the transformed weight U, 16 C Cout floats (4 MiB), is read once per
-/// chunk.
+/// chunk. (ResNet-18's 512 channels at 7x7, batch 8, measured 0.7x im2col's speed: 16 MiB of U,
+/// few tiles.)
 constexpr int64_t kMaxWeights = int64_t{1} << 16;
 /// V's and M's floats a chunk, at most (768 KiB: they stay in L2 between the transforms and the
 /// products), unless kMinTiles tiles are larger.
