@@ -186,10 +186,7 @@ struct PanelView {
 /// a transposed A) is small and stays in L2; prefetching it there measured slower.
 ///   rows (Rows only): B's row k is at b + rows[k] instead of b + k ldbk (an implicit-GEMM
 ///      convolution's B: row (c, i, j) is the padded input shifted by tap (i, j)).
-/// Half: the tile's columns 16 .. 31 do not exist (m1 = 0: a last panel of at most 16 columns,
-/// as a 16-channel convolution's weight gradient has): one vector of B a step and 12 FMAs, not
-/// a second vector of zeros multiplied too.
-template <int MR, bool ATrans, bool Masked, bool Rows = false, bool Half = false>
+template <int MR, bool ATrans, bool Masked, bool Rows = false>
 __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a, int64_t lda,
                                                      const float* b, int64_t ldbk, float* c,
                                                      int64_t ldc, const float* c_in, int64_t ld_in,
@@ -215,13 +212,6 @@ __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a,
     }
     const float* bk = Rows ? b + rows[k] : b + k * ldbk;
     const __m512 b0 = Masked ? _mm512_maskz_loadu_ps(m0, bk) : _mm512_loadu_ps(bk);
-    if constexpr (Half) {
-#pragma GCC unroll 16
-      for (int i = 0; i < MR; ++i)
-        acc0[i] =
-            _mm512_fmadd_ps(_mm512_set1_ps(ATrans ? a[k * lda + i] : a[i * lda + k]), b0, acc0[i]);
-      continue;
-    }
     const __m512 b1 = Masked ? _mm512_maskz_loadu_ps(m1, bk + 16) : _mm512_loadu_ps(bk + 16);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
@@ -245,7 +235,7 @@ __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a,
       acc1[i] = _mm512_add_ps(bias1, acc1[i]);
     }
     _mm512_mask_storeu_ps(ci, m0, acc0[i]);
-    if constexpr (!Half) _mm512_mask_storeu_ps(ci + 16, m1, acc1[i]);
+    _mm512_mask_storeu_ps(ci + 16, m1, acc1[i]);
   }
 }
 
@@ -270,26 +260,21 @@ using Kernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, f
                         const float*, int64_t, const float*, __mmask16, __mmask16, const float*,
                         int, const int64_t*);
 
-template <bool ATrans, bool Masked, bool Rows, bool Half, int... R>
+template <bool ATrans, bool Masked, bool Rows, int... R>
 constexpr std::array<Kernel, sizeof...(R)> kernel_row(std::integer_sequence<int, R...>) {
-  return {&micro_kernel<R + 1, ATrans, Masked, Rows, Half>...};
+  return {&micro_kernel<R + 1, ATrans, Masked, Rows>...};
 }
-template <bool ATrans, bool Masked, bool Rows = false, bool Half = false>
+template <bool ATrans, bool Masked, bool Rows = false>
 constexpr auto kernel_row() {
-  return kernel_row<ATrans, Masked, Rows, Half>(std::make_integer_sequence<int, kMR>{});
+  return kernel_row<ATrans, Masked, Rows>(std::make_integer_sequence<int, kMR>{});
 }
-// kKernels[half][a_trans][masked][r - 1] handles a strip of r rows (a thread's last strip may be
-// short) of a panel of 32 columns, or of at most 16 (half); kRowKernels[half][masked][r - 1] the
-// same with B's rows from a table (row-major A).
-using Kernels = std::array<Kernel, kMR>;
-constexpr std::array<std::array<std::array<Kernels, 2>, 2>, 2> kKernels = {
-    {{{{kernel_row<false, false>(), kernel_row<false, true>()},
-       {kernel_row<true, false>(), kernel_row<true, true>()}}},
-     {{{kernel_row<false, false, false, true>(), kernel_row<false, true, false, true>()},
-       {kernel_row<true, false, false, true>(), kernel_row<true, true, false, true>()}}}}};
-constexpr std::array<std::array<Kernels, 2>, 2> kRowKernels = {
-    {{kernel_row<false, false, true>(), kernel_row<false, true, true>()},
-     {kernel_row<false, false, true, true>(), kernel_row<false, true, true, true>()}}};
+// kKernels[a_trans][masked][r - 1] handles a strip of r rows (a thread's last strip may be
+// short); kRowKernels[masked][r - 1] the same with B's rows from a table (row-major A).
+constexpr std::array<std::array<std::array<Kernel, kMR>, 2>, 2> kKernels = {
+    {{kernel_row<false, false>(), kernel_row<false, true>()},
+     {kernel_row<true, false>(), kernel_row<true, true>()}}};
+constexpr std::array<std::array<Kernel, kMR>, 2> kRowKernels = {
+    {kernel_row<false, false, true>(), kernel_row<false, true, true>()}};
 
 /// The epilogue's GELU steps on rows [i, i + mr), columns [n0, n1) of C, once they are final.
 void gelu_epilogue(const SgemmEpilogue& ep, int64_t i, int mr, int64_t n0, int64_t n1, float* c,
@@ -339,9 +324,9 @@ void run_units(int64_t u0, int64_t u1, int64_t M, int64_t N, int64_t K, const fl
         const float* next = !a_trans && next_rows > 0 ? ai + kMR * lda : nullptr;
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t cols = std::min<int64_t>(kNR, N - p * kNR);
-          const bool masked = !packed && cols < kNR, half = cols <= 16;
+          const bool masked = !packed && cols < kNR;
           const Kernel kernel =
-              bv.rows ? kRowKernels[half][masked][mr - 1] : kKernels[half][a_trans][masked][mr - 1];
+              bv.rows ? kRowKernels[masked][mr - 1] : kKernels[a_trans][masked][mr - 1];
           kernel(kc, ai, lda, bv.at + p * bv.panel + (bv.rows ? 0 : k0 * bv.row), bv.row,
                  c + i * ldc + p * kNR, ldc, in ? in + i * ld_in + p * kNR : nullptr, ld_in,
                  bias ? bias + p * kNR : nullptr, column_mask(cols), column_mask(cols - 16),
