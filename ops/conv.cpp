@@ -335,10 +335,7 @@ Tensor conv2d_add_relu(const Tensor& x, const Tensor& weight, const Tensor& bias
              "conv2d_add_relu: the residual must have the output's shape {}, got {}", out,
              residual.shape());
   }
-  const auto wants_grad = [](const Tensor& t) { return t.defined() && t.requires_grad(); };
-  const bool grad = GradMode::is_enabled() && (wants_grad(x) || wants_grad(weight) ||
-                                               wants_grad(bias) || wants_grad(residual));
-  if (!grad && groups == 1) {
+  if (!any_requires_grad({x, weight, bias, residual}) && groups == 1) {
     Tensor y = empty_on(x, out, x.dtype());
     NoGradGuard no_grad;
     const Tensor wc = weight.contiguous();
