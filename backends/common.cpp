@@ -253,12 +253,14 @@ const char* float32_matmul_precision_for(std::string_view mode) {
 }
 
 namespace {
-constexpr std::string_view kConvNames[] = {"auto", "batched", "per-image", "implicit"};
+constexpr std::string_view kConvNames[] = {"auto", "batched", "per-image", "implicit", "direct"};
 ConvAlgorithm conv_from(std::string_view name, const char* where) {
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 5; ++i)
     if (name == kConvNames[i]) return static_cast<ConvAlgorithm>(i);
-  fail("{}: '{}' is not a convolution algorithm (expected auto, implicit, batched or per-image)",
-       where, name);
+  fail(
+      "{}: '{}' is not a convolution algorithm (expected auto, direct, implicit, batched or "
+      "per-image)",
+      where, name);
 }
 std::atomic<ConvAlgorithm>& conv_setting() {
   static std::atomic<ConvAlgorithm> a{[] {

@@ -19,9 +19,9 @@
 
 namespace vitrine {
 
-enum class ConvAlgorithm : unsigned char { Auto, Batched, PerImage, Implicit };
+enum class ConvAlgorithm : unsigned char { Auto, Batched, PerImage, Implicit, Direct };
 
-/// "auto", "implicit", "batched" or "per-image"; anything else is an Error naming them.
+/// "auto", "direct", "implicit", "batched" or "per-image"; anything else is an Error naming them.
 void set_conv_algorithm(std::string_view name);
 void set_conv_algorithm(ConvAlgorithm a);
 ConvAlgorithm conv_algorithm();

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "backends/conv_algorithm.h"
+#include "backends/cpu/conv_direct.h"
 #include "backends/cpu/conv_implicit.h"
 #include "backends/cpu/conv_window.h"
 #include "backends/cpu/conv_winograd.h"
@@ -134,7 +135,7 @@ bool batched_on_cpu(DType dt) {
   const ConvAlgorithm a = conv_algorithm();
   if (a == ConvAlgorithm::PerImage) return false;
   if (a == ConvAlgorithm::Batched) return dt == DType::Float32 || dt == DType::Float64;
-  return dt == DType::Float32 && gemm_policy() != GemmPolicy::Off;  // Auto, Implicit
+  return dt == DType::Float32 && gemm_policy() != GemmPolicy::Off;  // Auto, Implicit, Direct
 }
 
 /// conv2d_batched, then out's residual and ReLU (float32 only) as y is written.
@@ -148,6 +149,12 @@ bool conv_forward(CpuBackend& be, const Strided& x, const Strided& w, const Stri
   if (winograd_conv_runs(x, g, Cout)) {
     winograd_conv2d(x, w.ptr<float>(), Cout, bias.data ? bias.ptr<float>() : nullptr,
                     y.ptr<float>(), g, out);
+    return true;
+  }
+  // A stride-1 convolution as wide as its input (conv_direct.h): x and y in place, no copies.
+  if (direct_conv_runs(x, g, Cout)) {
+    direct_conv2d(x, w.ptr<float>(), Cout, bias.data ? bias.ptr<float>() : nullptr, y.ptr<float>(),
+                  g, out);
     return true;
   }
   // Where the phase planes waste little (conv_implicit.h): no im2col at all.
@@ -245,13 +252,16 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
   VT_ASSERT(!dx.data || dx.is_contiguous());
   VT_ASSERT(!dw.data || (dw.is_contiguous() && dw.numel() == Cout * K));
   const int64_t G = group_size(B, L), groups = (B + G - 1) / G;
-  // A stride-1 "same" convolution's dx is a convolution of dy with the flipped weight, Winograd's
-  // or implicit too; the loop below then computes dW only.
+  // A stride-1 "same" convolution's dx is a convolution of dy with the flipped weight, Winograd's,
+  // direct or implicit too; the loop below then computes dW only.
   Strided dx_cols = dx;
   const bool winograd_dx = dx.data && winograd_input_grad_runs(x, g, Cout);
-  if (winograd_dx || (dx.data && implicit_input_grad_runs(x, g))) {
+  const bool direct_dx = dx.data && !winograd_dx && direct_input_grad_runs(dy, g, Cout);
+  if (winograd_dx || direct_dx || (dx.data && implicit_input_grad_runs(x, g))) {
     if (winograd_dx)
       winograd_conv2d_input_grad(dy, w.ptr<float>(), Cout, dx.ptr<float>(), g);
+    else if (direct_dx)
+      direct_conv2d_input_grad(dy, w.ptr<float>(), Cout, dx.ptr<float>(), g);
     else
       implicit_conv2d_input_grad(dy, w.ptr<float>(), Cout, dx.ptr<float>(), g, G);
     dx_cols = Strided();

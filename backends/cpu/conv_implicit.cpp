@@ -245,7 +245,8 @@ void run(const Strided& x, const float* w, int64_t Cout, const float* bias, floa
 
 bool implicit_conv_runs(const Strided& x, const ConvGeometry& g) {
   const ConvAlgorithm a = conv_algorithm();
-  if (x.dtype != DType::Float32 || (a != ConvAlgorithm::Auto && a != ConvAlgorithm::Implicit) ||
+  if (x.dtype != DType::Float32 ||
+      (a != ConvAlgorithm::Auto && a != ConvAlgorithm::Implicit && a != ConvAlgorithm::Direct) ||
       gemm_policy() == GemmPolicy::Off)
     return false;
   // At a stride over 1 a kernel of up to 9 taps goes to im2col: its one product over the group

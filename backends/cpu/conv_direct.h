@@ -1,0 +1,42 @@
+// Direct convolution on the CPU (conv_direct.cpp): a stride-1 convolution whose output rows are
+// as wide as its input's (a 3x3 with padding 1, any "same" width) computed straight from x into
+// y, both NCHW, with no copy of either: the output positions of an image are one flat run of
+// OH OW floats, and a tap's input is the same run shifted by a constant, read in place with the
+// lanes that fall outside the image masked off. backends/cpu/conv_batched.cpp takes it first
+// where it runs (Winograd's excepted).
+#pragma once
+#include <cstdint>
+
+#include "backends/backend.h"
+#include "backends/cpu/conv_window.h"
+
+namespace vitrine::cpu {
+
+/// Whether direct_conv2d takes a convolution of x [B, C, H, W] with geometry g into Cout
+/// channels: float32 with rows of unit stride, W apart, under ConvAlgorithm::Auto or Direct
+/// where Vitrine's own GEMM runs (AVX-512); stride 1, groups 1 and an output as wide as the input
+/// (dilation (kw - 1) = 2 pad_w; any kernel height, dilation and vertical padding); a depth C kh kw
+/// of 8 or more; and an output map whose 32-column panels waste little (at most kMaxWaste of the
+/// work: 14x14 maps and larger).
+bool direct_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
+/// Whether direct_conv2d_input_grad takes the input gradient: "same" padding in both dims (the
+/// input gradient is then the convolution of dy with the flipped weight) and direct_conv_runs
+/// for that convolution (Cout channels in, C out).
+bool direct_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
+
+/// y [B, Cout, OH, OW] (contiguous) = conv(x, w) + bias, then out's residual and ReLU; w [Cout,
+/// C, kh, kw] contiguous, bias [Cout] or null. With q = r OW + c an output's flat position in its
+/// image and tap t = (a, b) at offset off_t = (a dh - ph) W + (b dw - pw):
+///   y[co][q] = bias[co] + sum_t sum_c W[co, c, a, b] x[c][q + off_t]   (0 where (a, b) reads
+///   outside the image)
+/// in tiles of up to 12 output channels by 32 positions, the sum over t then c in that order.
+/// Each output is computed by one thread: results do not depend on the thread count.
+void direct_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
+                   const ConvGeometry& g, const ConvOut& out = {});
+
+/// dx [B, C, H, W] (contiguous) of a convolution direct_input_grad_runs takes, from dy [B, Cout,
+/// H, W]: the convolution of dy with the weight flipped in space and its channel dims swapped.
+void direct_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
+                              const ConvGeometry& g);
+
+}  // namespace vitrine::cpu

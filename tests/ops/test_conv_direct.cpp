@@ -1,0 +1,160 @@
+// The CPU's direct convolution (backends/cpu/conv_direct.cpp: a stride-1 convolution as wide as its
+// input, read from x and written into y in place, lanes outside the image masked): its forward and
+// input gradient against the float64 convolution and the implicit GEMM (ConvAlgorithm::Implicit),
+// on maps whose 32-position panels cross rows, end in one vector or a few lanes, kernels of 1x1,
+// 3x1, 3x3 (dilated too) and 5x5, output channels that leave a short strip, and a strided view;
+// which shapes it takes; the same bits on 1 and 2 threads.
+#include <fmt/format.h>
+
+#include "backends/conv_algorithm.h"
+#include "backends/cpu/conv_direct.h"
+#include "backends/cpu/sgemm.h"
+#include "backends/threads.h"
+#include "conv_test_util.h"
+
+using namespace vitrine;
+using namespace vt_test;
+
+namespace {
+
+struct Run {
+  Tensor y, dx, dw;
+};
+
+using Pair = std::pair<int64_t, int64_t>;
+
+/// y = conv2d(x, w, b) (stride 1) and the gradients of sum(y r), under algorithm a.
+Run run(ConvAlgorithm a, const Tensor& x0, const Tensor& w0, const Tensor& b, Pair padding,
+        Pair dilation, const Tensor& r) {
+  Algorithm use(a);
+  Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_();
+  Tensor y = ops::conv2d(x, w, b.detach(), {1, 1}, padding, dilation);
+  ops::sum(y * r).backward();
+  return {y.detach(), x.grad(), w.grad()};
+}
+
+ConvGeometry geometry(const Tensor& x, int64_t kh, int64_t kw, Pair pad, Pair dil = {1, 1}) {
+  return ConvGeometry{x.size(1),
+                      x.size(2),
+                      x.size(3),
+                      kh,
+                      kw,
+                      1,
+                      1,
+                      pad.first,
+                      pad.second,
+                      x.size(2) + 2 * pad.first - dil.first * (kh - 1),
+                      x.size(3) + 2 * pad.second - dil.second * (kw - 1),
+                      dil.first,
+                      dil.second};
+}
+
+bool own_gemm() { return cpu::gemm_policy() != cpu::GemmPolicy::Off; }
+
+}  // namespace
+
+TEST_CASE("conv2d: the direct forward and input gradient equal float64 and the implicit GEMM") {
+  struct Shape {
+    Dims x, w;
+    Pair padding, dilation = {1, 1};
+    bool sliced = false;  // x is channels 8 .. 8 + C of a wider tensor (strides of a view)
+    bool same = true;     // "same" padding: the input gradient is direct too
+  };
+  // ResNet-8's 28x28 (784 outputs: 24 panels and a last of one vector) and its stem (one
+  // channel), a 14x14 (196: a last vector of 4 lanes) with 24 output channels (two strips), an
+  // odd width (panels cross rows at every column) with a 5x5 and 13 output channels (a strip of
+  // one), a dilated 3x3, a 3x1 without vertical padding (fewer output rows than input: the input
+  // gradient is not "same" and goes to im2col), a 1x1, and a view.
+  const std::vector<Shape> shapes = {{{3, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}},
+                                     {{2, 1, 28, 28}, {16, 1, 3, 3}, {1, 1}},
+                                     {{2, 32, 14, 14}, {24, 32, 3, 3}, {1, 1}},
+                                     {{2, 5, 17, 19}, {13, 5, 5, 5}, {2, 2}},
+                                     {{2, 4, 20, 20}, {6, 4, 3, 3}, {2, 2}, {2, 2}},
+                                     {{2, 8, 15, 16}, {8, 8, 3, 1}, {0, 0}, {1, 1}, false, false},
+                                     {{2, 16, 16, 16}, {8, 16, 1, 1}, {0, 0}},
+                                     {{2, 16, 14, 14}, {32, 16, 3, 3}, {1, 1}, {1, 1}, true}};
+  uint64_t seed = 800;
+  for (const Shape& s : shapes) {
+    INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w) << " padding "
+              << s.padding.first << "x" << s.padding.second << " dilation " << s.dilation.first);
+    Tensor x = rand64(s.x, seed++).to(kFloat32);
+    if (s.sliced) {
+      Dims wide = s.x;
+      wide[1] += 16;
+      x = ops::narrow(rand64(wide, seed++).to(kFloat32), 1, 8, s.x[1]);
+    }
+    const Tensor w = rand64(s.w, seed++, 0.2).to(kFloat32);
+    const Tensor b = rand64({s.w[0]}, seed++).to(kFloat32);
+    const ConvGeometry g = geometry(x, s.w[2], s.w[3], s.padding, s.dilation);
+    const Tensor r = rand64({s.x[0], s.w[0], g.out_h, g.out_w}, seed++).to(kFloat32).detach();
+    if (own_gemm()) {
+      Algorithm use(ConvAlgorithm::Auto);
+      CHECK(cpu::direct_conv_runs(x.strided(), g, s.w[0]));
+      const Tensor dy = ops::zeros({s.x[0], s.w[0], g.out_h, g.out_w});
+      CHECK(cpu::direct_input_grad_runs(dy.strided(), g, s.w[0]) == s.same);
+      Algorithm off(ConvAlgorithm::Implicit);
+      CHECK_FALSE(cpu::direct_conv_runs(x.strided(), g, s.w[0]));
+    }
+    const Run a = run(ConvAlgorithm::Auto, x, w, b, s.padding, s.dilation, r);
+    const Run i = run(ConvAlgorithm::Implicit, x, w, b, s.padding, s.dilation, r);
+    const Run d = run(ConvAlgorithm::PerImage, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64),
+                      s.padding, s.dilation, r.to(kFloat64));
+    check_close(a.y, d.y, 1e-4, 1e-5);
+    check_close(i.y, d.y, 1e-4, 1e-5);
+    check_close(a.dx, d.dx, 1e-4, 1e-5);
+    check_close(a.dw, d.dw, 1e-3, 1e-5);
+    check_equal_bits(a.dw, i.dw);  // (the direct path computes no weight gradient)
+  }
+}
+
+TEST_CASE("conv2d: the direct path takes stride-1 convolutions as wide as their input") {
+  if (!own_gemm()) return;  // (without the own GEMM: the per-image path)
+  Algorithm use(ConvAlgorithm::Auto);
+  const Tensor x = ops::zeros({2, 16, 14, 14});
+  const ConvGeometry g = geometry(x, 3, 3, {1, 1});
+  CHECK(cpu::direct_conv_runs(x.strided(), g, 16));
+  CHECK(cpu::direct_conv_runs(x.strided(), g, 1000));
+  CHECK_FALSE(cpu::direct_conv_runs(x.to(kFloat64).strided(), g, 16));
+  ConvGeometry other = g;
+  other.stride_h = other.stride_w = 2;
+  other.out_h = other.out_w = 7;
+  CHECK_FALSE(cpu::direct_conv_runs(x.strided(), other, 16));
+  // Narrower than the input (no horizontal padding): the shift is not the same for every row.
+  CHECK_FALSE(cpu::direct_conv_runs(x.strided(), geometry(x, 3, 3, {1, 0}), 16));
+  // A 7x7 map: 64 positions computed for 49.
+  const Tensor small = ops::zeros({2, 16, 7, 7});
+  CHECK_FALSE(cpu::direct_conv_runs(small.strided(), geometry(small, 3, 3, {1, 1}), 16));
+  // Rows not W apart (a transposed view, a column slice) go to the other paths.
+  const Tensor t = ops::transpose(x, 2, 3);
+  CHECK(t.strided().strides[3] != 1);
+  CHECK_FALSE(cpu::direct_conv_runs(t.strided(), g, 16));
+  const Tensor cols = ops::narrow(ops::zeros({2, 16, 14, 16}), 3, 1, 14);
+  CHECK_FALSE(cpu::direct_conv_runs(cols.strided(), g, 16));
+  // Too shallow a product: 1 channel, a 1x1.
+  const Tensor one = ops::zeros({2, 1, 14, 14});
+  CHECK_FALSE(cpu::direct_conv_runs(one.strided(), geometry(one, 1, 1, {0, 0}), 16));
+  set_conv_algorithm("direct");
+  CHECK(conv_algorithm() == ConvAlgorithm::Direct);
+  CHECK(cpu::direct_conv_runs(x.strided(), g, 16));
+  set_conv_algorithm("auto");
+}
+
+TEST_CASE("conv2d: the direct path gives the same bits on 1 and 2 threads") {
+  if (!own_gemm()) return;
+  const Tensor x = rand64({5, 16, 28, 28}, 900).to(kFloat32);
+  const Tensor w = rand64({16, 16, 3, 3}, 901, 0.2).to(kFloat32);
+  const Tensor b = rand64({16}, 902).to(kFloat32);
+  const Tensor r = rand64({5, 16, 28, 28}, 903).to(kFloat32).detach();
+  Run one, two;
+  {
+    Threads t(1);
+    one = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, {1, 1}, r);
+  }
+  {
+    Threads t(2);
+    two = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, {1, 1}, r);
+  }
+  check_equal_bits(one.y, two.y);
+  check_equal_bits(one.dx, two.dx);
+  check_equal_bits(one.dw, two.dw);
+}
