@@ -45,13 +45,47 @@ namespace {
 
 constexpr int kMR = 12;  // output channels of a tile
 constexpr int kNR = 32;  // positions of a tile: two vectors
-/// The most positions computed per output, in vectors of 16 (14x14: 208 / 196 = 1.06; 7x7: 64 /
-/// 49 = 1.31 is out).
+/// The most positions computed per output, in vectors of 16: a map read in place wastes the end of
+/// its last vector (14x14: 208 / 196 = 1.06, where 7x7's 64 / 49 = 1.31 is out); a group of
+/// images in phase planes the end of the group's.
 constexpr double kMaxWaste = 1.2;
+/// Phase planes: positions per group of images (at least), and the fewest groups of a batch.
+constexpr int64_t kGroupPositions = 1024;
+constexpr int64_t kMinGroups = 16;
+/// Prefetching x read in place: floats per plane, this many panels ahead.
 constexpr int64_t kPrefetchFloats = 32;
 constexpr int64_t kAhead = 2;
 
-int64_t panels_of(const ConvGeometry& g) { return (g.out_h * g.out_w + kNR - 1) / kNR; }
+/// How the tiles read x: in place (stride 1, an output as wide as the input, rows W apart: an
+/// image's positions), or from phase planes that hold a group of G images one after another.
+struct Mode {
+  bool runs = false, in_place = false;
+  int64_t G = 1;
+};
+
+double waste(int64_t positions) {
+  return static_cast<double>((positions + 15) / 16 * 16) / static_cast<double>(positions);
+}
+
+Mode mode_of(const Strided& x, const ConvGeometry& g) {
+  const int64_t L = g.out_h * g.out_w, B = x.shape[0];
+  Mode m;
+  if (g.stride_h == 1 && g.stride_w == 1 && g.out_w == g.width && x.strides[2] == g.width &&
+      waste(L) <= 1.07) {
+    m.runs = m.in_place = true;
+    return m;
+  }
+  // Phase planes of ceil(H / s_h) rows of ceil(W / s_w) entries: they must fit in the output's
+  // rows and columns, so that an image's planes are OH x OW, as its output. Not for fewer than 8
+  // channels: a 3-channel 7x7 stem at stride 2 measured slower than the implicit GEMM (ResNet-18,
+  // 17.3 against 13.7 ms at batch 8).
+  if (g.channels < 8 || (g.height + g.stride_h - 1) / g.stride_h > g.out_h ||
+      (g.width + g.stride_w - 1) / g.stride_w > g.out_w)
+    return m;
+  m.G = std::clamp<int64_t>((kGroupPositions + L - 1) / L, 1, (B + kMinGroups - 1) / kMinGroups);
+  m.runs = waste(m.G * L) <= kMaxWaste;
+  return m;
+}
 
 /// wd[t][c][co] = w[co][c][t] (t = a kw + b), or with flip the flipped weight with its channel
 /// dims swapped (the input gradient's: wd[t][co][c] = w[co][c][T - 1 - t], as a convolution of
@@ -72,66 +106,157 @@ std::vector<float> direct_weight(const float* w, int64_t Cout, int64_t C, int64_
 
 #ifdef VT_DIRECT
 
-/// The lanes of panel p (positions 32 p .. 32 p + 31) whose input for tap (a, b) lies inside the
-/// image, two 16-lane masks: masks[(p T + t) 2 + v]; store[2 p + v]: the lanes that are outputs.
-struct Masks {
-  std::vector<__mmask16> tap, store;
-  std::vector<int64_t> off;  // off[t]: the tap's shift of the flat position
+/// Where a tap reads, one dimension at a time: tap k of a dimension with stride s reads input
+/// index o s + t for output o, t = k d - p, which is entry o + shift of phase plane phase (the
+/// inputs phase, phase + s, ...; t = shift s + phase), valid for entries [0, count).
+struct Tap {
+  int64_t phase, shift;
+};
+Tap tap_of(int64_t k, int64_t d, int64_t p, int64_t s) {
+  const int64_t t = k * d - p;
+  const int64_t shift = t >= 0 ? t / s : -((-t + s - 1) / s);
+  return {t - shift * s, shift};
+}
+/// The entries of phase plane phase: inputs phase, phase + s, ... below size.
+int64_t phase_count(int64_t size, int64_t s, int64_t phase) {
+  return size > phase ? (size - phase + s - 1) / s : 0;
+}
+
+/// Where a tile's two vectors of positions land in y (and the residual): vector v's lanes lo[v]
+/// at y + at_lo[v] + lane, its lanes hi[v] (those past an image's end, in a panel over a group of
+/// images) at y + at_hi[v] + lane, row co0 + i at i L further.
+struct Out {
+  int64_t at_lo[2], at_hi[2];
+  __mmask16 lo[2], hi[2];
 };
 
-Masks make_masks(const ConvGeometry& g) {
-  const int64_t P = panels_of(g), T = g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
-  Masks m;
-  m.tap.assign(static_cast<size_t>(P * T * 2), 0);
-  m.store.assign(static_cast<size_t>(P * 2), 0);
+/// What the tiles read and write, for a geometry and a mode. Positions Q = i L + q run over the
+/// G images of a unit (q = r OW + c, image i's output (r, c)). In place, x's planes are the
+/// image's own (rows W = OW apart). In phase planes each channel's input is cut into s_h s_w
+/// planes, plane (c, phase_r, phase_c) at ((c s_h + phase_r) s_w + phase_c) plane, each holding
+/// the G images one after another, OH x OW entries each: a tap reads one plane at a constant shift
+/// of Q as well.
+///   off[t]: tap t's offset from Q (its phase plane's included);
+///   tap[(p T + t) 2 + v]: the lanes of panel p's vector v whose input for tap t exists;
+///   out[p]: where panel p's vectors land in y.
+struct Plan {
+  int64_t G = 1, N = 0, P = 0;  // images, positions, panels of a unit
+  std::vector<__mmask16> tap;
+  std::vector<Out> out;
+  std::vector<int64_t> off;
+  int64_t plane = 0;       // (phase planes) floats per plane
+  std::vector<char> used;  // (phase planes) used[phase_r s_w + phase_c]: a tap reads it
+};
+
+Plan make_plan(const ConvGeometry& g, const Mode& mode, int64_t Cout) {
+  const int64_t T = g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
+  const int64_t sh = g.stride_h, sw = g.stride_w, OW = g.out_w;
+  Plan m;
+  m.G = mode.G;
+  m.N = m.G * L;
+  m.P = (m.N + kNR - 1) / kNR;
+  m.plane = mode.in_place ? 0 : (m.N + 15) / 16 * 16;
+  m.tap.assign(static_cast<size_t>(m.P * T * 2), 0);
+  m.out.assign(static_cast<size_t>(m.P), Out{});
   m.off.resize(static_cast<size_t>(T));
+  m.used.assign(static_cast<size_t>(sh * sw), 0);
+  std::vector<Tap> rows(static_cast<size_t>(g.kernel_h)), cols(static_cast<size_t>(g.kernel_w));
   for (int64_t a = 0; a < g.kernel_h; ++a)
-    for (int64_t b = 0; b < g.kernel_w; ++b)
+    rows[static_cast<size_t>(a)] = tap_of(a, g.dilation_h, g.pad_h, sh);
+  for (int64_t b = 0; b < g.kernel_w; ++b)
+    cols[static_cast<size_t>(b)] = tap_of(b, g.dilation_w, g.pad_w, sw);
+  for (int64_t a = 0; a < g.kernel_h; ++a)
+    for (int64_t b = 0; b < g.kernel_w; ++b) {
+      const Tap r = rows[static_cast<size_t>(a)], c = cols[static_cast<size_t>(b)];
+      m.used[static_cast<size_t>(r.phase * sw + c.phase)] = 1;
       m.off[static_cast<size_t>(a * g.kernel_w + b)] =
-          (a * g.dilation_h - g.pad_h) * g.width + (b * g.dilation_w - g.pad_w);
-  for (int64_t p = 0; p < P; ++p)
-    for (int64_t l = 0; l < kNR; ++l) {
-      const int64_t q = p * kNR + l;
-      if (q >= L) continue;
-      const auto bit = static_cast<__mmask16>(1u << (l % 16));
-      m.store[static_cast<size_t>(2 * p + l / 16)] |= bit;
-      const int64_t r = q / g.out_w, c = q % g.out_w;
-      for (int64_t a = 0; a < g.kernel_h; ++a)
-        for (int64_t b = 0; b < g.kernel_w; ++b) {
-          const int64_t ir = r + a * g.dilation_h - g.pad_h, ic = c + b * g.dilation_w - g.pad_w;
-          if (ir >= 0 && ir < g.height && ic >= 0 && ic < g.width)
-            m.tap[static_cast<size_t>((p * T + a * g.kernel_w + b) * 2 + l / 16)] |= bit;
-        }
+          (r.phase * sw + c.phase) * m.plane + r.shift * OW + c.shift;
+    }
+  for (int64_t p = 0; p < m.P; ++p)
+    for (int v = 0; v < 2; ++v) {
+      const int64_t Q0 = p * kNR + 16 * v;
+      const int64_t i0 = std::min(Q0, m.N - 1) / L, q0 = Q0 - i0 * L;
+      Out& o = m.out[static_cast<size_t>(p)];
+      o.at_lo[v] = i0 * Cout * L + q0;  // (row co0 of image i0, position q0: from y[0][0])
+      o.at_hi[v] = (i0 + 1) * Cout * L + q0 - L;
+      for (int64_t l = 0; l < 16; ++l) {
+        const int64_t Q = Q0 + l;
+        if (Q >= m.N) break;
+        const auto bit = static_cast<__mmask16>(1u << l);
+        (q0 + l < L ? o.lo[v] : o.hi[v]) |= bit;
+        const int64_t q = Q % L, orow = q / OW, ocol = q % OW;
+        for (int64_t a = 0; a < g.kernel_h; ++a)
+          for (int64_t b = 0; b < g.kernel_w; ++b) {
+            const Tap r = rows[static_cast<size_t>(a)], c = cols[static_cast<size_t>(b)];
+            const int64_t ir = orow + r.shift, ic = ocol + c.shift;
+            if (ir >= 0 && ir < phase_count(g.height, sh, r.phase) && ic >= 0 &&
+                ic < phase_count(g.width, sw, c.phase))
+              m.tap[static_cast<size_t>((p * T + a * g.kernel_w + b) * 2 + v)] |= bit;
+          }
+      }
     }
   return m;
 }
 
-/// One tile: y[co0 + i][q0 + j] for i < MR, j < 32 (positions past the image masked by s0, s1).
-///   x: the image's plane 0 at q0 (plane c at x + c cs); off, m: the taps' shifts and masks for
-///   this panel; a: wd[0][0][co0] (wd[t][c][co0 + i] = a[(t C + c) Cout + i]);
-///   y: y[co0][q0] (rows L apart), r: the residual there or null; bias: bias[co0] or null.
+/// The phase planes (Plan) of images [b0, b0 + n): plane (c, phase_r, phase_c), image i, row r,
+/// entry j = x[b0 + i][c][r s_h + phase_r][j s_w + phase_c], for the entries that exist (the
+/// rest, never read, left alone), of the phases a tap reads (a 1x1 at stride 2 reads one in four).
+void pack(const Strided& x, int64_t b0, int64_t n, const ConvGeometry& g, const Plan& m,
+          float* planes) {
+  const int64_t sh = g.stride_h, sw = g.stride_w, OW = g.out_w, L = g.out_h * g.out_w;
+  const float* xp = x.ptr<float>();
+  for (int64_t c = 0; c < g.channels; ++c)
+    for (int64_t pr = 0; pr < sh; ++pr)
+      for (int64_t pc = 0; pc < sw; ++pc) {
+        if (!m.used[static_cast<size_t>(pr * sw + pc)]) continue;
+        const int64_t nr = phase_count(g.height, sh, pr), nc = phase_count(g.width, sw, pc);
+        for (int64_t i = 0; i < n; ++i) {
+          float* d = planes + ((c * sh + pr) * sw + pc) * m.plane + i * L;
+          const float* src = xp + (b0 + i) * x.strides[0] + c * x.strides[1] + pc;
+          for (int64_t r = 0; r < nr; ++r) {
+            const float* sr = src + (r * sh + pr) * x.strides[2];
+            float* dr = d + r * OW;
+            if (sw == 1)
+              for (int64_t j = 0; j < nc; ++j) dr[j] = sr[j];
+            else if (sw == 2)  // (a compile-time stride: vectorised as even-lane permutes)
+              for (int64_t j = 0; j < nc; ++j) dr[j] = sr[2 * j];
+            else
+              for (int64_t j = 0; j < nc; ++j) dr[j] = sr[j * sw];
+          }
+        }
+      }
+}
+
+/// One tile: C rows co0 .. co0 + MR - 1, NV vectors of 16 positions from q0, over the taps t
+/// (all of them) and the channels c:
+///   acc[i][lanes] += a[(t C + c) Cout + i] x[c cs + off[t] + lanes]   (lanes outside m[2t + v]: 0)
+/// then y = acc + bias (+ r) (then relu) where o says.
+///   x: the planes at position q0; a: wd[0][0][co0]; bias: bias[co0] or null; y, r: y and the
+///   residual (or null) at row co0's start.
 template <int MR, int NV>
 __attribute__((target("avx512f"))) void tile(int64_t T, int64_t C, const float* x, int64_t cs,
                                              const int64_t* off, const __mmask16* m, const float* a,
                                              int64_t Cout, float* y, const float* r, int64_t L,
-                                             const float* bias, bool relu, __mmask16 s0,
-                                             __mmask16 s1) {
-  __m512 acc0[MR], acc1[MR];
+                                             const float* bias, bool relu, const Out& o) {
+  __m512 acc[NV][MR];
 #pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[v][i] = _mm512_setzero_ps();
   for (int64_t t = 0; t < T; ++t) {
     const __mmask16 m0 = m[2 * t], m1 = m[2 * t + 1];
     if ((m0 | m1) == 0) continue;  // (a row of taps wholly above or below the image)
     const float* b = x + off[t];
     const float* at = a + t * C * Cout;
     for (int64_t c = 0; c < C; ++c, b += cs, at += Cout) {
-      const __m512 b0 = _mm512_maskz_mov_ps(m0, _mm512_loadu_ps(b));
-      const __m512 b1 = _mm512_maskz_mov_ps(m1, _mm512_loadu_ps(b + 16));
+      __m512 bv[NV];
+      bv[0] = _mm512_maskz_loadu_ps(m0, b);
+      if constexpr (NV == 2) bv[1] = _mm512_maskz_loadu_ps(m1, b + 16);
 #pragma GCC unroll 12
       for (int i = 0; i < MR; ++i) {
         const __m512 ai = _mm512_set1_ps(at[i]);
-        acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
-        acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v) acc[v][i] = _mm512_fmadd_ps(ai, bv[v], acc[v][i]);
       }
     }
   }
@@ -143,20 +268,25 @@ __attribute__((target("avx512f"))) void tile(int64_t T, int64_t C, const float* 
     const __m512 add = _mm512_set1_ps(bias ? bias[i] : 0.0f);
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
-      const __mmask16 s = v ? s1 : s0;
-      __m512 o = _mm512_add_ps(v ? acc1[i] : acc0[i], add);
-      if (r) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(s, r + i * L + 16 * v));
-      // (max(o, 0) is 0 for a NaN o, as ops::relu's rule; the maskz form, as GCC 12 reports
+      __m512 s = _mm512_add_ps(acc[v][i], add);
+      const int64_t lo = o.at_lo[v] + i * L, hi = o.at_hi[v] + i * L;
+      if (r) {
+        __m512 rv = _mm512_maskz_loadu_ps(o.lo[v], r + lo);
+        if (o.hi[v]) rv = _mm512_mask_loadu_ps(rv, o.hi[v], r + hi);
+        s = _mm512_add_ps(s, rv);
+      }
+      // (max(s, 0) is 0 for a NaN s, as ops::relu's rule; the maskz form, as GCC 12 reports
       // the plain one's undefined start as uninitialised)
-      if (relu) o = _mm512_maskz_max_ps(0xFFFF, o, zero);
-      _mm512_mask_storeu_ps(y + i * L + 16 * v, s, o);
+      if (relu) s = _mm512_maskz_max_ps(0xFFFF, s, zero);
+      _mm512_mask_storeu_ps(y + lo, o.lo[v], s);
+      if (o.hi[v]) _mm512_mask_storeu_ps(y + hi, o.hi[v], s);
     }
   }
 }
 
 using Tile = void (*)(int64_t, int64_t, const float*, int64_t, const int64_t*, const __mmask16*,
                       const float*, int64_t, float*, const float*, int64_t, const float*, bool,
-                      __mmask16, __mmask16);
+                      const Out&);
 
 template <int NV, int... R>
 constexpr std::array<Tile, sizeof...(R)> tiles(std::integer_sequence<int, R...>) {
@@ -168,37 +298,70 @@ constexpr std::array<std::array<Tile, kMR>, 2> kTiles = {
     tiles<1>(std::make_integer_sequence<int, kMR>{}),
     tiles<2>(std::make_integer_sequence<int, kMR>{})};
 
-/// y = conv(x, wd) + bias, then out: x [B, C, H, W] with rows W apart (unit column stride), wd
-/// as direct_weight lays it out, y contiguous.
+/// The tiles of a unit's panels [p0, p1), all output channels: x, cs its planes (at position 0)
+/// and their stride; y: the unit's first image's y[0][0] (and r its residual's, or null).
+void panels(const Plan& m, const float* x, int64_t cs, int64_t p0, int64_t p1, int64_t T, int64_t C,
+            const float* wd, int64_t Cout, const float* bias, float* y, const float* r, int64_t L,
+            bool relu, bool prefetch) {
+  const int64_t reach = kAhead * kNR + *std::max_element(m.off.begin(), m.off.end());
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t Q0 = p * kNR;
+    const float* xq = x + Q0;
+    const __mmask16* mp = m.tap.data() + p * T * 2;
+    const Out& o = m.out[static_cast<size_t>(p)];
+    // The input a later panel reads first (its last taps' rows, past this panel's reach),
+    // prefetched: x's planes stream in from L3 or memory, 16 or more at once, which the
+    // hardware's prefetcher does not follow. (Phase planes were just written: in cache.)
+    if (prefetch)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < kPrefetchFloats; j += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(xq + c * cs + reach + j), _MM_HINT_T0);
+    const bool two = (o.lo[1] | o.hi[1]) != 0;
+    for (int64_t co0 = 0; co0 < Cout; co0 += kMR) {
+      const int mr = static_cast<int>(std::min<int64_t>(kMR, Cout - co0));
+      kTiles[two ? 1 : 0][static_cast<size_t>(mr - 1)](T, C, xq, cs, m.off.data(), mp, wd + co0,
+                                                       Cout, y + co0 * L, r ? r + co0 * L : nullptr,
+                                                       L, bias ? bias + co0 : nullptr, relu, o);
+    }
+  }
+}
+
+/// y = conv(x, wd) + bias, then out: x [B, C, H, W] with unit column stride, wd as direct_weight
+/// lays it out, y contiguous. In place the units of work are runs of an image's panels; in phase
+/// planes groups of G images, each cut into its planes (in the thread's scratch), then computed.
 void run(const Strided& x, const float* wd, int64_t Cout, const float* bias, float* y,
          const ConvGeometry& g, const ConvOut& out) {
   const int64_t B = x.shape[0], C = g.channels, T = g.kernel_h * g.kernel_w;
-  const int64_t L = g.out_h * g.out_w, P = panels_of(g);
-  const Masks m = make_masks(g);
-  const float* xp = x.ptr<float>();
-  const int64_t reach = kAhead * kNR + *std::max_element(m.off.begin(), m.off.end());
-  parallel_chunks(B * P, chunk_of(B * P), [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t b = u / P, p = u % P, q0 = p * kNR;
-      const float* xi = xp + b * x.strides[0] + q0;
-      const __mmask16* mp = m.tap.data() + p * T * 2;
-      const __mmask16 s0 = m.store[static_cast<size_t>(2 * p)];
-      const __mmask16 s1 = m.store[static_cast<size_t>(2 * p + 1)];
-      // The input the next panel reads first (its last taps' rows, past this panel's reach),
-      // prefetched: the planes stream in from L3 or memory, 16 or more at once, which the
-      // hardware's prefetcher does not follow.
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t j = 0; j < kPrefetchFloats; j += 16)
-          _mm_prefetch(reinterpret_cast<const char*>(xi + c * x.strides[1] + reach + j),
-                       _MM_HINT_T0);
-      for (int64_t co0 = 0; co0 < Cout; co0 += kMR) {
-        const int mr = static_cast<int>(std::min<int64_t>(kMR, Cout - co0));
-        const int64_t at = (b * Cout + co0) * L + q0;
-        kTiles[s1 ? 1 : 0][static_cast<size_t>(mr - 1)](
-            T, C, xi, x.strides[1], m.off.data(), mp, wd + co0, Cout, y + at,
-            out.residual ? out.residual + at : nullptr, L, bias ? bias + co0 : nullptr, out.relu,
-            s0, s1);
+  const int64_t L = g.out_h * g.out_w;
+  const Mode mode = mode_of(x, g);
+  const Plan m = make_plan(g, mode, Cout);
+  const auto at = [&](int64_t b) { return b * Cout * L; };
+  if (mode.in_place) {
+    const float* xp = x.ptr<float>();
+    const int64_t P = m.P;
+    parallel_chunks(B * P, chunk_of(B * P), [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1;) {  // (a run of panels of one image at a time)
+        const int64_t b = u / P, p0 = u % P, p1 = std::min(P, p0 + (u1 - u));
+        panels(m, xp + b * x.strides[0], x.strides[1], p0, p1, T, C, wd, Cout, bias, y + at(b),
+               out.residual ? out.residual + at(b) : nullptr, L, out.relu, true);
+        u += p1 - p0;
       }
+    });
+    return;
+  }
+  // (a last, smaller group has a plan of its own: its panels end at its last image)
+  const int64_t S = g.stride_h * g.stride_w, groups = (B + m.G - 1) / m.G;
+  Mode rest = mode;
+  rest.G = B - (groups - 1) * m.G;
+  const Plan last = rest.G == m.G ? Plan{} : make_plan(g, rest, Cout);
+  parallel_chunks(groups, 1, [&](int64_t g0, int64_t g1) {
+    float* planes = thread_scratch<float>(static_cast<size_t>(C * S * m.plane), 0);
+    for (int64_t grp = g0; grp < g1; ++grp) {
+      const int64_t b0 = grp * m.G;
+      const Plan& pl = grp == groups - 1 && rest.G != m.G ? last : m;
+      pack(x, b0, pl.G, g, pl, planes);
+      panels(pl, planes, S * pl.plane, 0, pl.P, T, C, wd, Cout, bias, y + at(b0),
+             out.residual ? out.residual + at(b0) : nullptr, L, out.relu, false);
     }
   });
 }
@@ -219,11 +382,9 @@ bool direct_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
       (a != ConvAlgorithm::Auto && a != ConvAlgorithm::Direct) ||
       gemm_policy() == GemmPolicy::Off || !cpu_has_avx512())
     return false;
-  if (x.strides[3] != 1 || x.strides[2] != g.width) return false;
-  const int64_t L = g.out_h * g.out_w;
-  return g.stride_h == 1 && g.stride_w == 1 && g.out_w == g.width && L > 0 && Cout > 0 &&
-         g.channels * g.kernel_h * g.kernel_w >= 8 &&
-         static_cast<double>((L + 15) / 16 * 16) <= kMaxWaste * static_cast<double>(L);
+  if (x.strides[3] != 1 || g.out_h <= 0 || g.out_w <= 0 || Cout <= 0 || x.shape[0] <= 0)
+    return false;
+  return g.channels * g.kernel_h * g.kernel_w >= 8 && mode_of(x, g).runs;
 #else
   (void)x, (void)g, (void)Cout;
   return false;
@@ -233,7 +394,7 @@ bool direct_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
 bool direct_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
   ConvGeometry gt = g;
   gt.channels = Cout;
-  return g.dilation_h * (g.kernel_h - 1) == 2 * g.pad_h &&
+  return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h * (g.kernel_h - 1) == 2 * g.pad_h &&
          g.dilation_w * (g.kernel_w - 1) == 2 * g.pad_w && direct_conv_runs(x, gt, g.channels);
 }
 

@@ -14,7 +14,7 @@ namespace vitrine::cpu {
 namespace {
 constexpr int64_t kChunk = 16384;
 
-/// Whether the kept dims lie in memory as one contiguous row-major block (output o at offset o).
+/// Whether dims lie in memory as one contiguous row-major block (element o at offset o).
 bool kept_contiguous(const Dims& shape, const Dims& strides) {
   int64_t expect = 1;
   for (int i = shape.size() - 1; i >= 0; --i) {
@@ -44,6 +44,9 @@ void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
   VT_CHECK(m > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean,
            "reduce: cannot take max/min/argmax/argmin over an empty dim (shape {})", x.shape);
 
+  // Whether the reduced dims are one contiguous run (a pooling's last two): element i of an
+  // output's run at offset i.
+  const bool red_unit = kept_contiguous(red_shape, red_xs);
   // x offsets of every output element.
   std::vector<int64_t> base(nout);
   for_offsets(kept_shape, kept_xs, 0, nout, [&](int64_t i, int64_t off) { base[i] = off; });
@@ -56,6 +59,11 @@ void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
     auto partial = [&](int64_t o, int64_t begin, int64_t end) -> std::pair<Acc, int64_t> {
       if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
         Acc s = 0;
+        if (red_unit) {  // (the same sum in the same order, without the odometer)
+          const T* xo = xp + base[o];
+          for (int64_t i = begin; i < end; ++i) s += static_cast<Acc>(xo[i]);
+          return {s, 0};
+        }
         for_offsets(red_shape, red_xs, begin, end,
                     [&](int64_t, int64_t off) { s += static_cast<Acc>(xp[base[o] + off]); });
         return {s, 0};

@@ -26,8 +26,10 @@ TEST_CASE("conv2d_add_relu: one pass gives the composition's bits on every CPU p
       {{4, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}, {1, 1}, "direct"},
       {{3, 32, 14, 14}, {24, 32, 3, 3}, {1, 1}, {1, 1}, "direct, a last panel of one vector"},
       {{4, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}, {0, 0}, "implicit GEMM"},
-      {{4, 16, 28, 28}, {32, 16, 3, 3}, {2, 2}, {1, 1}, "im2col in groups"},
-      {{4, 16, 28, 28}, {32, 16, 1, 1}, {2, 2}, {0, 0}, "im2col in groups, 1x1"},
+      {{4, 16, 28, 28}, {32, 16, 3, 3}, {2, 2}, {1, 1}, "direct, phase planes"},
+      {{20, 8, 14, 14}, {16, 8, 3, 3}, {2, 2}, {1, 1}, "direct, phase planes of 2 images"},
+      {{4, 32, 14, 14}, {64, 32, 3, 3}, {2, 2}, {1, 1}, "im2col in groups"},
+      {{4, 32, 14, 14}, {64, 32, 1, 1}, {2, 2}, {0, 0}, "im2col in groups, 1x1"},
       {{1, 3, 72, 72}, {8, 3, 3, 3}, {2, 2}, {1, 1}, "im2col in bands of rows"}};
   uint64_t seed = 700;
   NoGradGuard no_grad;

@@ -23,28 +23,29 @@ struct Run {
 
 using Pair = std::pair<int64_t, int64_t>;
 
-/// y = conv2d(x, w, b) (stride 1) and the gradients of sum(y r), under algorithm a.
+/// y = conv2d(x, w, b) and the gradients of sum(y r), under algorithm a.
 Run run(ConvAlgorithm a, const Tensor& x0, const Tensor& w0, const Tensor& b, Pair padding,
-        Pair dilation, const Tensor& r) {
+        Pair dilation, const Tensor& r, Pair stride = {1, 1}) {
   Algorithm use(a);
   Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_();
-  Tensor y = ops::conv2d(x, w, b.detach(), {1, 1}, padding, dilation);
+  Tensor y = ops::conv2d(x, w, b.detach(), stride, padding, dilation);
   ops::sum(y * r).backward();
   return {y.detach(), x.grad(), w.grad()};
 }
 
-ConvGeometry geometry(const Tensor& x, int64_t kh, int64_t kw, Pair pad, Pair dil = {1, 1}) {
+ConvGeometry geometry(const Tensor& x, int64_t kh, int64_t kw, Pair pad, Pair dil = {1, 1},
+                      Pair stride = {1, 1}) {
   return ConvGeometry{x.size(1),
                       x.size(2),
                       x.size(3),
                       kh,
                       kw,
-                      1,
-                      1,
+                      stride.first,
+                      stride.second,
                       pad.first,
                       pad.second,
-                      x.size(2) + 2 * pad.first - dil.first * (kh - 1),
-                      x.size(3) + 2 * pad.second - dil.second * (kw - 1),
+                      (x.size(2) + 2 * pad.first - dil.first * (kh - 1) - 1) / stride.first + 1,
+                      (x.size(3) + 2 * pad.second - dil.second * (kw - 1) - 1) / stride.second + 1,
                       dil.first,
                       dil.second};
 }
@@ -58,25 +59,37 @@ TEST_CASE("conv2d: the direct forward and input gradient equal float64 and the i
     Dims x, w;
     Pair padding, dilation = {1, 1};
     bool sliced = false;  // x is channels 8 .. 8 + C of a wider tensor (strides of a view)
-    bool same = true;     // "same" padding: the input gradient is direct too
+    bool same = true;     // "same" padding at stride 1: the input gradient is direct too
+    Pair stride = {1, 1};
   };
-  // ResNet-8's 28x28 (784 outputs: 24 panels and a last of one vector) and its stem (one
-  // channel), a 14x14 (196: a last vector of 4 lanes) with 24 output channels (two strips), an
-  // odd width (panels cross rows at every column) with a 5x5 and 13 output channels (a strip of
-  // one), a dilated 3x3, a 3x1 without vertical padding (fewer output rows than input: the input
-  // gradient is not "same" and goes to im2col), a 1x1, and a view.
-  const std::vector<Shape> shapes = {{{3, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}},
-                                     {{2, 1, 28, 28}, {16, 1, 3, 3}, {1, 1}},
-                                     {{2, 32, 14, 14}, {24, 32, 3, 3}, {1, 1}},
-                                     {{2, 5, 17, 19}, {13, 5, 5, 5}, {2, 2}},
-                                     {{2, 4, 20, 20}, {6, 4, 3, 3}, {2, 2}, {2, 2}},
-                                     {{2, 8, 15, 16}, {8, 8, 3, 1}, {0, 0}, {1, 1}, false, false},
-                                     {{2, 16, 16, 16}, {8, 16, 1, 1}, {0, 0}},
-                                     {{2, 16, 14, 14}, {32, 16, 3, 3}, {1, 1}, {1, 1}, true}};
+  // In place: ResNet-8's 28x28 (784 outputs: 24 panels and a last of one vector) and its stem
+  // (one channel), a 14x14 (196: a last vector of 4 lanes) with 24 output channels (two strips),
+  // an odd width (panels cross rows at every column) with a 5x5 and 13 output channels (a strip
+  // of one), a dilated 3x3, a 3x1 without vertical padding (fewer output rows than input: the
+  // input gradient is not "same" and goes to im2col), a 1x1, and a view.
+  // In phase planes: 7x7 maps of 2 images a group (vectors that cross from one image into the
+  // next; 21 images, so that the last group has one), ResNet-8's stride-2 3x3 and 1x1 (one
+  // phase of four), a stride of 2 by 1 with a 5x3, and a 3x3 of 7 by 9 outputs at stride 2 on
+  // an odd map (phase planes of unequal sizes).
+  const std::vector<Shape> shapes = {
+      {{3, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}},
+      {{2, 1, 28, 28}, {16, 1, 3, 3}, {1, 1}},
+      {{2, 32, 14, 14}, {24, 32, 3, 3}, {1, 1}},
+      {{2, 5, 17, 19}, {13, 5, 5, 5}, {2, 2}},
+      {{2, 4, 20, 20}, {6, 4, 3, 3}, {2, 2}, {2, 2}},
+      {{2, 8, 15, 16}, {8, 8, 3, 1}, {0, 0}, {1, 1}, false, false},
+      {{2, 16, 16, 16}, {8, 16, 1, 1}, {0, 0}},
+      {{2, 16, 14, 14}, {32, 16, 3, 3}, {1, 1}, {1, 1}, true},
+      {{21, 8, 7, 7}, {16, 8, 3, 3}, {1, 1}},
+      {{3, 16, 28, 28}, {32, 16, 3, 3}, {1, 1}, {1, 1}, false, false, {2, 2}},
+      {{3, 16, 28, 28}, {32, 16, 1, 1}, {0, 0}, {1, 1}, false, false, {2, 2}},
+      {{2, 8, 20, 15}, {10, 8, 5, 3}, {2, 1}, {1, 1}, true, false, {2, 1}},
+      {{2, 8, 13, 17}, {12, 8, 3, 3}, {1, 1}, {1, 1}, false, false, {2, 2}}};
   uint64_t seed = 800;
   for (const Shape& s : shapes) {
     INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w) << " padding "
-              << s.padding.first << "x" << s.padding.second << " dilation " << s.dilation.first);
+              << s.padding.first << "x" << s.padding.second << " dilation " << s.dilation.first
+              << " stride " << s.stride.first << "x" << s.stride.second);
     Tensor x = rand64(s.x, seed++).to(kFloat32);
     if (s.sliced) {
       Dims wide = s.x;
@@ -85,7 +98,7 @@ TEST_CASE("conv2d: the direct forward and input gradient equal float64 and the i
     }
     const Tensor w = rand64(s.w, seed++, 0.2).to(kFloat32);
     const Tensor b = rand64({s.w[0]}, seed++).to(kFloat32);
-    const ConvGeometry g = geometry(x, s.w[2], s.w[3], s.padding, s.dilation);
+    const ConvGeometry g = geometry(x, s.w[2], s.w[3], s.padding, s.dilation, s.stride);
     const Tensor r = rand64({s.x[0], s.w[0], g.out_h, g.out_w}, seed++).to(kFloat32).detach();
     if (own_gemm()) {
       Algorithm use(ConvAlgorithm::Auto);
@@ -95,10 +108,10 @@ TEST_CASE("conv2d: the direct forward and input gradient equal float64 and the i
       Algorithm off(ConvAlgorithm::Implicit);
       CHECK_FALSE(cpu::direct_conv_runs(x.strided(), g, s.w[0]));
     }
-    const Run a = run(ConvAlgorithm::Auto, x, w, b, s.padding, s.dilation, r);
-    const Run i = run(ConvAlgorithm::Implicit, x, w, b, s.padding, s.dilation, r);
+    const Run a = run(ConvAlgorithm::Auto, x, w, b, s.padding, s.dilation, r, s.stride);
+    const Run i = run(ConvAlgorithm::Implicit, x, w, b, s.padding, s.dilation, r, s.stride);
     const Run d = run(ConvAlgorithm::PerImage, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64),
-                      s.padding, s.dilation, r.to(kFloat64));
+                      s.padding, s.dilation, r.to(kFloat64), s.stride);
     check_close(a.y, d.y, 1e-4, 1e-5);
     check_close(i.y, d.y, 1e-4, 1e-5);
     check_close(a.dx, d.dx, 1e-4, 1e-5);
@@ -121,15 +134,25 @@ TEST_CASE("conv2d: the direct path takes stride-1 convolutions as wide as their 
   CHECK_FALSE(cpu::direct_conv_runs(x.strided(), other, 16));
   // Narrower than the input (no horizontal padding): the shift is not the same for every row.
   CHECK_FALSE(cpu::direct_conv_runs(x.strided(), geometry(x, 3, 3, {1, 0}), 16));
-  // A 7x7 map: 64 positions computed for 49.
+  // A 7x7 map of 2 images: a group of one, 64 positions computed for 49.
   const Tensor small = ops::zeros({2, 16, 7, 7});
   CHECK_FALSE(cpu::direct_conv_runs(small.strided(), geometry(small, 3, 3, {1, 1}), 16));
   // Rows not W apart (a transposed view, a column slice) go to the other paths.
   const Tensor t = ops::transpose(x, 2, 3);
   CHECK(t.strided().strides[3] != 1);
   CHECK_FALSE(cpu::direct_conv_runs(t.strided(), g, 16));
+  // Rows not W apart (a column slice): copied into planes, as a 7x7 map or a stride of 2.
   const Tensor cols = ops::narrow(ops::zeros({2, 16, 14, 16}), 3, 1, 14);
-  CHECK_FALSE(cpu::direct_conv_runs(cols.strided(), g, 16));
+  CHECK(cpu::direct_conv_runs(cols.strided(), g, 16));
+  // Phase planes take 8 channels or more (a 3-channel stem at stride 2 goes to the implicit GEMM).
+  const Tensor rgb = ops::zeros({2, 3, 28, 28});
+  CHECK_FALSE(
+      cpu::direct_conv_runs(rgb.strided(), geometry(rgb, 7, 7, {3, 3}, {1, 1}, {2, 2}), 16));
+  const Tensor big = ops::zeros({2, 16, 28, 28});
+  CHECK(cpu::direct_conv_runs(big.strided(), geometry(big, 3, 3, {1, 1}, {1, 1}, {2, 2}), 16));
+  // A 7x7 map of 17 images: 2 a group, 112 positions computed for 98.
+  const Tensor many = ops::zeros({17, 16, 7, 7});
+  CHECK(cpu::direct_conv_runs(many.strided(), geometry(many, 3, 3, {1, 1}), 16));
   // Too shallow a product: 1 channel, a 1x1.
   const Tensor one = ops::zeros({2, 1, 14, 14});
   CHECK_FALSE(cpu::direct_conv_runs(one.strided(), geometry(one, 1, 1, {0, 0}), 16));
