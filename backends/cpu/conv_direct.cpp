@@ -201,8 +201,8 @@ Plan make_plan(const ConvGeometry& g, const Mode& mode, int64_t Cout) {
 /// The phase planes (Plan) of images [b0, b0 + n): plane (c, phase_r, phase_c), image i, row r,
 /// entry j = x[b0 + i][c][r s_h + phase_r][j s_w + phase_c], for the entries that exist (the
 /// rest, never read, left alone), of the phases a tap reads (a 1x1 at stride 2 reads one in four).
-void pack(const Strided& x, int64_t b0, int64_t n, const ConvGeometry& g, const Plan& m,
-          float* planes) {
+void pack_phases(const Strided& x, int64_t b0, int64_t n, const ConvGeometry& g, const Plan& m,
+                 float* planes) {
   const int64_t sh = g.stride_h, sw = g.stride_w, OW = g.out_w, L = g.out_h * g.out_w;
   const float* xp = x.ptr<float>();
   for (int64_t c = 0; c < g.channels; ++c)
@@ -331,8 +331,8 @@ void panels(const Plan& m, const float* x, int64_t cs, int64_t p0, int64_t p1, i
 /// y = conv(x, wd) + bias, then out: x [B, C, H, W] with unit column stride, wd as direct_weight
 /// lays it out, y contiguous. In place the units of work are runs of an image's panels; in phase
 /// planes groups of G images, each cut into its planes (in the thread's scratch), then computed.
-void run(const Strided& x, const float* wd, int64_t Cout, const float* bias, float* y,
-         const ConvGeometry& g, const ConvOut& out) {
+void direct_run(const Strided& x, const float* wd, int64_t Cout, const float* bias, float* y,
+                const ConvGeometry& g, const ConvOut& out) {
   const int64_t B = x.shape[0], C = g.channels, T = g.kernel_h * g.kernel_w;
   const int64_t L = g.out_h * g.out_w;
   const Mode mode = mode_of(x, g);
@@ -361,7 +361,7 @@ void run(const Strided& x, const float* wd, int64_t Cout, const float* bias, flo
     for (int64_t grp = g0; grp < g1; ++grp) {
       const int64_t b0 = grp * m.G;
       const Plan& pl = grp == groups - 1 && rest.G != m.G ? last : m;
-      pack(x, b0, pl.G, g, pl, planes);
+      pack_phases(x, b0, pl.G, g, pl, planes);
       panels(pl, planes, S * pl.plane, 0, pl.P, T, C, wd, Cout, bias, y + at(b0),
              out.residual ? out.residual + at(b0) : nullptr, L, out.relu, false);
     }
@@ -369,8 +369,8 @@ void run(const Strided& x, const float* wd, int64_t Cout, const float* bias, flo
 }
 
 #else
-void run(const Strided&, const float*, int64_t, const float*, float*, const ConvGeometry&,
-         const ConvOut&) {
+void direct_run(const Strided&, const float*, int64_t, const float*, float*, const ConvGeometry&,
+                const ConvOut&) {
   VT_ASSERT(false);  // (direct_conv_runs is false without AVX-512)
 }
 #endif
@@ -403,7 +403,7 @@ bool direct_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cou
 void direct_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
                    const ConvGeometry& g, const ConvOut& out) {
   const std::vector<float> wd = direct_weight(w, Cout, g.channels, g.kernel_h * g.kernel_w, false);
-  run(x, wd.data(), Cout, bias, y, g, out);
+  direct_run(x, wd.data(), Cout, bias, y, g, out);
 }
 
 void direct_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
@@ -411,7 +411,7 @@ void direct_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, f
   const std::vector<float> wd = direct_weight(w, Cout, g.channels, g.kernel_h * g.kernel_w, true);
   ConvGeometry gt = g;  // ("same" padding at stride 1: the output's size is the input's)
   gt.channels = Cout;
-  run(dy, wd.data(), g.channels, nullptr, dx, gt, {});
+  direct_run(dy, wd.data(), g.channels, nullptr, dx, gt, {});
 }
 
 }  // namespace vitrine::cpu
