@@ -402,15 +402,23 @@ bool direct_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cou
 
 void direct_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
                    const ConvGeometry& g, const ConvOut& out) {
+  if (direct_winograd_runs(x, g, Cout)) {
+    direct_winograd_conv2d(x, w, Cout, bias, y, g, out);
+    return;
+  }
   const std::vector<float> wd = direct_weight(w, Cout, g.channels, g.kernel_h * g.kernel_w, false);
   direct_run(x, wd.data(), Cout, bias, y, g, out);
 }
 
 void direct_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
                               const ConvGeometry& g) {
-  const std::vector<float> wd = direct_weight(w, Cout, g.channels, g.kernel_h * g.kernel_w, true);
   ConvGeometry gt = g;  // ("same" padding at stride 1: the output's size is the input's)
   gt.channels = Cout;
+  if (direct_winograd_runs(dy, gt, g.channels)) {
+    direct_winograd_input_grad(dy, w, Cout, dx, g);
+    return;
+  }
+  const std::vector<float> wd = direct_weight(w, Cout, g.channels, g.kernel_h * g.kernel_w, true);
   direct_run(dy, wd.data(), g.channels, nullptr, dx, gt, {});
 }
 

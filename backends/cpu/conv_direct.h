@@ -24,6 +24,20 @@ bool direct_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
 /// for that convolution (Cout channels in, C out).
 bool direct_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
 
+/// Whether direct_conv2d (and its input gradient) computes it by Winograd's F(2x2, 3x3), x read in
+/// place (conv_direct_winograd.cpp): direct_conv_runs under ConvAlgorithm::Auto, a 3x3 at stride 1
+/// with padding 1 on a map of even sides, 2 to 14 or 18 to 30 wide (a row's one or two vectors
+/// hold a zero past it), rows W apart, 16 to 63 channels in and out.
+bool direct_winograd_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
+/// y = conv(x, w) + bias then out's residual and ReLU, as direct_conv2d, by F(2x2, 3x3): per 2x2
+/// tile of outputs and its 4x4 window d, Y = A^T [ (G g G^T) . (B^T d B) ] A.
+void direct_winograd_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias,
+                            float* y, const ConvGeometry& g, const ConvOut& out);
+/// dx of a convolution direct_winograd_runs takes (for dy, Cout channels into C), as
+/// direct_conv2d_input_grad.
+void direct_winograd_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
+                                const ConvGeometry& g);
+
 /// y [B, Cout, OH, OW] (contiguous) = conv(x, w) + bias, then out's residual and ReLU; w [Cout,
 /// C, kh, kw] contiguous, bias [Cout] or null. With q = r OW + c an output's flat position in its
 /// image and tap t = (a, b) at offset off_t = (a dh - ph) W + (b dw - pw):

@@ -1,8 +1,8 @@
 // conv2d_add_relu (ops/conv.cpp): relu(conv2d(x, w, b) + residual) written in one pass by the CPU's
 // batched convolution in inference, against its composition bit for bit on every path that
-// writes y (Winograd, the direct convolution, the implicit GEMM, im2col in groups, im2col in bands
-// of rows), with and without the residual and the clamp, NaN included; the composition where a
-// gradient is wanted (a float64 gradcheck); its bad input.
+// writes y (Winograd, the direct convolution and its Winograd, the implicit GEMM, im2col in
+// groups, im2col in bands of rows), with and without the residual and the clamp, NaN included; the
+// composition where a gradient is wanted (a float64 gradcheck); its bad input.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -23,8 +23,14 @@ TEST_CASE("conv2d_add_relu: one pass gives the composition's bits on every CPU p
   };
   const std::vector<Shape> shapes = {
       {{3, 64, 9, 7}, {64, 64, 3, 3}, {1, 1}, {1, 1}, "Winograd"},
-      {{4, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}, {1, 1}, "direct"},
-      {{3, 32, 14, 14}, {24, 32, 3, 3}, {1, 1}, {1, 1}, "direct, a last panel of one vector"},
+      {{4, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}, {1, 1}, "direct, Winograd F(2x2, 3x3)"},
+      {{3, 32, 14, 14},
+       {24, 32, 3, 3},
+       {1, 1},
+       {1, 1},
+       "direct, Winograd, 2 rows of tiles a vector"},
+      {{4, 8, 28, 28}, {8, 8, 3, 3}, {1, 1}, {1, 1}, "direct"},
+      {{3, 8, 14, 14}, {24, 8, 3, 3}, {1, 1}, {1, 1}, "direct, a last panel of one vector"},
       {{4, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}, {0, 0}, "implicit GEMM"},
       {{4, 16, 28, 28}, {32, 16, 3, 3}, {2, 2}, {1, 1}, "direct, phase planes"},
       {{20, 8, 14, 14}, {16, 8, 3, 3}, {2, 2}, {1, 1}, "direct, phase planes of 2 images"},

@@ -3,7 +3,9 @@
 // input gradient against the float64 convolution and the implicit GEMM (ConvAlgorithm::Implicit),
 // on maps whose 32-position panels cross rows, end in one vector or a few lanes, kernels of 1x1,
 // 3x1, 3x3 (dilated too) and 5x5, output channels that leave a short strip, and a strided view;
-// which shapes it takes; the same bits on 1 and 2 threads.
+// which shapes it takes; the same bits on 1 and 2 threads. And its Winograd F(2x2, 3x3) for
+// narrow layers (conv_direct_winograd.cpp), against float64, on maps of one and two rows of tiles
+// a vector, and which shapes it takes.
 #include <fmt/format.h>
 
 #include "backends/conv_algorithm.h"
@@ -110,11 +112,15 @@ TEST_CASE("conv2d: the direct forward and input gradient equal float64 and the i
     }
     const Run a = run(ConvAlgorithm::Auto, x, w, b, s.padding, s.dilation, r, s.stride);
     const Run i = run(ConvAlgorithm::Implicit, x, w, b, s.padding, s.dilation, r, s.stride);
+    // (Direct: no Winograd of either kind, so the tiles run where Auto takes Winograd's)
+    const Run dir = run(ConvAlgorithm::Direct, x, w, b, s.padding, s.dilation, r, s.stride);
     const Run d = run(ConvAlgorithm::PerImage, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64),
                       s.padding, s.dilation, r.to(kFloat64), s.stride);
     check_close(a.y, d.y, 1e-4, 1e-5);
     check_close(i.y, d.y, 1e-4, 1e-5);
+    check_close(dir.y, d.y, 1e-4, 1e-5);
     check_close(a.dx, d.dx, 1e-4, 1e-5);
+    check_close(dir.dx, d.dx, 1e-4, 1e-5);
     check_close(a.dw, d.dw, 1e-3, 1e-5);
     check_equal_bits(a.dw, i.dw);  // (the direct path computes no weight gradient)
   }
@@ -168,6 +174,86 @@ TEST_CASE("conv2d: the direct path gives the same bits on 1 and 2 threads") {
   const Tensor w = rand64({16, 16, 3, 3}, 901, 0.2).to(kFloat32);
   const Tensor b = rand64({16}, 902).to(kFloat32);
   const Tensor r = rand64({5, 16, 28, 28}, 903).to(kFloat32).detach();
+  Run one, two;
+  {
+    Threads t(1);
+    one = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, {1, 1}, r);
+  }
+  {
+    Threads t(2);
+    two = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, {1, 1}, r);
+  }
+  check_equal_bits(one.y, two.y);
+  check_equal_bits(one.dx, two.dx);
+  check_equal_bits(one.dw, two.dw);
+}
+
+TEST_CASE("conv2d: Winograd in the direct path equals float64 on narrow layers") {
+  struct Shape {
+    Dims x;
+    int64_t cout;
+    bool sliced = false;
+  };
+  // One row of 14 tiles a vector (28x28), two rows of 7 (14x14, an odd number of tile rows: the
+  // last panel half empty), 15 tiles of a 30-wide map with 17 output channels (strips of 9 and
+  // 8), 3 rows of 5 tiles (6x10) into 63 channels, a 4x8 map, and a view.
+  const std::vector<Shape> shapes = {{{3, 16, 28, 28}, 16}, {{2, 32, 14, 14}, 24},
+                                     {{2, 20, 18, 30}, 17}, {{3, 16, 6, 10}, 63},
+                                     {{2, 48, 4, 8}, 16},   {{2, 16, 14, 14}, 32, true}};
+  uint64_t seed = 950;
+  for (const Shape& s : shapes) {
+    INFO("x " << fmt::format("{}", s.x) << " out " << s.cout);
+    Tensor x = rand64(s.x, seed++).to(kFloat32);
+    if (s.sliced) {
+      Dims wide = s.x;
+      wide[1] += 16;
+      x = ops::narrow(rand64(wide, seed++).to(kFloat32), 1, 8, s.x[1]);
+    }
+    const Tensor w = rand64({s.cout, s.x[1], 3, 3}, seed++, 0.2).to(kFloat32);
+    const Tensor b = rand64({s.cout}, seed++).to(kFloat32);
+    const ConvGeometry g = geometry(x, 3, 3, {1, 1});
+    const Tensor r = rand64({s.x[0], s.cout, s.x[2], s.x[3]}, seed++).to(kFloat32).detach();
+    if (own_gemm()) {
+      Algorithm use(ConvAlgorithm::Auto);
+      CHECK(cpu::direct_winograd_runs(x.strided(), g, s.cout));
+      ConvGeometry gt = g;  // (the input gradient's: dy into x's channels)
+      gt.channels = s.cout;
+      const Tensor dy = ops::zeros({s.x[0], s.cout, s.x[2], s.x[3]});
+      CHECK(cpu::direct_winograd_runs(dy.strided(), gt, s.x[1]));
+      Algorithm off(ConvAlgorithm::Direct);
+      CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), g, s.cout));
+    }
+    const Run a = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, {1, 1}, r);
+    const Run dir = run(ConvAlgorithm::Direct, x, w, b, {1, 1}, {1, 1}, r);
+    const Run d = run(ConvAlgorithm::PerImage, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64),
+                      {1, 1}, {1, 1}, r.to(kFloat64));
+    // (F(2x2, 3x3)'s transforms add a few roundings: outputs of about 1 to 5)
+    check_close(a.y, d.y, 1e-4, 1e-5);
+    check_close(a.dx, d.dx, 1e-4, 1e-5);
+    check_equal_bits(a.dw, dir.dw);  // (the weight gradient is not Winograd's)
+  }
+  if (!own_gemm()) return;
+  Algorithm use(ConvAlgorithm::Auto);
+  // Not taken: 16 or 32 columns (no zero lane past the row), odd sides, 8 or 64 channels, other
+  // paddings and kernels.
+  for (const Dims& shape : std::vector<Dims>{{2, 16, 16, 16}, {2, 16, 32, 32}, {2, 16, 15, 14}}) {
+    const Tensor x = ops::zeros(shape);
+    CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {1, 1}), 16));
+  }
+  const Tensor x = ops::zeros({2, 16, 14, 14});
+  CHECK(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {1, 1}), 16));
+  CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {1, 1}), 8));
+  CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {1, 1}), 64));
+  CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 5, 5, {2, 2}), 16));
+  CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {2, 2}, {2, 2}), 16));
+}
+
+TEST_CASE("conv2d: Winograd in the direct path gives the same bits on 1 and 2 threads") {
+  if (!own_gemm()) return;
+  const Tensor x = rand64({5, 32, 14, 14}, 990).to(kFloat32);
+  const Tensor w = rand64({24, 32, 3, 3}, 991, 0.2).to(kFloat32);
+  const Tensor b = rand64({24}, 992).to(kFloat32);
+  const Tensor r = rand64({5, 24, 14, 14}, 993).to(kFloat32).detach();
   Run one, two;
   {
     Threads t(1);

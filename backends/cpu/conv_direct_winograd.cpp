@@ -1,0 +1,324 @@
+// Winograd's F(2x2, 3x3) for narrow layers, in place (conv_direct.h: direct_winograd_runs).
+//
+// The Winograd of conv_winograd.cpp gathers every window into memory and runs 16 products over a
+// chunk of tiles: on 16 or 32 channels its transforms cost what the products save (0.7x and 0.9x
+// against the direct convolution's predecessor). Here nothing goes through memory but V and M,
+// which stay in L1/L2: a vector's lanes are one row of tiles of an image (a map 2 TW wide, TW <= 16
+// tiles) or two rows (TW <= 8, lanes 8 apart), so that
+//   - tile tx's window column j (input column 2 tx + j - 1) is a permute of the row's floats as x
+//     holds them (x read in place, no phase planes), 0 outside the map;
+//   - the 2x2 outputs Y[u][v] of a row of tiles interleave, again by permutes, into output rows
+//     2 ty + u of y, written with the bias, the residual and the ReLU (no output copy).
+// Per panel (2 vectors of tile rows) and channel: V[xi][c] = B^T d B in registers; per xi one
+// product over the channels, M[xi][co] = sum_c U[xi][c][co] V[xi][c] (the weight transformed once
+// a call, U = G g G^T); per output channel Y = A^T M A:
+//   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],
+//   A^T = [1 1 1 0; 0 1 -1 -1].
+// Each output is one thread's, in a fixed order: results do not depend on the thread count.
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <vector>
+
+#include "backends/conv_algorithm.h"
+#include "backends/cpu/conv_direct.h"
+#include "backends/cpu/loops.h"
+#include "backends/cpu/sgemm.h"
+#include "backends/cpu/thread_pool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define VT_DIRECT_WINOGRAD 1
+#endif
+
+namespace vitrine::cpu {
+
+namespace {
+
+constexpr int kMR = 12;                                  // output channels of a product's tile
+constexpr int kLanes = 32;                               // tile lanes of a panel: two vectors
+constexpr int64_t kMinChannels = 16, kMaxChannels = 64;  // (in and out: 16 to 63)
+
+/// U[xi][c][co] (xi = 4 k1 + k2) = (G g G^T)[k1][k2] for g = w[co][c] (3x3, w [Cout, C, 3, 3]).
+std::vector<float> transform_weight(const float* w, int64_t Cout, int64_t C) {
+  std::vector<float> U(static_cast<size_t>(16 * C * Cout));
+  for (int64_t co = 0; co < Cout; ++co)
+    for (int64_t c = 0; c < C; ++c) {
+      const float* g = w + (co * C + c) * 9;
+      float t[4][3];  // G g
+      for (int b = 0; b < 3; ++b) {
+        t[0][b] = g[b];
+        t[1][b] = 0.5f * (g[b] + g[3 + b] + g[6 + b]);
+        t[2][b] = 0.5f * (g[b] - g[3 + b] + g[6 + b]);
+        t[3][b] = g[6 + b];
+      }
+      for (int k = 0; k < 4; ++k) {
+        const float u[4] = {t[k][0], 0.5f * (t[k][0] + t[k][1] + t[k][2]),
+                            0.5f * (t[k][0] - t[k][1] + t[k][2]), t[k][2]};
+        for (int l = 0; l < 4; ++l)
+          U[static_cast<size_t>(((4 * k + l) * C + c) * Cout + co)] = u[l];
+      }
+    }
+  return U;
+}
+
+#ifdef VT_DIRECT_WINOGRAD
+
+/// How a map's tiles lie in the lanes: R rows of tiles a vector (slots of 16 / R lanes), and the
+/// permutes that make window columns and output rows.
+struct Lanes {
+  int64_t R = 1, slot = 16;
+  __m512i window[4];  // window column j of a slot's tiles from (P0, P1) (loads below)
+  __m512i out[2];     // output columns 16 h .. 16 h + 15 of slot h (R = 1) or of slot h (R = 2)
+};
+
+__attribute__((target("avx512f"))) Lanes make_lanes(int64_t TW, int64_t W) {
+  Lanes z;
+  z.R = TW <= 8 ? 2 : 1;
+  z.slot = 16 / z.R;
+  alignas(64) int32_t idx[16];
+  for (int j = 0; j < 4; ++j) {
+    for (int l = 0; l < 16; ++l) {
+      const int64_t s = l / z.slot, tx = l % z.slot, col = 2 * tx + j - 1;
+      const bool ok = tx < TW && col >= 0 && col < W;
+      // R = 1: P0, P1 = the row's floats 0..15, 16..31; R = 2: P0 = slot 0's row, P1 = slot 1's.
+      // (outside the map: a lane of (P0, P1) past the row's W floats, which loads as 0)
+      idx[l] = static_cast<int32_t>(!ok        ? (z.R == 1 ? 31 : 16 * s + 15)
+                                    : z.R == 1 ? col
+                                               : 16 * s + col);
+    }
+    z.window[j] = _mm512_load_si512(idx);
+  }
+  for (int h = 0; h < 2; ++h) {
+    // output column 2 tx + v of a slot: lane tx of Y[.][v]; as a permute of (Y[u][0], Y[u][1])
+    for (int l = 0; l < 16; ++l) {
+      const int64_t o = (z.R == 1 ? 16 * h : 0) + l, tx = o / 2, v = o % 2;
+      idx[l] = static_cast<int32_t>(16 * v + (z.R == 1 ? tx : 8 * h + tx));
+    }
+    z.out[h] = _mm512_load_si512(idx);
+  }
+  return z;
+}
+
+/// V[xi][c][lanes] = B^T d B for the panel's 2 vectors of tile rows (first tile row ty0) of one
+/// image, x: its channel 0 (channel c at x + c cs). Each of a vector's 4 window rows is read as
+/// two vectors (P0, P1: the row's floats 0..15 and 16..31 for R = 1, slot 0's and slot 1's row
+/// for R = 2), from a row of zeros where it lies outside the map.
+template <int R>
+__attribute__((target("avx512f"))) void input_panel(const float* x, int64_t cs, int64_t C,
+                                                    int64_t H, int64_t W, int64_t TH, int64_t ty0,
+                                                    const Lanes& z, float* V) {
+  alignas(64) static const float zeros[32] = {};
+  const __m512i w0 = z.window[0], w1 = z.window[1], w2 = z.window[2], w3 = z.window[3];
+  const auto lanes = [](int64_t n) {
+    return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+  };
+  const __mmask16 m0 = lanes(W), m1 = R == 1 ? lanes(W - 16) : lanes(W);
+  for (int v = 0; v < 2; ++v) {
+    const int64_t ty = ty0 + v * R;  // the vector's first tile row
+    // P0 and P1 of window row i: base pointers and channel strides (0 for the zero row)
+    const float* b0[4];
+    const float* b1[4];
+    int64_t s0[4], s1[4];
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r0 = 2 * ty + i - 1, r1 = R == 1 ? r0 : 2 * ty + i + 1;
+      const bool ok0 = ty < TH && r0 >= 0 && r0 < H;
+      const bool ok1 = (R == 1 ? ty < TH : ty + 1 < TH) && r1 >= 0 && r1 < H;
+      b0[i] = ok0 ? x + r0 * W : zeros;
+      s0[i] = ok0 ? cs : 0;
+      b1[i] = ok1 ? x + r1 * W + (R == 1 ? 16 : 0) : zeros;
+      s1[i] = ok1 ? cs : 0;
+    }
+    float* Vv = V + 16 * v;
+    for (int64_t c = 0; c < C; ++c) {
+      __m512 t[4][4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512 p0 = _mm512_maskz_loadu_ps(m0, b0[i] + c * s0[i]);
+        const __m512 p1 = _mm512_maskz_loadu_ps(m1, b1[i] + c * s1[i]);
+        const __m512 d0 = _mm512_permutex2var_ps(p0, w0, p1);
+        const __m512 d1 = _mm512_permutex2var_ps(p0, w1, p1);
+        const __m512 d2 = _mm512_permutex2var_ps(p0, w2, p1);
+        const __m512 d3 = _mm512_permutex2var_ps(p0, w3, p1);
+        t[i][0] = _mm512_sub_ps(d0, d2);  // (d B)[i]
+        t[i][1] = _mm512_add_ps(d1, d2);
+        t[i][2] = _mm512_sub_ps(d2, d1);
+        t[i][3] = _mm512_sub_ps(d1, d3);
+      }
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        float* o = Vv + (k * C + c) * kLanes;  // V[4 k1 + k][c]
+        _mm512_storeu_ps(o, _mm512_sub_ps(t[0][k], t[2][k]));
+        _mm512_storeu_ps(o + 4 * C * kLanes, _mm512_add_ps(t[1][k], t[2][k]));
+        _mm512_storeu_ps(o + 8 * C * kLanes, _mm512_sub_ps(t[2][k], t[1][k]));
+        _mm512_storeu_ps(o + 12 * C * kLanes, _mm512_sub_ps(t[1][k], t[3][k]));
+      }
+    }
+  }
+}
+
+/// M[co0 + i][xi][lanes] = sum_c U[xi][c][co0 + i] V[xi][c][lanes] for i < MR (one position
+/// xi): V = V[xi] [C, 32], u = U[xi][0][co0] (rows Cout apart), M = M[co0][xi] (rows 16 32 apart).
+template <int MR>
+__attribute__((target("avx512f"))) void product(int64_t C, const float* V, const float* u,
+                                                int64_t Cout, float* M) {
+  constexpr int64_t ldm = 16 * kLanes;
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < C; ++c, V += kLanes, u += Cout) {
+    const __m512 b0 = _mm512_loadu_ps(V), b1 = _mm512_loadu_ps(V + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512 a = _mm512_set1_ps(u[i]);
+      acc0[i] = _mm512_fmadd_ps(a, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(a, b1, acc1[i]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_ps(M + i * ldm, acc0[i]);
+    _mm512_storeu_ps(M + i * ldm + 16, acc1[i]);
+  }
+}
+
+using Product = void (*)(int64_t, const float*, const float*, int64_t, float*);
+template <int... R>
+constexpr std::array<Product, sizeof...(R)> products(std::integer_sequence<int, R...>) {
+  return {&product<R + 1>...};
+}
+constexpr std::array<Product, kMR> kProducts = products(std::make_integer_sequence<int, kMR>{});
+
+/// y's rows of the panel's tiles from M[co][xi][lanes]: Y = A^T M A per output channel, then
+/// + bias (+ r) (then relu), in finish_row's order (conv_window.h). y, r: the image's (r or null).
+template <int R>
+__attribute__((target("avx512f"))) void output_panel(const float* M, int64_t Cout, int64_t TH,
+                                                     int64_t W, int64_t ty0, const Lanes& z,
+                                                     const float* bias, const float* r, bool relu,
+                                                     float* y) {
+  const int64_t L = static_cast<int64_t>(2 * TH) * W;
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512i out0 = z.out[0], out1 = z.out[1];
+  for (int64_t co = 0; co < Cout; ++co) {
+    const __m512 add = _mm512_set1_ps(bias ? bias[co] : 0.0f);
+    for (int v = 0; v < 2; ++v) {
+      __m512 s[4][2];
+      for (int k1 = 0; k1 < 4; ++k1) {
+        __m512 mk[4];
+        for (int k2 = 0; k2 < 4; ++k2)
+          mk[k2] = _mm512_loadu_ps(M + (co * 16 + 4 * k1 + k2) * kLanes + 16 * v);
+        s[k1][0] = _mm512_add_ps(_mm512_add_ps(mk[0], mk[1]), mk[2]);
+        s[k1][1] = _mm512_sub_ps(_mm512_sub_ps(mk[1], mk[2]), mk[3]);
+      }
+      __m512 Y[2][2];
+      for (int e = 0; e < 2; ++e) {
+        Y[0][e] = _mm512_add_ps(_mm512_add_ps(s[0][e], s[1][e]), s[2][e]);
+        Y[1][e] = _mm512_sub_ps(_mm512_sub_ps(s[1][e], s[2][e]), s[3][e]);
+      }
+      for (int64_t sl = 0; sl < R; ++sl) {
+        const int64_t ty = ty0 + v * R + sl;
+        if (ty >= TH) break;
+        for (int u = 0; u < 2; ++u) {
+          const int64_t at = co * L + (2 * ty + u) * W;
+          // R = 1: the row's columns 0..15 then 16..31; R = 2: slot sl's 16 columns
+          for (int h = 0; h < (R == 1 ? 2 : 1); ++h) {
+            const int64_t n = R == 1 ? std::min<int64_t>(16, W - 16 * h) : W;
+            if (n <= 0) break;
+            const __mmask16 ms = static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1);
+            const __m512i idx_out = R == 1 ? (h ? out1 : out0) : (sl ? out1 : out0);
+            __m512 o = _mm512_add_ps(_mm512_permutex2var_ps(Y[u][0], idx_out, Y[u][1]), add);
+            const int64_t q = at + 16 * h;
+            if (r) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(ms, r + q));
+            if (relu) o = _mm512_maskz_max_ps(0xFFFF, o, zero);
+            _mm512_mask_storeu_ps(y + q, ms, o);
+          }
+        }
+      }
+    }
+  }
+}
+
+void run(const Strided& x, const float* U, int64_t Cout, const float* bias, float* y,
+         const ConvGeometry& g, const ConvOut& out) {
+  const int64_t B = x.shape[0], C = g.channels, H = g.height, W = g.width;
+  const int64_t TH = H / 2, TW = W / 2, L = H * W;
+  const Lanes z = make_lanes(TW, W);
+  const int64_t rows = 2 * z.R, P = (TH + rows - 1) / rows;  // tile rows a panel, panels an image
+  const int64_t strips = (Cout + kMR - 1) / kMR;
+  const float* xp = x.ptr<float>();
+  parallel_chunks(B * P, chunk_of(B * P), [&](int64_t u0, int64_t u1) {
+    float* V = thread_scratch<float>(static_cast<size_t>(16 * (C + Cout) * kLanes), 0);
+    float* M = V + 16 * C * kLanes;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / P, ty0 = (u % P) * rows;
+      // The rows the next panel of tiles reads that this one does not, prefetched into L2: x
+      // streams in from L3 or memory, C planes at once (as the direct path's, conv_direct.cpp).
+      if (u + 1 < u1) {
+        const int64_t nb = (u + 1) / P, nr0 = 2 * ((u + 1) % P) * rows;
+        const float* nx = xp + nb * x.strides[0];
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t r = nr0 + 1; r < std::min(H, nr0 + 2 * rows + 1); ++r)
+            for (int64_t j = 0; j < W; j += 16)
+              _mm_prefetch(reinterpret_cast<const char*>(nx + c * x.strides[1] + r * W + j),
+                           _MM_HINT_T1);
+      }
+      if (z.R == 1)
+        input_panel<1>(xp + b * x.strides[0], x.strides[1], C, H, W, TH, ty0, z, V);
+      else
+        input_panel<2>(xp + b * x.strides[0], x.strides[1], C, H, W, TH, ty0, z, V);
+      for (int64_t xi = 0; xi < 16; ++xi)
+        for (int64_t s = 0, co0 = 0, mr = 0; co0 < Cout; ++s, co0 += mr) {
+          mr = (Cout - co0 + strips - s - 1) / (strips - s);  // (strips of equal size)
+          kProducts[static_cast<size_t>(mr - 1)](C, V + xi * C * kLanes, U + xi * C * Cout + co0,
+                                                 Cout, M + (co0 * 16 + xi) * kLanes);
+        }
+      const float* r = out.residual ? out.residual + b * Cout * L : nullptr;
+      if (z.R == 1)
+        output_panel<1>(M, Cout, TH, W, ty0, z, bias, r, out.relu, y + b * Cout * L);
+      else
+        output_panel<2>(M, Cout, TH, W, ty0, z, bias, r, out.relu, y + b * Cout * L);
+    }
+  });
+}
+
+#else
+void run(const Strided&, const float*, int64_t, const float*, float*, const ConvGeometry&,
+         const ConvOut&) {
+  VT_ASSERT(false);  // (direct_winograd_runs is false without AVX-512)
+}
+#endif
+
+}  // namespace
+
+bool direct_winograd_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
+#ifdef VT_DIRECT_WINOGRAD
+  // 16 to 63 channels: at 8 it measured level with the direct tiles (their products are short);
+  // from 64 in and out conv_winograd.cpp's products over the whole batch take it.
+  const auto narrow = [](int64_t c) { return c >= kMinChannels && c < kMaxChannels; };
+  return conv_algorithm() == ConvAlgorithm::Auto && direct_conv_runs(x, g, Cout) &&
+         x.strides[2] == g.width && g.kernel_h == 3 && g.kernel_w == 3 && g.stride_h == 1 &&
+         g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.pad_h == 1 &&
+         g.pad_w == 1 && g.height % 2 == 0 && g.width % 2 == 0 && g.width <= 30 && g.width != 16 &&
+         narrow(g.channels) && narrow(Cout);
+#else
+  (void)x, (void)g, (void)Cout;
+  return false;
+#endif
+}
+
+void direct_winograd_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias,
+                            float* y, const ConvGeometry& g, const ConvOut& out) {
+  const std::vector<float> U = transform_weight(w, Cout, g.channels);
+  run(x, U.data(), Cout, bias, y, g, out);
+}
+
+void direct_winograd_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
+                                const ConvGeometry& g) {
+  const std::vector<float> wt = flipped_weight(w, Cout, g);  // [C, Cout, 3, 3]
+  const std::vector<float> U = transform_weight(wt.data(), g.channels, Cout);
+  ConvGeometry gt = g;
+  gt.channels = Cout;
+  run(dy, U.data(), g.channels, nullptr, dx, gt, {});
+}
+
+}  // namespace vitrine::cpu
