@@ -198,33 +198,63 @@ Plan make_plan(const ConvGeometry& g, const Mode& mode, int64_t Cout) {
   return m;
 }
 
+/// d0[j] = s[2 j] for j < n0 and d1[j] = s[2 j + 1] for j < n1 (either may be null), 16 of each
+/// at a time: two masked loads, a permute of their even lanes and one of their odd lanes.
+/// (Plain loops ran at about 2 cycles a float on a ResNet-8's rows of 14.)
+__attribute__((target("avx512f"))) void deinterleave_row(const float* s, float* d0, int64_t n0,
+                                                         float* d1, int64_t n1) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const auto lanes = [](int64_t c) {
+    return static_cast<__mmask16>(c >= 16 ? 0xFFFF : c <= 0 ? 0 : (1u << c) - 1);
+  };
+  const int64_t n = std::max(d0 ? n0 : 0, d1 ? n1 : 0);
+  for (int64_t j = 0; j < n; j += 16) {
+    const int64_t k0 = d0 ? std::clamp<int64_t>(n0 - j, 0, 16) : 0;
+    const int64_t k1 = d1 ? std::clamp<int64_t>(n1 - j, 0, 16) : 0;
+    const int64_t f = std::max(2 * k0 - 1, 2 * k1);  // (reads s[2 j .. 2 j + f))
+    const __m512 a = _mm512_maskz_loadu_ps(lanes(f), s + 2 * j);
+    const __m512 b = _mm512_maskz_loadu_ps(lanes(f - 16), s + 2 * j + 16);
+    if (k0 > 0) _mm512_mask_storeu_ps(d0 + j, lanes(k0), _mm512_permutex2var_ps(a, even, b));
+    if (k1 > 0) _mm512_mask_storeu_ps(d1 + j, lanes(k1), _mm512_permutex2var_ps(a, odd, b));
+  }
+}
+
 /// The phase planes (Plan) of images [b0, b0 + n): plane (c, phase_r, phase_c), image i, row r,
 /// entry j = x[b0 + i][c][r s_h + phase_r][j s_w + phase_c], for the entries that exist (the
 /// rest, never read, left alone), of the phases a tap reads (a 1x1 at stride 2 reads one in four).
+/// x is read row by row, each row once, in order (so that it streams).
 void pack_phases(const Strided& x, int64_t b0, int64_t n, const ConvGeometry& g, const Plan& m,
                  float* planes) {
   const int64_t sh = g.stride_h, sw = g.stride_w, OW = g.out_w, L = g.out_h * g.out_w;
   const float* xp = x.ptr<float>();
-  for (int64_t c = 0; c < g.channels; ++c)
-    for (int64_t pr = 0; pr < sh; ++pr)
-      for (int64_t pc = 0; pc < sw; ++pc) {
-        if (!m.used[static_cast<size_t>(pr * sw + pc)]) continue;
-        const int64_t nr = phase_count(g.height, sh, pr), nc = phase_count(g.width, sw, pc);
-        for (int64_t i = 0; i < n; ++i) {
-          float* d = planes + ((c * sh + pr) * sw + pc) * m.plane + i * L;
-          const float* src = xp + (b0 + i) * x.strides[0] + c * x.strides[1] + pc;
-          for (int64_t r = 0; r < nr; ++r) {
-            const float* sr = src + (r * sh + pr) * x.strides[2];
-            float* dr = d + r * OW;
-            if (sw == 1)
-              for (int64_t j = 0; j < nc; ++j) dr[j] = sr[j];
-            else if (sw == 2)  // (a compile-time stride: vectorised as even-lane permutes)
-              for (int64_t j = 0; j < nc; ++j) dr[j] = sr[2 * j];
-            else
-              for (int64_t j = 0; j < nc; ++j) dr[j] = sr[j * sw];
-          }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < g.channels; ++c) {
+      const float* xc = xp + (b0 + i) * x.strides[0] + c * x.strides[1];
+      for (int64_t ir = 0; ir < g.height; ++ir) {
+        const int64_t pr = ir % sh, r = ir / sh;
+        const float* sr = xc + ir * x.strides[2];
+        for (int64_t j = 0; j < g.width; j += 16)  // (x streams in: 8 rows ahead into L1)
+          _mm_prefetch(reinterpret_cast<const char*>(sr + 8 * x.strides[2] + j), _MM_HINT_T0);
+        // row r of plane (c, pr, pc), image i
+        const auto dst = [&](int64_t pc) {
+          return m.used[static_cast<size_t>(pr * sw + pc)]
+                     ? planes + ((c * sh + pr) * sw + pc) * m.plane + i * L + r * OW
+                     : nullptr;
+        };
+        if (sw == 2) {
+          deinterleave_row(sr, dst(0), phase_count(g.width, 2, 0), dst(1),
+                           phase_count(g.width, 2, 1));
+          continue;
+        }
+        for (int64_t pc = 0; pc < sw; ++pc) {
+          float* dr = dst(pc);
+          if (dr == nullptr) continue;
+          const int64_t nc = phase_count(g.width, sw, pc);
+          for (int64_t j = 0; j < nc; ++j) dr[j] = sr[pc + j * sw];
         }
       }
+    }
 }
 
 /// One tile: C rows co0 .. co0 + MR - 1, NV vectors of 16 positions from q0, over the taps t

@@ -238,7 +238,7 @@ __attribute__((target("avx512f"))) void output_panel(const float* M, int64_t Cou
   }
 }
 
-void run(const Strided& x, const float* U, int64_t Cout, const float* bias, float* y,
+void narrow_run(const Strided& x, const float* U, int64_t Cout, const float* bias, float* y,
          const ConvGeometry& g, const ConvOut& out) {
   const int64_t B = x.shape[0], C = g.channels, H = g.height, W = g.width;
   const int64_t TH = H / 2, TW = W / 2, L = H * W;
@@ -282,7 +282,7 @@ void run(const Strided& x, const float* U, int64_t Cout, const float* bias, floa
 }
 
 #else
-void run(const Strided&, const float*, int64_t, const float*, float*, const ConvGeometry&,
+void narrow_run(const Strided&, const float*, int64_t, const float*, float*, const ConvGeometry&,
          const ConvOut&) {
   VT_ASSERT(false);  // (direct_winograd_runs is false without AVX-512)
 }
@@ -309,7 +309,7 @@ bool direct_winograd_runs(const Strided& x, const ConvGeometry& g, int64_t Cout)
 void direct_winograd_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias,
                             float* y, const ConvGeometry& g, const ConvOut& out) {
   const std::vector<float> U = transform_weight(w, Cout, g.channels);
-  run(x, U.data(), Cout, bias, y, g, out);
+  narrow_run(x, U.data(), Cout, bias, y, g, out);
 }
 
 void direct_winograd_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
@@ -318,7 +318,7 @@ void direct_winograd_input_grad(const Strided& dy, const float* w, int64_t Cout,
   const std::vector<float> U = transform_weight(wt.data(), g.channels, Cout);
   ConvGeometry gt = g;
   gt.channels = Cout;
-  run(dy, U.data(), g.channels, nullptr, dx, gt, {});
+  narrow_run(dy, U.data(), g.channels, nullptr, dx, gt, {});
 }
 
 }  // namespace vitrine::cpu
