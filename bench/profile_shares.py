@@ -20,6 +20,8 @@ KINDS = [
     ("matrix products (the own GEMM)", r"micro_kernel|sgemm|pack_block16|pack_panel|add_row_sums|run_units"),
     ("direct convolution's tiles", r"::tile<"),
     ("direct convolution's phase planes, prefetches, plan", r"direct_run|pack_phases|make_plan|direct_conv2d|direct_weight"),
+    ("narrow Winograd's products", r"::product<"),
+    ("narrow Winograd's transforms (windows, outputs, weight)", r"input_panel|output_panel|make_lanes|direct_winograd|narrow_run"),
     ("Winograd's transforms (windows, input, output, weight)", r"gather_windows|input_transform|output_transform|transform_weight"),
     ("im2col", r"im2col"),
     ("col2im", r"col2im"),

@@ -37,7 +37,7 @@ namespace {
 
 constexpr int kMR = 12;                                  // output channels of a product's tile
 constexpr int kLanes = 32;                               // tile lanes of a panel: two vectors
-constexpr int64_t kMinChannels = 16, kMaxChannels = 64;  // (in and out: 16 to 63)
+constexpr int64_t kMinChannels = 16, kMaxChannels = 64;  // (in and out)
 
 /// U[xi][c][co] (xi = 4 k1 + k2) = (G g G^T)[k1][k2] for g = w[co][c] (3x3, w [Cout, C, 3, 3]).
 std::vector<float> transform_weight(const float* w, int64_t Cout, int64_t C) {
@@ -64,78 +64,95 @@ std::vector<float> transform_weight(const float* w, int64_t Cout, int64_t C) {
 
 #ifdef VT_DIRECT_WINOGRAD
 
-/// How a map's tiles lie in the lanes: R rows of tiles a vector (slots of 16 / R lanes), and the
-/// permutes that make window columns and output rows.
+/// How a map's tiles lie in the lanes: R rows of tiles a vector, each in a slot of 16 / R lanes
+/// (R = 1 up to 16 tiles a row, 2 up to 8, 4 up to 4: a 7x7 map's 16 tiles in one vector). The
+/// vector's R window rows i (one a slot) are read into (P0, P1), 32 lanes, row s from lane
+/// span s (span = 32 / R), so that its lane span s + W (W < span) loads as 0; a window column is
+/// a permute of (P0, P1), and an output row one of (Y[u][0], Y[u][1]).
 struct Lanes {
-  int64_t R = 1, slot = 16;
-  __m512i window[4];  // window column j of a slot's tiles from (P0, P1) (loads below)
-  __m512i out[2];     // output columns 16 h .. 16 h + 15 of slot h (R = 1) or of slot h (R = 2)
+  int64_t R = 1, slot = 16, span = 32;
+  __m512i window[4];  // window column j of every slot's tiles, from (P0, P1)
+  __m512i out[4];     // output columns 16 h .. 16 h + 15 (R = 1, h < 2), or slot h's (R > 1)
 };
+
+/// The rows of tiles a vector for a map W wide (W <= 31), or 0 where none fits.
+int64_t rows_a_vector(int64_t W) { return W <= 7 ? 4 : W <= 15 ? 2 : W <= 31 ? 1 : 0; }
 
 __attribute__((target("avx512f"))) Lanes make_lanes(int64_t TW, int64_t W) {
   Lanes z;
-  z.R = TW <= 8 ? 2 : 1;
+  z.R = rows_a_vector(W);
   z.slot = 16 / z.R;
+  z.span = 32 / z.R;
   alignas(64) int32_t idx[16];
   for (int j = 0; j < 4; ++j) {
     for (int l = 0; l < 16; ++l) {
       const int64_t s = l / z.slot, tx = l % z.slot, col = 2 * tx + j - 1;
       const bool ok = tx < TW && col >= 0 && col < W;
-      // R = 1: P0, P1 = the row's floats 0..15, 16..31; R = 2: P0 = slot 0's row, P1 = slot 1's.
-      // (outside the map: a lane of (P0, P1) past the row's W floats, which loads as 0)
-      idx[l] = static_cast<int32_t>(!ok        ? (z.R == 1 ? 31 : 16 * s + 15)
-                                    : z.R == 1 ? col
-                                               : 16 * s + col);
+      // (outside the map: the slot's last lane, past the row's W floats, which loads as 0)
+      idx[l] = static_cast<int32_t>(z.span * s + (ok ? col : z.span - 1));
     }
     z.window[j] = _mm512_load_si512(idx);
   }
-  for (int h = 0; h < 2; ++h) {
-    // output column 2 tx + v of a slot: lane tx of Y[.][v]; as a permute of (Y[u][0], Y[u][1])
+  for (int h = 0; h < 4; ++h) {
+    // output column o = 2 tx + v of a row: lane tx of the slot in Y[.][v]
     for (int l = 0; l < 16; ++l) {
-      const int64_t o = (z.R == 1 ? 16 * h : 0) + l, tx = o / 2, v = o % 2;
-      idx[l] = static_cast<int32_t>(16 * v + (z.R == 1 ? tx : 8 * h + tx));
+      const int64_t o = (z.R == 1 ? 16 * h : 0) + l, tx = std::min<int64_t>(o / 2, z.slot - 1);
+      idx[l] = static_cast<int32_t>(16 * (o % 2) + (z.R == 1 ? tx : z.slot * h + tx));
     }
     z.out[h] = _mm512_load_si512(idx);
   }
   return z;
 }
 
-/// V[xi][c][lanes] = B^T d B for the panel's 2 vectors of tile rows (first tile row ty0) of one
-/// image, x: its channel 0 (channel c at x + c cs). Each of a vector's 4 window rows is read as
-/// two vectors (P0, P1: the row's floats 0..15 and 16..31 for R = 1, slot 0's and slot 1's row
-/// for R = 2), from a row of zeros where it lies outside the map.
+/// Where a panel's vector v reads and writes: image b's tile rows ty0 .. ty0 + R - 1 (past TH:
+/// none), or nothing (b < 0: the batch's last panel may have one vector).
+struct Rows {
+  int64_t b = -1, ty0 = 0;
+};
+
+/// V[xi][c][lanes] = B^T d B for a panel's 2 vectors. x: the batch's data (image b, channel c at
+/// x + b bs + c cs), maps H x W with rows W apart.
 template <int R>
-__attribute__((target("avx512f"))) void input_panel(const float* x, int64_t cs, int64_t C,
-                                                    int64_t H, int64_t W, int64_t TH, int64_t ty0,
-                                                    const Lanes& z, float* V) {
-  alignas(64) static const float zeros[32] = {};
+__attribute__((target("avx512f"))) void input_panel(const float* x, int64_t bs, int64_t cs,
+                                                    int64_t C, int64_t H, int64_t W, int64_t TH,
+                                                    const Rows* at, const Lanes& z, float* V) {
+  alignas(64) static const float zeros[48] = {};
+  constexpr int64_t span = 32 / R;
   const __m512i w0 = z.window[0], w1 = z.window[1], w2 = z.window[2], w3 = z.window[3];
   const auto lanes = [](int64_t n) {
     return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
   };
-  const __mmask16 m0 = lanes(W), m1 = R == 1 ? lanes(W - 16) : lanes(W);
   for (int v = 0; v < 2; ++v) {
-    const int64_t ty = ty0 + v * R;  // the vector's first tile row
-    // P0 and P1 of window row i: base pointers and channel strides (0 for the zero row)
-    const float* b0[4];
-    const float* b1[4];
-    int64_t s0[4], s1[4];
-    for (int i = 0; i < 4; ++i) {
-      const int64_t r0 = 2 * ty + i - 1, r1 = R == 1 ? r0 : 2 * ty + i + 1;
-      const bool ok0 = ty < TH && r0 >= 0 && r0 < H;
-      const bool ok1 = (R == 1 ? ty < TH : ty + 1 < TH) && r1 >= 0 && r1 < H;
-      b0[i] = ok0 ? x + r0 * W : zeros;
-      s0[i] = ok0 ? cs : 0;
-      b1[i] = ok1 ? x + r1 * W + (R == 1 ? 16 : 0) : zeros;
-      s1[i] = ok1 ? cs : 0;
-    }
+    // window row i of slot s: base pointer and channel stride (0: a row of zeros)
+    const float* base[4][R];
+    int64_t step[4][R];
+    for (int i = 0; i < 4; ++i)
+      for (int sl = 0; sl < R; ++sl) {
+        const int64_t ty = at[v].ty0 + sl, r = 2 * ty + i - 1;
+        const bool ok = at[v].b >= 0 && ty < TH && r >= 0 && r < H;
+        base[i][sl] = ok ? x + at[v].b * bs + r * W : zeros + 16;
+        step[i][sl] = ok ? cs : 0;
+      }
     float* Vv = V + 16 * v;
     for (int64_t c = 0; c < C; ++c) {
       __m512 t[4][4];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m512 p0 = _mm512_maskz_loadu_ps(m0, b0[i] + c * s0[i]);
-        const __m512 p1 = _mm512_maskz_loadu_ps(m1, b1[i] + c * s1[i]);
+        __m512 p0, p1;
+        if constexpr (R == 1) {
+          const float* row = base[i][0] + c * step[i][0];
+          p0 = _mm512_maskz_loadu_ps(lanes(W), row);
+          p1 = _mm512_maskz_loadu_ps(lanes(W - 16), row + 16);
+        } else if constexpr (R == 2) {
+          p0 = _mm512_maskz_loadu_ps(lanes(W), base[i][0] + c * step[i][0]);
+          p1 = _mm512_maskz_loadu_ps(lanes(W), base[i][1] + c * step[i][1]);
+        } else {  // (rows 8 lanes apart: each loaded into its half, from 8 floats before it)
+          const __mmask16 lo = lanes(W), hi = static_cast<__mmask16>(lo << 8);
+          p0 = _mm512_maskz_loadu_ps(lo, base[i][0] + c * step[i][0]);
+          p0 = _mm512_mask_loadu_ps(p0, hi, base[i][1] + c * step[i][1] - span);
+          p1 = _mm512_maskz_loadu_ps(lo, base[i][2] + c * step[i][2]);
+          p1 = _mm512_mask_loadu_ps(p1, hi, base[i][3] + c * step[i][3] - span);
+        }
         const __m512 d0 = _mm512_permutex2var_ps(p0, w0, p1);
         const __m512 d1 = _mm512_permutex2var_ps(p0, w1, p1);
         const __m512 d2 = _mm512_permutex2var_ps(p0, w2, p1);
@@ -189,19 +206,23 @@ constexpr std::array<Product, sizeof...(R)> products(std::integer_sequence<int, 
 }
 constexpr std::array<Product, kMR> kProducts = products(std::make_integer_sequence<int, kMR>{});
 
-/// y's rows of the panel's tiles from M[co][xi][lanes]: Y = A^T M A per output channel, then
-/// + bias (+ r) (then relu), in finish_row's order (conv_window.h). y, r: the image's (r or null).
+/// y's rows of a panel's tiles from M[co][xi][lanes]: Y = A^T M A per output channel, then
+/// + bias (+ r) (then relu), in finish_row's order (conv_window.h); y and r (or null) the batch's,
+/// maps H x W.
 template <int R>
-__attribute__((target("avx512f"))) void output_panel(const float* M, int64_t Cout, int64_t TH,
-                                                     int64_t W, int64_t ty0, const Lanes& z,
-                                                     const float* bias, const float* r, bool relu,
-                                                     float* y) {
-  const int64_t L = static_cast<int64_t>(2 * TH) * W;
+__attribute__((target("avx512f"))) void output_panel(const float* M, int64_t Cout, int64_t H,
+                                                     int64_t W, int64_t TH, const Rows* at,
+                                                     const Lanes& z, const float* bias,
+                                                     const float* r, bool relu, float* y) {
+  const int64_t L = H * W;
   const __m512 zero = _mm512_setzero_ps();
-  const __m512i out0 = z.out[0], out1 = z.out[1];
+  const auto lanes = [](int64_t n) {
+    return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+  };
   for (int64_t co = 0; co < Cout; ++co) {
     const __m512 add = _mm512_set1_ps(bias ? bias[co] : 0.0f);
     for (int v = 0; v < 2; ++v) {
+      if (at[v].b < 0) continue;
       __m512 s[4][2];
       for (int k1 = 0; k1 < 4; ++k1) {
         __m512 mk[4];
@@ -216,18 +237,20 @@ __attribute__((target("avx512f"))) void output_panel(const float* M, int64_t Cou
         Y[1][e] = _mm512_sub_ps(_mm512_sub_ps(s[1][e], s[2][e]), s[3][e]);
       }
       for (int64_t sl = 0; sl < R; ++sl) {
-        const int64_t ty = ty0 + v * R + sl;
+        const int64_t ty = at[v].ty0 + sl;
         if (ty >= TH) break;
         for (int u = 0; u < 2; ++u) {
-          const int64_t at = co * L + (2 * ty + u) * W;
-          // R = 1: the row's columns 0..15 then 16..31; R = 2: slot sl's 16 columns
+          const int64_t row = 2 * ty + u;
+          if (row >= H) break;
+          const int64_t q0 = (at[v].b * Cout + co) * L + row * W;
+          // R = 1: the row's columns 0..15 then 16..31; R > 1: slot sl's W columns
           for (int h = 0; h < (R == 1 ? 2 : 1); ++h) {
             const int64_t n = R == 1 ? std::min<int64_t>(16, W - 16 * h) : W;
             if (n <= 0) break;
-            const __mmask16 ms = static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1);
-            const __m512i idx_out = R == 1 ? (h ? out1 : out0) : (sl ? out1 : out0);
-            __m512 o = _mm512_add_ps(_mm512_permutex2var_ps(Y[u][0], idx_out, Y[u][1]), add);
-            const int64_t q = at + 16 * h;
+            const __mmask16 ms = lanes(n);
+            const __m512i idx = z.out[R == 1 ? h : sl];
+            __m512 o = _mm512_add_ps(_mm512_permutex2var_ps(Y[u][0], idx, Y[u][1]), add);
+            const int64_t q = q0 + 16 * h;
             if (r) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(ms, r + q));
             if (relu) o = _mm512_maskz_max_ps(0xFFFF, o, zero);
             _mm512_mask_storeu_ps(y + q, ms, o);
@@ -239,51 +262,69 @@ __attribute__((target("avx512f"))) void output_panel(const float* M, int64_t Cou
 }
 
 void narrow_run(const Strided& x, const float* U, int64_t Cout, const float* bias, float* y,
-         const ConvGeometry& g, const ConvOut& out) {
+                const ConvGeometry& g, const ConvOut& out) {
   const int64_t B = x.shape[0], C = g.channels, H = g.height, W = g.width;
-  const int64_t TH = H / 2, TW = W / 2, L = H * W;
+  const int64_t TH = (H + 1) / 2, TW = (W + 1) / 2;
   const Lanes z = make_lanes(TW, W);
-  const int64_t rows = 2 * z.R, P = (TH + rows - 1) / rows;  // tile rows a panel, panels an image
+  // Vectors: each image's tile rows, R a vector; panels: 2 vectors (across images where an image
+  // fills one, a 7x7 map's 16 tiles).
+  const int64_t per_image = (TH + z.R - 1) / z.R, vectors = B * per_image;
+  const int64_t P = (vectors + 1) / 2;
   const int64_t strips = (Cout + kMR - 1) / kMR;
   const float* xp = x.ptr<float>();
-  parallel_chunks(B * P, chunk_of(B * P), [&](int64_t u0, int64_t u1) {
+  parallel_chunks(P, chunk_of(P), [&](int64_t p0, int64_t p1) {
     float* V = thread_scratch<float>(static_cast<size_t>(16 * (C + Cout) * kLanes), 0);
     float* M = V + 16 * C * kLanes;
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t b = u / P, ty0 = (u % P) * rows;
-      // The rows the next panel of tiles reads that this one does not, prefetched into L2: x
-      // streams in from L3 or memory, C planes at once (as the direct path's, conv_direct.cpp).
-      if (u + 1 < u1) {
-        const int64_t nb = (u + 1) / P, nr0 = 2 * ((u + 1) % P) * rows;
-        const float* nx = xp + nb * x.strides[0];
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t r = nr0 + 1; r < std::min(H, nr0 + 2 * rows + 1); ++r)
-            for (int64_t j = 0; j < W; j += 16)
-              _mm_prefetch(reinterpret_cast<const char*>(nx + c * x.strides[1] + r * W + j),
-                           _MM_HINT_T1);
+    for (int64_t p = p0; p < p1; ++p) {
+      Rows at[2];
+      for (int v = 0; v < 2; ++v) {
+        const int64_t k = 2 * p + v;
+        if (k < vectors) at[v] = {k / per_image, (k % per_image) * z.R};
       }
-      if (z.R == 1)
-        input_panel<1>(xp + b * x.strides[0], x.strides[1], C, H, W, TH, ty0, z, V);
-      else
-        input_panel<2>(xp + b * x.strides[0], x.strides[1], C, H, W, TH, ty0, z, V);
+      // The next panel's first rows, prefetched into L2: x streams in from L3 or memory, C planes
+      // at once (as the direct path's, conv_direct.cpp).
+      if (p + 1 < p1) {
+        const int64_t k = 2 * (p + 1), nb = k / per_image, nr = 2 * (k % per_image) * z.R;
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t rr = std::max<int64_t>(nr - 1, 0); rr < std::min(H, nr + 2 * z.R + 1); ++rr)
+            _mm_prefetch(
+                reinterpret_cast<const char*>(xp + nb * x.strides[0] + c * x.strides[1] + rr * W),
+                _MM_HINT_T1);
+      }
+      switch (z.R) {
+        case 1:
+          input_panel<1>(xp, x.strides[0], x.strides[1], C, H, W, TH, at, z, V);
+          break;
+        case 2:
+          input_panel<2>(xp, x.strides[0], x.strides[1], C, H, W, TH, at, z, V);
+          break;
+        default:
+          input_panel<4>(xp, x.strides[0], x.strides[1], C, H, W, TH, at, z, V);
+      }
       for (int64_t xi = 0; xi < 16; ++xi)
         for (int64_t s = 0, co0 = 0, mr = 0; co0 < Cout; ++s, co0 += mr) {
           mr = (Cout - co0 + strips - s - 1) / (strips - s);  // (strips of equal size)
           kProducts[static_cast<size_t>(mr - 1)](C, V + xi * C * kLanes, U + xi * C * Cout + co0,
                                                  Cout, M + (co0 * 16 + xi) * kLanes);
         }
-      const float* r = out.residual ? out.residual + b * Cout * L : nullptr;
-      if (z.R == 1)
-        output_panel<1>(M, Cout, TH, W, ty0, z, bias, r, out.relu, y + b * Cout * L);
-      else
-        output_panel<2>(M, Cout, TH, W, ty0, z, bias, r, out.relu, y + b * Cout * L);
+      const float* r = out.residual;
+      switch (z.R) {
+        case 1:
+          output_panel<1>(M, Cout, H, W, TH, at, z, bias, r, out.relu, y);
+          break;
+        case 2:
+          output_panel<2>(M, Cout, H, W, TH, at, z, bias, r, out.relu, y);
+          break;
+        default:
+          output_panel<4>(M, Cout, H, W, TH, at, z, bias, r, out.relu, y);
+      }
     }
   });
 }
 
 #else
 void narrow_run(const Strided&, const float*, int64_t, const float*, float*, const ConvGeometry&,
-         const ConvOut&) {
+                const ConvOut&) {
   VT_ASSERT(false);  // (direct_winograd_runs is false without AVX-512)
 }
 #endif
@@ -292,14 +333,16 @@ void narrow_run(const Strided&, const float*, int64_t, const float*, float*, con
 
 bool direct_winograd_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
 #ifdef VT_DIRECT_WINOGRAD
-  // 16 to 63 channels: at 8 it measured level with the direct tiles (their products are short);
-  // from 64 in and out conv_winograd.cpp's products over the whole batch take it.
-  const auto narrow = [](int64_t c) { return c >= kMinChannels && c < kMaxChannels; };
+  // 16 channels and more: at 8 it measured level with the direct tiles (their products are
+  // short). Up to 63, and 64 on a map of 7 or fewer columns: from 64 in and out
+  // conv_winograd.cpp's products over the whole batch take it, except on maps its 2x2 tiles
+  // cover poorly (conv_batched.cpp).
+  const int64_t most = g.width <= 7 ? kMaxChannels : kMaxChannels - 1;
+  const auto narrow = [&](int64_t c) { return c >= kMinChannels && c <= most; };
   return conv_algorithm() == ConvAlgorithm::Auto && direct_conv_runs(x, g, Cout) &&
          x.strides[2] == g.width && g.kernel_h == 3 && g.kernel_w == 3 && g.stride_h == 1 &&
          g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.pad_h == 1 &&
-         g.pad_w == 1 && g.height % 2 == 0 && g.width % 2 == 0 && g.width <= 30 && g.width != 16 &&
-         narrow(g.channels) && narrow(Cout);
+         g.pad_w == 1 && rows_a_vector(g.width) > 0 && narrow(g.channels) && narrow(Cout);
 #else
   (void)x, (void)g, (void)Cout;
   return false;

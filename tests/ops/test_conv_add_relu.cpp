@@ -22,7 +22,8 @@ TEST_CASE("conv2d_add_relu: one pass gives the composition's bits on every CPU p
     const char* path;
   };
   const std::vector<Shape> shapes = {
-      {{3, 64, 9, 7}, {64, 64, 3, 3}, {1, 1}, {1, 1}, "Winograd"},
+      {{2, 64, 14, 14}, {64, 64, 3, 3}, {1, 1}, {1, 1}, "Winograd"},
+      {{3, 64, 9, 7}, {64, 64, 3, 3}, {1, 1}, {1, 1}, "direct, Winograd, 4 rows of tiles a vector"},
       {{4, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}, {1, 1}, "direct, Winograd F(2x2, 3x3)"},
       {{3, 32, 14, 14},
        {24, 32, 3, 3},

@@ -4,8 +4,8 @@
 // on maps whose 32-position panels cross rows, end in one vector or a few lanes, kernels of 1x1,
 // 3x1, 3x3 (dilated too) and 5x5, output channels that leave a short strip, and a strided view;
 // which shapes it takes; the same bits on 1 and 2 threads. And its Winograd F(2x2, 3x3) for
-// narrow layers (conv_direct_winograd.cpp), against float64, on maps of one and two rows of tiles
-// a vector, and which shapes it takes.
+// narrow layers (conv_direct_winograd.cpp), against float64, on maps of one, two and four rows of
+// tiles a vector, and which shapes it takes.
 #include <fmt/format.h>
 
 #include "backends/conv_algorithm.h"
@@ -195,11 +195,14 @@ TEST_CASE("conv2d: Winograd in the direct path equals float64 on narrow layers")
     bool sliced = false;
   };
   // One row of 14 tiles a vector (28x28), two rows of 7 (14x14, an odd number of tile rows: the
-  // last panel half empty), 15 tiles of a 30-wide map with 17 output channels (strips of 9 and
-  // 8), 3 rows of 5 tiles (6x10) into 63 channels, a 4x8 map, and a view.
-  const std::vector<Shape> shapes = {{{3, 16, 28, 28}, 16}, {{2, 32, 14, 14}, 24},
-                                     {{2, 20, 18, 30}, 17}, {{3, 16, 6, 10}, 63},
-                                     {{2, 48, 4, 8}, 16},   {{2, 16, 14, 14}, 32, true}};
+  // last vector half empty), 15 tiles of a 30-wide map with 17 output channels (strips of 9 and
+  // 8), 3 rows of 5 tiles (6x10) into 63 channels, a 4x8 map, a view, odd sides (15x13: the last
+  // tiles half outside), a 16-wide map, and 7x7 maps of 64 channels (four rows of 4 tiles: an
+  // image a vector, 21 images so that the last panel has one).
+  const std::vector<Shape> shapes = {
+      {{3, 16, 28, 28}, 16}, {{2, 32, 14, 14}, 24}, {{2, 20, 18, 30}, 17},
+      {{3, 16, 6, 10}, 63},  {{2, 48, 4, 8}, 16},   {{2, 16, 14, 14}, 32, true},
+      {{3, 16, 15, 13}, 17}, {{2, 24, 16, 16}, 16}, {{21, 64, 7, 7}, 64}};
   uint64_t seed = 950;
   for (const Shape& s : shapes) {
     INFO("x " << fmt::format("{}", s.x) << " out " << s.cout);
@@ -234,18 +237,19 @@ TEST_CASE("conv2d: Winograd in the direct path equals float64 on narrow layers")
   }
   if (!own_gemm()) return;
   Algorithm use(ConvAlgorithm::Auto);
-  // Not taken: 16 or 32 columns (no zero lane past the row), odd sides, 8 or 64 channels, other
+  // Not taken: 32 columns (no zero lane past a row), 8 channels, 64 on a map over 7 wide, other
   // paddings and kernels.
-  for (const Dims& shape : std::vector<Dims>{{2, 16, 16, 16}, {2, 16, 32, 32}, {2, 16, 15, 14}}) {
-    const Tensor x = ops::zeros(shape);
-    CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {1, 1}), 16));
-  }
+  const Tensor wide = ops::zeros({2, 16, 32, 32});
+  CHECK_FALSE(cpu::direct_winograd_runs(wide.strided(), geometry(wide, 3, 3, {1, 1}), 16));
   const Tensor x = ops::zeros({2, 16, 14, 14});
   CHECK(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {1, 1}), 16));
   CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {1, 1}), 8));
   CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {1, 1}), 64));
   CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 5, 5, {2, 2}), 16));
   CHECK_FALSE(cpu::direct_winograd_runs(x.strided(), geometry(x, 3, 3, {2, 2}, {2, 2}), 16));
+  const Tensor small = ops::zeros({20, 64, 7, 7});
+  CHECK(cpu::direct_winograd_runs(small.strided(), geometry(small, 3, 3, {1, 1}), 64));
+  CHECK_FALSE(cpu::direct_winograd_runs(small.strided(), geometry(small, 3, 3, {1, 1}), 65));
 }
 
 TEST_CASE("conv2d: Winograd in the direct path gives the same bits on 1 and 2 threads") {
