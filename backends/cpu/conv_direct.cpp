@@ -67,7 +67,7 @@ double waste(int64_t positions) {
   return static_cast<double>((positions + 15) / 16 * 16) / static_cast<double>(positions);
 }
 
-Mode mode_of(const Strided& x, const ConvGeometry& g) {
+Mode mode_of(const Strided& x, const ConvGeometry& g, int64_t Cout) {
   const int64_t L = g.out_h * g.out_w, B = x.shape[0];
   Mode m;
   if (g.stride_h == 1 && g.stride_w == 1 && g.out_w == g.width && x.strides[2] == g.width &&
@@ -78,8 +78,13 @@ Mode mode_of(const Strided& x, const ConvGeometry& g) {
   // Phase planes of ceil(H / s_h) rows of ceil(W / s_w) entries: they must fit in the output's
   // rows and columns, so that an image's planes are OH x OW, as its output. Not for fewer than 8
   // channels: a 3-channel 7x7 stem at stride 2 measured slower than the implicit GEMM (ResNet-18,
-  // 17.3 against 13.7 ms at batch 8).
-  if (g.channels < 8 || (g.height + g.stride_h - 1) / g.stride_h > g.out_h ||
+  // 17.3 against 13.7 ms at batch 8). Nor for the wide layers' products (more than 64 output
+  // channels or a depth over 576), which im2col's blocked product runs better: ResNet-18's 1x1
+  // shortcuts at stride 2 measured 0.80 against 0.65 ms (128 to 256) and 0.73 against 0.67 ms
+  // (64 to 128), its 128 to 256 3x3 at stride 2 5.5 against 5.25 ms, batch 8.
+  const int64_t depth = g.channels * g.kernel_h * g.kernel_w;
+  if (g.channels < 8 || Cout > 64 || depth > 576 ||
+      (g.height + g.stride_h - 1) / g.stride_h > g.out_h ||
       (g.width + g.stride_w - 1) / g.stride_w > g.out_w)
     return m;
   m.G = std::clamp<int64_t>((kGroupPositions + L - 1) / L, 1, (B + kMinGroups - 1) / kMinGroups);
@@ -365,7 +370,7 @@ void direct_run(const Strided& x, const float* wd, int64_t Cout, const float* bi
                 const ConvGeometry& g, const ConvOut& out) {
   const int64_t B = x.shape[0], C = g.channels, T = g.kernel_h * g.kernel_w;
   const int64_t L = g.out_h * g.out_w;
-  const Mode mode = mode_of(x, g);
+  const Mode mode = mode_of(x, g, Cout);
   const Plan m = make_plan(g, mode, Cout);
   const auto at = [&](int64_t b) { return b * Cout * L; };
   if (mode.in_place) {
@@ -416,7 +421,7 @@ bool direct_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
     return false;
   if (x.strides[3] != 1 || g.out_h <= 0 || g.out_w <= 0 || Cout <= 0 || x.shape[0] <= 0)
     return false;
-  return g.channels * g.kernel_h * g.kernel_w >= 8 && mode_of(x, g).runs;
+  return g.channels * g.kernel_h * g.kernel_w >= 8 && mode_of(x, g, Cout).runs;
 #else
   (void)x, (void)g, (void)Cout;
   return false;
