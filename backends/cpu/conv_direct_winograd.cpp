@@ -9,8 +9,8 @@
 //     holds them (x read in place, no phase planes), 0 outside the map;
 //   - the 2x2 outputs Y[u][v] of a row of tiles interleave, again by permutes, into output rows
 //     2 ty + u of y, written with the bias, the residual and the ReLU (no output copy).
-// Per panel (2 vectors of tile rows) and channel: V[xi][c] = B^T d B in registers; per xi one
-// product over the channels, M[xi][co] = sum_c U[xi][c][co] V[xi][c] (the weight transformed once
+// Per panel (2 vectors of tile rows) and channel: V[c][xi] = B^T d B in registers; per xi one
+// product over the channels, M[co][xi] = sum_c U[xi][c][co] V[c][xi] (the weight transformed once
 // a call, U = G g G^T); per output channel Y = A^T M A:
 //   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],
 //   A^T = [1 1 1 0; 0 1 -1 -1].
@@ -110,7 +110,8 @@ struct Rows {
   int64_t b = -1, ty0 = 0;
 };
 
-/// V[xi][c][lanes] = B^T d B for a panel's 2 vectors. x: the batch's data (image b, channel c at
+/// V[c][xi][lanes] = B^T d B for a panel's 2 vectors (a channel's 16 positions one after another,
+/// stored together). x: the batch's data (image b, channel c at
 /// x + b bs + c cs), maps H x W with rows W apart.
 template <int R>
 __attribute__((target("avx512f"))) void input_panel(const float* x, int64_t bs, int64_t cs,
@@ -164,18 +165,19 @@ __attribute__((target("avx512f"))) void input_panel(const float* x, int64_t bs, 
       }
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        float* o = Vv + (k * C + c) * kLanes;  // V[4 k1 + k][c]
+        float* o = Vv + (c * 16 + k) * kLanes;  // V[c][4 k1 + k]: a channel's 16 in a row
         _mm512_storeu_ps(o, _mm512_sub_ps(t[0][k], t[2][k]));
-        _mm512_storeu_ps(o + 4 * C * kLanes, _mm512_add_ps(t[1][k], t[2][k]));
-        _mm512_storeu_ps(o + 8 * C * kLanes, _mm512_sub_ps(t[2][k], t[1][k]));
-        _mm512_storeu_ps(o + 12 * C * kLanes, _mm512_sub_ps(t[1][k], t[3][k]));
+        _mm512_storeu_ps(o + 4 * kLanes, _mm512_add_ps(t[1][k], t[2][k]));
+        _mm512_storeu_ps(o + 8 * kLanes, _mm512_sub_ps(t[2][k], t[1][k]));
+        _mm512_storeu_ps(o + 12 * kLanes, _mm512_sub_ps(t[1][k], t[3][k]));
       }
     }
   }
 }
 
-/// M[co0 + i][xi][lanes] = sum_c U[xi][c][co0 + i] V[xi][c][lanes] for i < MR (one position
-/// xi): V = V[xi] [C, 32], u = U[xi][0][co0] (rows Cout apart), M = M[co0][xi] (rows 16 32 apart).
+/// M[co0 + i][xi][lanes] = sum_c U[xi][c][co0 + i] V[c][xi][lanes] for i < MR (one position
+/// xi): V = V[0][xi] (channels 16 32 apart), u = U[xi][0][co0] (rows Cout apart), M = M[co0][xi]
+/// (rows 16 32 apart).
 template <int MR>
 __attribute__((target("avx512f"))) void product(int64_t C, const float* V, const float* u,
                                                 int64_t Cout, float* M) {
@@ -183,7 +185,7 @@ __attribute__((target("avx512f"))) void product(int64_t C, const float* V, const
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 12
   for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < C; ++c, V += kLanes, u += Cout) {
+  for (int64_t c = 0; c < C; ++c, V += 16 * kLanes, u += Cout) {
     const __m512 b0 = _mm512_loadu_ps(V), b1 = _mm512_loadu_ps(V + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; ++i) {
@@ -304,8 +306,8 @@ void narrow_run(const Strided& x, const float* U, int64_t Cout, const float* bia
       for (int64_t xi = 0; xi < 16; ++xi)
         for (int64_t s = 0, co0 = 0, mr = 0; co0 < Cout; ++s, co0 += mr) {
           mr = (Cout - co0 + strips - s - 1) / (strips - s);  // (strips of equal size)
-          kProducts[static_cast<size_t>(mr - 1)](C, V + xi * C * kLanes, U + xi * C * Cout + co0,
-                                                 Cout, M + (co0 * 16 + xi) * kLanes);
+          kProducts[static_cast<size_t>(mr - 1)](C, V + xi * kLanes, U + xi * C * Cout + co0, Cout,
+                                                 M + (co0 * 16 + xi) * kLanes);
         }
       const float* r = out.residual;
       switch (z.R) {
