@@ -18,10 +18,14 @@
 // panels (32 positions) are the units of work, each computed by one thread, all its strips of
 // output channels while its input is in L1: results do not depend on the thread count.
 //
-// Panels cost the same whatever their share of real outputs: 14x14 maps waste 14% (196 outputs
-// in 7 panels of 32), 28x28 2%, 56x56 none; a 7x7 map would waste 31% (kMaxWaste keeps it out).
+// Panels cost the same whatever their share of real outputs: a map read in place ends in one
+// vector or two (14x14 wastes 6%, 28x28 none). At a stride over 1, or on a map too small for
+// that (7x7: 64 lanes for 49 outputs), the input is first copied into phase planes that hold a
+// group of images one after another (make_plan, pack_phases): a strided tap reads a phase plane at
+// a constant shift too, and a panel may run from one image into the next.
 // The input gradient of a stride-1 "same" convolution is the convolution of dy with the flipped
-// weight (direct_conv2d_input_grad), the same kernel.
+// weight (direct_conv2d_input_grad), the same kernel. A 3x3 with padding 1 of 16 to 63 channels
+// goes by Winograd's F(2x2, 3x3) instead (conv_direct_winograd.cpp), reading x in place as well.
 #include "backends/cpu/conv_direct.h"
 
 #include <algorithm>

@@ -2,8 +2,10 @@
 // as wide as its input's (a 3x3 with padding 1, any "same" width) computed straight from x into
 // y, both NCHW, with no copy of either: the output positions of an image are one flat run of
 // OH OW floats, and a tap's input is the same run shifted by a constant, read in place with the
-// lanes that fall outside the image masked off. backends/cpu/conv_batched.cpp takes it first
-// where it runs (Winograd's excepted).
+// lanes that fall outside the image masked off; other strides and small maps through phase
+// planes (one copy of the input); narrow 3x3s by Winograd's F(2x2, 3x3) in place
+// (conv_direct_winograd.cpp). backends/cpu/conv_batched.cpp takes it first where it runs
+// (conv_winograd.cpp's Winograd excepted).
 #pragma once
 #include <cstdint>
 
@@ -13,11 +15,13 @@
 namespace vitrine::cpu {
 
 /// Whether direct_conv2d takes a convolution of x [B, C, H, W] with geometry g into Cout
-/// channels: float32 with rows of unit stride, W apart, under ConvAlgorithm::Auto or Direct
-/// where Vitrine's own GEMM runs (AVX-512); stride 1, groups 1 and an output as wide as the input
-/// (dilation (kw - 1) = 2 pad_w; any kernel height, dilation and vertical padding); a depth C kh kw
-/// of 8 or more; and an output map whose 32-column panels waste little (at most kMaxWaste of the
-/// work: 14x14 maps and larger).
+/// channels: float32 with rows of unit stride, under ConvAlgorithm::Auto or Direct where
+/// Vitrine's own GEMM runs (AVX-512); groups 1; a depth C kh kw of 8 or more; and either (in
+/// place) stride 1 and an output as wide as the input (dilation (kw - 1) = 2 pad_w; any kernel
+/// height, dilation and vertical padding), rows W apart, a map whose vectors of 16 positions waste
+/// at most 7%; or (phase planes) any stride with phase planes no larger than the output, 8
+/// channels or more in, up to 64 out, a depth up to 576, and groups of images that waste at most
+/// a fifth (a 7x7 map at a batch of 17 or more).
 bool direct_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
 /// Whether direct_conv2d_input_grad takes the input gradient: "same" padding in both dims (the
 /// input gradient is then the convolution of dy with the flipped weight) and direct_conv_runs
@@ -26,8 +30,8 @@ bool direct_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cou
 
 /// Whether direct_conv2d (and its input gradient) computes it by Winograd's F(2x2, 3x3), x read in
 /// place (conv_direct_winograd.cpp): direct_conv_runs under ConvAlgorithm::Auto, a 3x3 at stride 1
-/// with padding 1 on a map of even sides, 2 to 14 or 18 to 30 wide (a row's one or two vectors
-/// hold a zero past it), rows W apart, 16 to 63 channels in and out.
+/// with padding 1 on a map up to 31 wide (1, 2 or 4 rows of tiles a vector, a zero lane past each
+/// row), rows W apart, 16 to 63 channels in and out (64 on a map up to 7 wide).
 bool direct_winograd_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
 /// y = conv(x, w) + bias then out's residual and ReLU, as direct_conv2d, by F(2x2, 3x3): per 2x2
 /// tile of outputs and its 4x4 window d, Y = A^T [ (G g G^T) . (B^T d B) ] A.
