@@ -92,12 +92,7 @@ TEST_CASE("conv2d: the direct forward and input gradient equal float64 and the i
     INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w) << " padding "
               << s.padding.first << "x" << s.padding.second << " dilation " << s.dilation.first
               << " stride " << s.stride.first << "x" << s.stride.second);
-    Tensor x = rand64(s.x, seed++).to(kFloat32);
-    if (s.sliced) {
-      Dims wide = s.x;
-      wide[1] += 16;
-      x = ops::narrow(rand64(wide, seed++).to(kFloat32), 1, 8, s.x[1]);
-    }
+    const Tensor x = conv_input(s.x, seed, s.sliced);
     const Tensor w = rand64(s.w, seed++, 0.2).to(kFloat32);
     const Tensor b = rand64({s.w[0]}, seed++).to(kFloat32);
     const ConvGeometry g = geometry(x, s.w[2], s.w[3], s.padding, s.dilation, s.stride);
@@ -168,26 +163,6 @@ TEST_CASE("conv2d: the direct path takes stride-1 convolutions as wide as their 
   set_conv_algorithm("auto");
 }
 
-TEST_CASE("conv2d: the direct path gives the same bits on 1 and 2 threads") {
-  if (!own_gemm()) return;
-  const Tensor x = rand64({5, 16, 28, 28}, 900).to(kFloat32);
-  const Tensor w = rand64({16, 16, 3, 3}, 901, 0.2).to(kFloat32);
-  const Tensor b = rand64({16}, 902).to(kFloat32);
-  const Tensor r = rand64({5, 16, 28, 28}, 903).to(kFloat32).detach();
-  Run one, two;
-  {
-    Threads t(1);
-    one = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, {1, 1}, r);
-  }
-  {
-    Threads t(2);
-    two = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, {1, 1}, r);
-  }
-  check_equal_bits(one.y, two.y);
-  check_equal_bits(one.dx, two.dx);
-  check_equal_bits(one.dw, two.dw);
-}
-
 TEST_CASE("conv2d: Winograd in the direct path equals float64 on narrow layers") {
   struct Shape {
     Dims x;
@@ -206,12 +181,7 @@ TEST_CASE("conv2d: Winograd in the direct path equals float64 on narrow layers")
   uint64_t seed = 950;
   for (const Shape& s : shapes) {
     INFO("x " << fmt::format("{}", s.x) << " out " << s.cout);
-    Tensor x = rand64(s.x, seed++).to(kFloat32);
-    if (s.sliced) {
-      Dims wide = s.x;
-      wide[1] += 16;
-      x = ops::narrow(rand64(wide, seed++).to(kFloat32), 1, 8, s.x[1]);
-    }
+    const Tensor x = conv_input(s.x, seed, s.sliced);
     const Tensor w = rand64({s.cout, s.x[1], 3, 3}, seed++, 0.2).to(kFloat32);
     const Tensor b = rand64({s.cout}, seed++).to(kFloat32);
     const ConvGeometry g = geometry(x, 3, 3, {1, 1});
@@ -252,22 +222,30 @@ TEST_CASE("conv2d: Winograd in the direct path equals float64 on narrow layers")
   CHECK_FALSE(cpu::direct_winograd_runs(small.strided(), geometry(small, 3, 3, {1, 1}), 65));
 }
 
-TEST_CASE("conv2d: Winograd in the direct path gives the same bits on 1 and 2 threads") {
+TEST_CASE("conv2d: the direct path and its Winograd give the same bits on 1 and 2 threads") {
   if (!own_gemm()) return;
-  const Tensor x = rand64({5, 32, 14, 14}, 990).to(kFloat32);
-  const Tensor w = rand64({24, 32, 3, 3}, 991, 0.2).to(kFloat32);
-  const Tensor b = rand64({24}, 992).to(kFloat32);
-  const Tensor r = rand64({5, 24, 14, 14}, 993).to(kFloat32).detach();
-  Run one, two;
-  {
-    Threads t(1);
-    one = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, {1, 1}, r);
+  // The direct tiles in place (28x28) and in phase planes (stride 2), under Direct; the narrow
+  // Winograd (14x14, two rows of tiles a vector), under Auto.
+  struct Case {
+    ConvAlgorithm algorithm;
+    Dims x;
+    int64_t cout;
+    Pair stride;
+  };
+  uint64_t seed = 900;
+  for (const Case& k : {Case{ConvAlgorithm::Direct, {5, 16, 28, 28}, 16, {1, 1}},
+                        Case{ConvAlgorithm::Direct, {5, 16, 28, 28}, 32, {2, 2}},
+                        Case{ConvAlgorithm::Auto, {5, 32, 14, 14}, 24, {1, 1}}}) {
+    const Tensor x = rand64(k.x, seed++).to(kFloat32);
+    const Tensor w = rand64({k.cout, k.x[1], 3, 3}, seed++, 0.2).to(kFloat32);
+    const Tensor b = rand64({k.cout}, seed++).to(kFloat32);
+    const Tensor r =
+        rand64({k.x[0], k.cout, k.x[2] / k.stride.first, k.x[3] / k.stride.second}, seed++)
+            .to(kFloat32)
+            .detach();
+    check_same_bits_on_1_and_2_threads([&] {
+      const Run o = run(k.algorithm, x, w, b, {1, 1}, {1, 1}, r, k.stride);
+      return std::vector<Tensor>{o.y, o.dx, o.dw};
+    });
   }
-  {
-    Threads t(2);
-    two = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, {1, 1}, r);
-  }
-  check_equal_bits(one.y, two.y);
-  check_equal_bits(one.dx, two.dx);
-  check_equal_bits(one.dw, two.dw);
 }

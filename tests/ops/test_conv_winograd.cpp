@@ -67,12 +67,7 @@ TEST_CASE("conv2d: Winograd's forward and input gradient equal the implicit GEMM
   uint64_t seed = 500;
   for (const Shape& s : shapes) {
     INFO("x " << fmt::format("{}", s.x) << " out " << s.cout << " padding " << s.ph << "x" << s.pw);
-    Tensor x = rand64(s.x, seed++).to(kFloat32);
-    if (s.sliced) {
-      Dims wide = s.x;
-      wide[1] += 16;
-      x = ops::narrow(rand64(wide, seed++).to(kFloat32), 1, 8, s.x[1]);
-    }
+    const Tensor x = conv_input(s.x, seed, s.sliced);
     const Tensor w = rand64({s.cout, s.x[1], 3, 3}, seed++, 0.1).to(kFloat32);
     const Tensor b = rand64({s.cout}, seed++).to(kFloat32);
     const ConvGeometry g = geometry(x, s.ph, s.pw);
@@ -140,16 +135,8 @@ TEST_CASE("conv2d: Winograd gives the same bits on 1 and 2 threads") {
   const Tensor w = rand64({64, 64, 3, 3}, 601, 0.1).to(kFloat32);
   const Tensor b = rand64({64}, 602).to(kFloat32);
   const Tensor r = rand64({6, 64, 14, 14}, 603).to(kFloat32).detach();
-  Run one, two;
-  {
-    Threads t(1);
-    one = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, r);
-  }
-  {
-    Threads t(2);
-    two = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, r);
-  }
-  check_equal_bits(one.y, two.y);
-  check_equal_bits(one.dx, two.dx);
-  check_equal_bits(one.dw, two.dw);
+  check_same_bits_on_1_and_2_threads([&] {
+    const Run o = run(ConvAlgorithm::Auto, x, w, b, {1, 1}, r);
+    return std::vector<Tensor>{o.y, o.dx, o.dw};
+  });
 }
