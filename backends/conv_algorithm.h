@@ -1,19 +1,22 @@
 // How the CPU computes a convolution, as a switch for A/B runs and for the tests that check one
 // path against the other (the rule that every fast kernel keeps its plain path):
 //   Auto      the batched path (backends/cpu/conv_batched.cpp: groups of images in parallel, one
-//             product per group) for float32 where Vitrine's own GEMM runs (AVX-512): a 3x3 at
-//             stride 1 by Winograd's F(2x2, 3x3) (backends/cpu/conv_winograd.cpp), else products
+//             thread each) for float32 where Vitrine's own GEMM runs (AVX-512): a 3x3 at stride 1
+//             of 64 channels and more by Winograd's F(2x2, 3x3) (backends/cpu/conv_winograd.cpp),
+//             else the direct convolution, x and y in place (backends/cpu/conv_direct.cpp; its
+//             narrow 3x3s by F(2x2, 3x3) in place, conv_direct_winograd.cpp), else products
 //             reading the padded input in place where that wastes little
 //             (backends/cpu/conv_implicit.cpp, implicit GEMM), else im2col; image by image
-//             where the own GEMM does not run (the default)
-//   Implicit  Auto without Winograd: its 3x3s at stride 1 by the implicit GEMM (A/B runs, tests)
+//             where the own GEMM does not run (the default). docs/convolutions.md.
+//   Direct    Auto without either Winograd: the direct tiles where they run (A/B runs, tests)
+//   Implicit  Auto without Winograd and the direct path: the implicit GEMM where it runs
 //   Batched   the batched path with im2col for float32 and float64 (float64 and shapes the own
 //             GEMM does not take on plain loops: for tests and A/B runs)
 //   PerImage  im2col and one product per image or per chunk (ops/conv.cpp), on any backend
 // CUDA takes its batched path (one im2col launch per chunk of images, cuda_backend.cpp) under
-// Auto, Implicit and Batched, and ops/conv.cpp's under PerImage.
-// The environment's VITRINE_CONV (auto, implicit, batched, per-image) sets it when the process
-// starts.
+// Auto, Direct, Implicit and Batched, and ops/conv.cpp's under PerImage.
+// The environment's VITRINE_CONV (auto, direct, implicit, batched, per-image) sets it when the
+// process starts.
 #pragma once
 #include <string_view>
 
