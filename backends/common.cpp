@@ -277,4 +277,11 @@ void set_conv_algorithm(std::string_view name) {
 void set_conv_algorithm(ConvAlgorithm a) { conv_setting() = a; }
 ConvAlgorithm conv_algorithm() { return conv_setting(); }
 
+namespace {
+thread_local bool conv_gradient = false;
+}  // namespace
+bool conv_for_gradient() { return conv_gradient; }
+ConvForGradient::ConvForGradient(bool on) : before(conv_gradient) { conv_gradient = on; }
+ConvForGradient::~ConvForGradient() { conv_gradient = before; }
+
 }  // namespace vitrine

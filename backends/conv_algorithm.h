@@ -29,4 +29,20 @@ void set_conv_algorithm(std::string_view name);
 void set_conv_algorithm(ConvAlgorithm a);
 ConvAlgorithm conv_algorithm();
 
+/// Whether the convolution forward that this thread runs is recorded for a gradient: ops::conv2d
+/// sets it (ConvForGradient) around the backend's call. The CPU's narrow Winograd and the direct
+/// convolution's phase planes (backends/cpu/conv_direct*.cpp) then step aside, and the forward
+/// takes the paths before them (Winograd, the in-place direct tiles, the implicit GEMM, im2col):
+/// with them, a ResNet-8's and the default ViT's training losses under 2 data-parallel ranks
+/// drifted from one process's by 1.4e-5 to 1.7e-5 within 7 steps (the reductions' different
+/// roundings amplified along the way; 6e-8 without them). Input gradients and inference keep them.
+bool conv_for_gradient();
+struct ConvForGradient {
+  explicit ConvForGradient(bool on);
+  ~ConvForGradient();
+  ConvForGradient(const ConvForGradient&) = delete;
+  ConvForGradient& operator=(const ConvForGradient&) = delete;
+  bool before;
+};
+
 }  // namespace vitrine

@@ -19,6 +19,7 @@
 // are one GEMM each per chunk; only y (out of Y) and dy (into dY) are copied, each Cout x n L.
 #include <algorithm>
 
+#include "backends/conv_algorithm.h"
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
@@ -231,6 +232,7 @@ Tensor conv2d_dense(const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const ConvGeometry& g) {
   Tensor y = empty_on(x, {x.size(0), weight.size(0), g.out_h, g.out_w}, x.dtype());
   {
+    const ConvForGradient recorded(any_requires_grad({x, weight, bias}));
     NoGradGuard no_grad;
     const Tensor wc = weight.contiguous();  // [Cout, K]
     const Tensor bc = bias.defined() ? bias.contiguous() : Tensor();

@@ -86,13 +86,19 @@ Mode mode_of(const Strided& x, const ConvGeometry& g, int64_t Cout) {
   // channels or a depth over 576), which im2col's blocked product runs better: ResNet-18's 1x1
   // shortcuts at stride 2 measured 0.80 against 0.65 ms (128 to 256) and 0.73 against 0.67 ms
   // (64 to 128), its 128 to 256 3x3 at stride 2 5.5 against 5.25 ms, batch 8.
+  // Not in a forward recorded for a gradient (conv_algorithm.h: conv_for_gradient), which keeps
+  // the paths before this one for strided and small maps.
   const int64_t depth = g.channels * g.kernel_h * g.kernel_w;
-  if (g.channels < 8 || Cout > 64 || depth > 576 ||
+  if (conv_for_gradient() || g.channels < 8 || Cout > 64 || depth > 576 ||
       (g.height + g.stride_h - 1) / g.stride_h > g.out_h ||
       (g.width + g.stride_w - 1) / g.stride_w > g.out_w)
     return m;
-  m.G = std::clamp<int64_t>((kGroupPositions + L - 1) / L, 1, (B + kMinGroups - 1) / kMinGroups);
-  m.runs = waste(m.G * L) <= kMaxWaste;
+  // Whether it runs does not depend on the batch (a batch cut between data-parallel ranks takes
+  // the path the whole batch takes): groups of G0 images waste little; a smaller batch runs in
+  // smaller groups (at least kMinGroups of them where it can), computed the same way.
+  const int64_t G0 = (kGroupPositions + L - 1) / L;
+  m.runs = waste(G0 * L) <= kMaxWaste;
+  m.G = std::clamp<int64_t>(G0, 1, (B + kMinGroups - 1) / kMinGroups);
   return m;
 }
 
@@ -416,16 +422,25 @@ void direct_run(const Strided&, const float*, int64_t, const float*, float*, con
 
 }  // namespace
 
-bool direct_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
+bool direct_basics(const Strided& x, const ConvGeometry& g, int64_t Cout) {
 #ifdef VT_DIRECT
   const ConvAlgorithm a = conv_algorithm();
   if (x.dtype != DType::Float32 || x.shape.size() != 4 ||
       (a != ConvAlgorithm::Auto && a != ConvAlgorithm::Direct) ||
       gemm_policy() == GemmPolicy::Off || !cpu_has_avx512())
     return false;
-  if (x.strides[3] != 1 || g.out_h <= 0 || g.out_w <= 0 || Cout <= 0 || x.shape[0] <= 0)
-    return false;
-  return g.channels * g.kernel_h * g.kernel_w >= 8 && mode_of(x, g, Cout).runs;
+  return x.strides[3] == 1 && g.out_h > 0 && g.out_w > 0 && Cout > 0 && x.shape[0] > 0 &&
+         g.channels * g.kernel_h * g.kernel_w >= 8;
+#else
+  (void)x, (void)g, (void)Cout;
+  return false;
+#endif
+}
+
+bool direct_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
+#ifdef VT_DIRECT
+  return direct_basics(x, g, Cout) &&
+         (mode_of(x, g, Cout).runs || direct_winograd_runs(x, g, Cout));
 #else
   (void)x, (void)g, (void)Cout;
   return false;

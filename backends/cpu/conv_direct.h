@@ -21,17 +21,23 @@ namespace vitrine::cpu {
 /// height, dilation and vertical padding), rows W apart, a map whose vectors of 16 positions waste
 /// at most 7%; or (phase planes) any stride with phase planes no larger than the output, 8
 /// channels or more in, up to 64 out, a depth up to 576, and groups of images that waste at most
-/// a fifth (a 7x7 map at a batch of 17 or more).
+/// a fifth (a 7x7 map: groups of 21 images).
+/// Its narrow Winograd's shapes run too (direct_winograd_runs). Neither depends on the batch size:
+/// a batch cut between data-parallel ranks takes the path the whole batch takes.
 bool direct_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
+/// What every direct path needs: float32 in 4 dims with rows of unit stride, ConvAlgorithm::Auto
+/// or Direct where the own GEMM runs (AVX-512), a nonempty output, a depth C kh kw of 8 or more.
+bool direct_basics(const Strided& x, const ConvGeometry& g, int64_t Cout);
 /// Whether direct_conv2d_input_grad takes the input gradient: "same" padding in both dims (the
 /// input gradient is then the convolution of dy with the flipped weight) and direct_conv_runs
 /// for that convolution (Cout channels in, C out).
 bool direct_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
 
 /// Whether direct_conv2d (and its input gradient) computes it by Winograd's F(2x2, 3x3), x read in
-/// place (conv_direct_winograd.cpp): direct_conv_runs under ConvAlgorithm::Auto, a 3x3 at stride 1
+/// place (conv_direct_winograd.cpp): a 3x3 at stride 1
 /// with padding 1 on a map up to 31 wide (1, 2 or 4 rows of tiles a vector, a zero lane past each
-/// row), rows W apart, 16 to 63 channels in and out (64 on a map up to 7 wide).
+/// row), rows W apart, 16 to 63 channels in and out (64 on a map up to 7 wide): direct_basics
+/// under ConvAlgorithm::Auto, at any batch size.
 bool direct_winograd_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
 /// y = conv(x, w) + bias then out's residual and ReLU, as direct_conv2d, by F(2x2, 3x3): per 2x2
 /// tile of outputs and its 4x4 window d, Y = A^T [ (G g G^T) . (B^T d B) ] A.

@@ -341,10 +341,11 @@ bool direct_winograd_runs(const Strided& x, const ConvGeometry& g, int64_t Cout)
   // cover poorly (conv_batched.cpp).
   const int64_t most = g.width <= 7 ? kMaxChannels : kMaxChannels - 1;
   const auto narrow = [&](int64_t c) { return c >= kMinChannels && c <= most; };
-  return conv_algorithm() == ConvAlgorithm::Auto && direct_conv_runs(x, g, Cout) &&
-         x.strides[2] == g.width && g.kernel_h == 3 && g.kernel_w == 3 && g.stride_h == 1 &&
-         g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.pad_h == 1 &&
-         g.pad_w == 1 && rows_a_vector(g.width) > 0 && narrow(g.channels) && narrow(Cout);
+  return conv_algorithm() == ConvAlgorithm::Auto && !conv_for_gradient() &&
+         direct_basics(x, g, Cout) && x.strides[2] == g.width && g.kernel_h == 3 &&
+         g.kernel_w == 3 && g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 &&
+         g.dilation_w == 1 && g.pad_h == 1 && g.pad_w == 1 && rows_a_vector(g.width) > 0 &&
+         narrow(g.channels) && narrow(Cout);
 #else
   (void)x, (void)g, (void)Cout;
   return false;

@@ -129,15 +129,16 @@ TEST_CASE("conv2d: the direct path takes stride-1 convolutions as wide as their 
   CHECK(cpu::direct_conv_runs(x.strided(), g, 16));
   CHECK(cpu::direct_conv_runs(x.strided(), g, 1000));
   CHECK_FALSE(cpu::direct_conv_runs(x.to(kFloat64).strided(), g, 16));
+  // Whether it runs does not depend on the batch: a 7x7 output goes in groups of 21 images'
+  // phase planes, however few images there are (a batch cut between ranks takes the same path).
   ConvGeometry other = g;
   other.stride_h = other.stride_w = 2;
   other.out_h = other.out_w = 7;
-  CHECK_FALSE(cpu::direct_conv_runs(x.strided(), other, 16));
+  CHECK(cpu::direct_conv_runs(x.strided(), other, 16));
+  const Tensor small = ops::zeros({2, 16, 7, 7});  // (a 5x5 on a 7x7 map of 2 images: groups)
+  CHECK(cpu::direct_conv_runs(small.strided(), geometry(small, 5, 5, {2, 2}), 16));
   // Narrower than the input (no horizontal padding): the shift is not the same for every row.
   CHECK_FALSE(cpu::direct_conv_runs(x.strided(), geometry(x, 3, 3, {1, 0}), 16));
-  // A 7x7 map of 2 images: a group of one, 64 positions computed for 49.
-  const Tensor small = ops::zeros({2, 16, 7, 7});
-  CHECK_FALSE(cpu::direct_conv_runs(small.strided(), geometry(small, 3, 3, {1, 1}), 16));
   // Rows not W apart (a transposed view, a column slice) go to the other paths.
   const Tensor t = ops::transpose(x, 2, 3);
   CHECK(t.strided().strides[3] != 1);
@@ -200,7 +201,15 @@ TEST_CASE("conv2d: Winograd in the direct path equals float64 on narrow layers")
     const Run dir = run(ConvAlgorithm::Direct, x, w, b, {1, 1}, {1, 1}, r);
     const Run d = run(ConvAlgorithm::PerImage, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64),
                       {1, 1}, {1, 1}, r.to(kFloat64));
-    // (F(2x2, 3x3)'s transforms add a few roundings: outputs of about 1 to 5)
+    // (F(2x2, 3x3)'s transforms add a few roundings: outputs of about 1 to 5.) Its forward runs
+    // where no gradient is recorded (conv_for_gradient); the input gradient always.
+    Tensor y;
+    {
+      NoGradGuard no_grad;
+      Algorithm use(ConvAlgorithm::Auto);
+      y = ops::conv2d(x, w, b, {1, 1}, {1, 1});
+    }
+    check_close(y, d.y, 1e-4, 1e-5);
     check_close(a.y, d.y, 1e-4, 1e-5);
     check_close(a.dx, d.dx, 1e-4, 1e-5);
     check_equal_bits(a.dw, dir.dw);  // (the weight gradient is not Winograd's)
@@ -245,7 +254,65 @@ TEST_CASE("conv2d: the direct path and its Winograd give the same bits on 1 and 
             .detach();
     check_same_bits_on_1_and_2_threads([&] {
       const Run o = run(k.algorithm, x, w, b, {1, 1}, {1, 1}, r, k.stride);
-      return std::vector<Tensor>{o.y, o.dx, o.dw};
+      NoGradGuard no_grad;  // (the narrow Winograd's forward: where no gradient is recorded)
+      Algorithm use(k.algorithm);
+      return std::vector<Tensor>{o.y, o.dx, o.dw, ops::conv2d(x, w, b, k.stride, {1, 1})};
     });
   }
+}
+
+TEST_CASE("conv2d: a batch's first images alone give their bits in the whole batch") {
+  // The path a convolution takes does not depend on the batch size, so that data-parallel ranks,
+  // each with part of a batch, compute what one process computes (issue 47: 2 ranks equal one
+  // process): ResNet-8's 64-channel 7x7 (the narrow Winograd, not the other one, at any batch),
+  // its stride-2 3x3 into 7x7 (phase planes in groups), a 16-channel 28x28, a 5x5 on a 7x7.
+  struct Case {
+    Dims x, w;
+    Pair stride, padding;
+  };
+  uint64_t seed = 1200;
+  for (const Case& k : {Case{{32, 64, 7, 7}, {64, 64, 3, 3}, {1, 1}, {1, 1}},
+                        Case{{32, 32, 14, 14}, {64, 32, 3, 3}, {2, 2}, {1, 1}},
+                        Case{{32, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}, {1, 1}},
+                        Case{{32, 16, 7, 7}, {16, 16, 5, 5}, {1, 1}, {2, 2}}}) {
+    INFO("x " << fmt::format("{}", k.x) << " w " << fmt::format("{}", k.w));
+    const Tensor x = rand64(k.x, seed++).to(kFloat32);
+    const Tensor w = rand64(k.w, seed++, 0.2).to(kFloat32),
+                 b = rand64({k.w[0]}, seed++).to(kFloat32);
+    const Tensor y = ops::conv2d(x, w, b, k.stride, k.padding);
+    const Tensor r = rand64(y.shape(), seed++).to(kFloat32).detach();
+    const Run whole = run(ConvAlgorithm::Auto, x, w, b, k.padding, {1, 1}, r, k.stride);
+    const Run part = run(ConvAlgorithm::Auto, ops::narrow(x, 0, 0, 16).contiguous(), w, b,
+                         k.padding, {1, 1}, ops::narrow(r, 0, 0, 16).contiguous(), k.stride);
+    check_equal_bits(ops::narrow(whole.y, 0, 0, 16), part.y);
+    check_equal_bits(ops::narrow(whole.dx, 0, 0, 16), part.dx);
+    NoGradGuard no_grad;  // (and the forward where no gradient is recorded)
+    check_equal_bits(ops::narrow(ops::conv2d(x, w, b, k.stride, k.padding), 0, 0, 16),
+                     ops::conv2d(ops::narrow(x, 0, 0, 16).contiguous(), w, b, k.stride, k.padding));
+  }
+}
+
+TEST_CASE(
+    "conv2d: the narrow Winograd leaves a forward recorded for a gradient to the direct tiles") {
+  if (!own_gemm()) return;
+  Algorithm use(ConvAlgorithm::Auto);
+  const Tensor x = rand64({2, 16, 14, 14}, 1300).to(kFloat32);
+  const Tensor w = rand64({16, 16, 3, 3}, 1301, 0.2).to(kFloat32);
+  Tensor with_grad, direct;
+  {
+    Tensor xi = x.detach().requires_grad_();
+    with_grad = ops::conv2d(xi, w, Tensor(), {1, 1}, {1, 1}).detach();
+  }
+  {
+    NoGradGuard no_grad;
+    Algorithm tiles(ConvAlgorithm::Direct);
+    direct = ops::conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+  }
+  check_equal_bits(with_grad, direct);
+  CHECK_FALSE(conv_for_gradient());
+  {
+    ConvForGradient scope(true);
+    CHECK(conv_for_gradient());
+  }
+  CHECK_FALSE(conv_for_gradient());
 }
