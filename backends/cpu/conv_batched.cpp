@@ -156,13 +156,14 @@ bool conv_forward(CpuBackend& be, const Strided& x, const Strided& w, const Stri
   VT_ASSERT(!bias.data || bias.numel() == Cout);
   // A 3x3 at stride 1: Winograd's F(2x2, 3x3) (conv_winograd.h), 2.25x fewer multiplies, unless
   // its tiles waste much of that on a small map that the direct convolution takes.
-  if (winograd_conv_runs(x, g, Cout) && !(small_map(g) && direct_conv_runs(x, g, Cout))) {
+  const bool direct = direct_conv_runs(x, g, Cout);
+  if (winograd_conv_runs(x, g, Cout) && !(small_map(g) && direct)) {
     winograd_conv2d(x, w.ptr<float>(), Cout, bias.data ? bias.ptr<float>() : nullptr,
                     y.ptr<float>(), g, out);
     return true;
   }
   // A stride-1 convolution as wide as its input (conv_direct.h): x and y in place, no copies.
-  if (direct_conv_runs(x, g, Cout)) {
+  if (direct) {
     direct_conv2d(x, w.ptr<float>(), Cout, bias.data ? bias.ptr<float>() : nullptr, y.ptr<float>(),
                   g, out);
     return true;
@@ -265,9 +266,10 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
   // A stride-1 "same" convolution's dx is a convolution of dy with the flipped weight, Winograd's,
   // direct or implicit too; the loop below then computes dW only.
   Strided dx_cols = dx;
-  const bool winograd_dx = dx.data && winograd_input_grad_runs(x, g, Cout) &&
-                           !(small_map(g) && direct_input_grad_runs(dy, g, Cout));
-  const bool direct_dx = dx.data && !winograd_dx && direct_input_grad_runs(dy, g, Cout);
+  const bool direct_can = dx.data && direct_input_grad_runs(dy, g, Cout);
+  const bool winograd_dx =
+      dx.data && winograd_input_grad_runs(x, g, Cout) && !(small_map(g) && direct_can);
+  const bool direct_dx = direct_can && !winograd_dx;
   if (winograd_dx || direct_dx || (dx.data && implicit_input_grad_runs(x, g))) {
     if (winograd_dx)
       winograd_conv2d_input_grad(dy, w.ptr<float>(), Cout, dx.ptr<float>(), g);

@@ -220,9 +220,7 @@ __attribute__((target("avx512f"))) void deinterleave_row(const float* s, float* 
                                                          float* d1, int64_t n1) {
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  const auto lanes = [](int64_t c) {
-    return static_cast<__mmask16>(c >= 16 ? 0xFFFF : c <= 0 ? 0 : (1u << c) - 1);
-  };
+  const auto lanes = [](int64_t c) { return static_cast<__mmask16>(first_lanes(c)); };
   const int64_t n = std::max(d0 ? n0 : 0, d1 ? n1 : 0);
   for (int64_t j = 0; j < n; j += 16) {
     const int64_t k0 = d0 ? std::clamp<int64_t>(n0 - j, 0, 16) : 0;
@@ -413,11 +411,6 @@ void direct_run(const Strided& x, const float* wd, int64_t Cout, const float* bi
   });
 }
 
-#else
-void direct_run(const Strided&, const float*, int64_t, const float*, float*, const ConvGeometry&,
-                const ConvOut&) {
-  VT_ASSERT(false);  // (direct_conv_runs is false without AVX-512)
-}
 #endif
 
 }  // namespace
@@ -460,8 +453,12 @@ void direct_conv2d(const Strided& x, const float* w, int64_t Cout, const float* 
     direct_winograd_conv2d(x, w, Cout, bias, y, g, out);
     return;
   }
+#ifdef VT_DIRECT
   const std::vector<float> wd = direct_weight(w, Cout, g.channels, g.kernel_h * g.kernel_w, false);
   direct_run(x, wd.data(), Cout, bias, y, g, out);
+#else
+  VT_ASSERT(false);  // (direct_conv_runs is false without AVX-512)
+#endif
 }
 
 void direct_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
@@ -472,8 +469,12 @@ void direct_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, f
     direct_winograd_input_grad(dy, w, Cout, dx, g);
     return;
   }
+#ifdef VT_DIRECT
   const std::vector<float> wd = direct_weight(w, Cout, g.channels, g.kernel_h * g.kernel_w, true);
   direct_run(dy, wd.data(), g.channels, nullptr, dx, gt, {});
+#else
+  VT_ASSERT(false);
+#endif
 }
 
 }  // namespace vitrine::cpu

@@ -136,14 +136,6 @@ VT_SIMD_CLONES void transform_weight_rows(const float* w, int64_t Cout, int64_t 
   }
 }
 
-std::vector<float> transform_weight(const float* w, int64_t Cout, int64_t C) {
-  std::vector<float> U(static_cast<size_t>(16 * Cout * C));
-  parallel_chunks(Cout, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t co = c0; co < c1; ++co) transform_weight_rows(w, Cout, C, co, U.data());
-  });
-  return U;
-}
-
 /// C[M, N] = A[M, K] B[K, N] on the calling thread (rows lda, ldb, ldc apart): the own GEMM, or
 /// plain loops where it declines (a chunk of fewer than 16 tiles).
 void chunk_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b,
@@ -309,7 +301,7 @@ __attribute__((target("avx512f"))) void output_transform(const Plan& p, const fl
 void run(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
          const ConvGeometry& g, const ConvOut& out) {
   const Plan p = plan(x, g, Cout);
-  const std::vector<float> U = transform_weight(w, Cout, p.C);
+  const std::vector<float> U = winograd_weight(w, Cout, p.C);
   const std::vector<__mmask16> masks = gather_masks(p);
   const int64_t Lp = p.Lp;
   // One scratch a thread, cut into D [16, Ld], V [16, C, Lp], M [16, Cout, Lp] and T [4, Lp]
@@ -347,6 +339,14 @@ void run(const Strided&, const float*, int64_t, const float*, float*, const Conv
 #endif
 
 }  // namespace
+
+std::vector<float> winograd_weight(const float* w, int64_t Cout, int64_t C) {
+  std::vector<float> U(static_cast<size_t>(16 * Cout * C));
+  parallel_chunks(Cout, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t co = c0; co < c1; ++co) transform_weight_rows(w, Cout, C, co, U.data());
+  });
+  return U;
+}
 
 bool winograd_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
 #ifdef VT_WINOGRAD

@@ -3,6 +3,7 @@
 // conv_batched.cpp takes it first where it runs.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "backends/backend.h"
 #include "backends/cpu/conv_window.h"
@@ -18,6 +19,10 @@ bool winograd_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
 /// Whether winograd_conv2d_input_grad takes the input gradient: padding 1 ("same") and
 /// winograd_conv_runs for the convolution of dy with the flipped weight (Cout channels in, C out).
 bool winograd_input_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
+
+/// U [16, Cout, C], U[xi][co][c] = (G g G^T)[xi] for g = w[co][c] (w [Cout, C, 3, 3]): F(2x2,
+/// 3x3)'s transformed weight, of both Winograd paths (this one, conv_direct_winograd.cpp).
+std::vector<float> winograd_weight(const float* w, int64_t Cout, int64_t C);
 
 /// y [B, Cout, OH, OW] (contiguous) = conv(x, w) + bias, w [Cout, C, 3, 3] contiguous, bias
 /// [Cout] or null:

@@ -94,10 +94,8 @@ float* pack_buffer(size_t floats) {
   return buf.get();
 }
 
-/// The first n of 16 lanes (all for n >= 16, none for n <= 0).
-__mmask16 column_mask(int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
-}
+/// The first n of 16 lanes (first_lanes, sgemm.h).
+__mmask16 column_mask(int64_t n) { return first_lanes(n); }
 
 // The all-lanes masks of the maskz forms below: the unmasked intrinsics start from
 // _mm512_undefined_ps, which GCC 12 reports as maybe uninitialised.

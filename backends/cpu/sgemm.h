@@ -28,6 +28,12 @@ GemmPolicy gemm_policy();
 GemmPolicy gemm_policy_for(std::string_view env, bool avx512, std::string_view openblas_core);
 /// Whether this CPU runs AVX-512 (AVX512F), as the loader's ifuncs see it.
 bool cpu_has_avx512();
+
+/// The first n of 16 lanes as an AVX-512 mask's bits (all for n >= 16, none for n <= 0): the own
+/// GEMM's and the direct convolutions' masked loads and stores of a row's end.
+inline uint16_t first_lanes(int64_t n) {
+  return static_cast<uint16_t>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
 /// Whether an OpenBLAS kernel set (openblas_get_corename(), any case) is made for this CPU's
 /// vector width. On a CPU with AVX-512 only the AVX-512 sets count (SkylakeX, Cooperlake,
 /// SapphireRapids); on one with AVX2 but not AVX-512, the AVX2 sets (Haswell, Zen) count too.
