@@ -158,6 +158,12 @@ TEST_CASE("explain: min-max scaling, bilinear upsampling and patch means") {
   check_close(upsample(g, 2, 4), std::vector<double>{0, 1, 3, 4, 0, 1, 3, 4}, 1e-6);
   Tensor px = ops::arange(16, kFloat32).reshape({1, 4, 4});
   check_close(patch_mean(px, 2), std::vector<double>{2.5, 4.5, 10.5, 12.5}, 1e-6);
+  // A map the cell does not divide (a ResNet's 42x42 images, the default --cell 4): the error
+  // names the cells that fit.
+  CHECK_ERROR_CONTAINS(patch_mean(ops::zeros({1, 42, 42}), 4),
+                       "map 42x42 is not a multiple of patch 4 (a model other than a ViT: --cell "
+                       "one of 2, 3, 6, 7, 14, 21, 42)");
+  CHECK_ERROR_CONTAINS(patch_mean(ops::zeros({1, 5, 7}), 2), "--cell 1)");
 }
 
 TEST_CASE("explain: attention distance of uniform attention over a 1 x 2 grid is half a patch") {

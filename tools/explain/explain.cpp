@@ -417,8 +417,14 @@ Tensor gradcam(const Pass& pass) {
 
 Tensor patch_mean(const Tensor& map, int64_t patch) {
   const int64_t B = map.size(0), H = map.size(1), W = map.size(2);
-  VT_CHECK(H % patch == 0 && W % patch == 0, "explain: map {}x{} is not a multiple of patch {}", H,
-           W, patch);
+  if (H % patch != 0 || W % patch != 0) {
+    // (a ResNet on 42x42 images with the default --cell 4: name the cells that fit)
+    std::string fit;
+    for (int64_t d = 2; d <= std::min(H, W); ++d)
+      if (H % d == 0 && W % d == 0) fit += (fit.empty() ? "" : ", ") + std::to_string(d);
+    fail("explain: map {}x{} is not a multiple of patch {} (a model other than a ViT: --cell {})",
+         H, W, patch, fit.empty() ? "1" : "one of " + fit);
+  }
   return ops::mean(map.reshape({B, H / patch, patch, W / patch, patch}), {2, 4}).to(kFloat32);
 }
 
