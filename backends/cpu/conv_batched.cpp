@@ -280,9 +280,17 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
     dx_cols = Strided();
     if (!dw.data) return true;
   }
+  // The weight gradient by the direct convolution's tiles (conv_direct.h), x and dy in place.
+  Strided dw_left = dw;
+  if (dw.data && direct_weight_grad_runs(x, g, Cout)) {
+    direct_conv2d_weight_grad(x, dy.ptr<float>(), Cout, dw.ptr<float>(), g);
+    if (!dx_cols.data) return true;
+    dw_left = Strided();
+  }
   dispatch_float(x.dtype, "conv2d_backward", [&]<typename T>() {
     const T* wp = w.ptr<T>();
     const T* dyp = dy.ptr<T>();
+    const Strided& dw = dw_left;
     // The weight gradient's partials, one [K, Cout] per group: read from the padded input in
     // place where the implicit path's planes waste little (conv_implicit.h), else by im2col below.
     std::unique_ptr<T[]> partial(dw.data ? new T[static_cast<size_t>(groups * K * Cout)] : nullptr);

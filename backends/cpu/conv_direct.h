@@ -63,4 +63,18 @@ void direct_conv2d(const Strided& x, const float* w, int64_t Cout, const float* 
 void direct_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
                               const ConvGeometry& g);
 
+/// Whether direct_conv2d_weight_grad takes the weight gradient: direct_basics, up to 16 output
+/// channels, a kernel 3 taps wide, x read in place as direct_conv2d does (stride 1, an output as
+/// wide as the input) with rows of 16 or more. (Where its products are narrow: ResNet-8's stem
+/// and 16-channel layers.)
+bool direct_weight_grad_runs(const Strided& x, const ConvGeometry& g, int64_t Cout);
+/// dw [Cout, C, kh, kw] (contiguous, overwritten) from x [B, C, H, W] and dy [B, Cout, OH, OW]
+/// (contiguous): with q an output's flat position and off_t tap t's offset (direct_conv2d's)
+///   dW[co, c, t] = sum_b sum_q dy[b][co][q] x[b][c][q + off_t]   (0 where t reads outside)
+/// in tiles of up to 3 output channels by 9 taps of one channel, lanes over 16 positions each, one
+/// partial per group of images (one thread's), the partials added in group order: results do not
+/// depend on the thread count.
+void direct_conv2d_weight_grad(const Strided& x, const float* dy, int64_t Cout, float* dw,
+                               const ConvGeometry& g);
+
 }  // namespace vitrine::cpu

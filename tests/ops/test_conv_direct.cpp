@@ -5,7 +5,8 @@
 // 3x1, 3x3 (dilated too) and 5x5, output channels that leave a short strip, and a strided view;
 // which shapes it takes; the same bits on 1 and 2 threads. And its Winograd F(2x2, 3x3) for
 // narrow layers (conv_direct_winograd.cpp), against float64, on maps of one, two and four rows of
-// tiles a vector, and which shapes it takes.
+// tiles a vector, and which shapes it takes. And its weight gradient (tiles of output channels
+// by taps, lanes over the positions), against float64, on 1 and 2 threads.
 #include <fmt/format.h>
 
 #include "backends/conv_algorithm.h"
@@ -117,8 +118,66 @@ TEST_CASE("conv2d: the direct forward and input gradient equal float64 and the i
     check_close(a.dx, d.dx, 1e-4, 1e-5);
     check_close(dir.dx, d.dx, 1e-4, 1e-5);
     check_close(a.dw, d.dw, 1e-3, 1e-5);
-    check_equal_bits(a.dw, i.dw);  // (the direct path computes no weight gradient)
+    // The weight gradient is the direct tiles' (in place, rows of 16 or more, 3 taps wide) under
+    // Auto and Direct, else the implicit GEMM's.
+    if (own_gemm() && cpu::direct_weight_grad_runs(x.strided(), g, s.w[0]))
+      check_equal_bits(a.dw, dir.dw);
+    else
+      check_equal_bits(a.dw, i.dw);
   }
+}
+
+TEST_CASE("conv2d: the direct weight gradient equals float64, the same bits on 1 and 2 threads") {
+  struct Shape {
+    Dims x, w;
+    Pair padding, dilation = {1, 1};
+    bool sliced = false;
+  };
+  // ResNet-8's 16-channel 28x28 (output channels in tiles of 3, 3, 3, 3, 3 and 1) and its
+  // one-channel stem; a dilated 3x3; a 5x3 (taps in rows of 3, then 2); a 1x3 (one row); a view
+  // with 14 output channels (a last tile of 2); 37 images of 16x16 (groups of 5, the last of 2).
+  const std::vector<Shape> shapes = {{{3, 16, 28, 28}, {16, 16, 3, 3}, {1, 1}},
+                                     {{2, 1, 28, 28}, {16, 1, 3, 3}, {1, 1}},
+                                     {{2, 4, 20, 20}, {6, 4, 3, 3}, {2, 2}, {2, 2}},
+                                     {{2, 6, 18, 24}, {8, 6, 5, 3}, {2, 1}},
+                                     {{2, 4, 16, 20}, {5, 4, 1, 3}, {0, 1}},
+                                     {{3, 16, 28, 28}, {14, 16, 3, 3}, {1, 1}, {1, 1}, true},
+                                     {{37, 8, 16, 16}, {16, 8, 3, 3}, {1, 1}}};
+  uint64_t seed = 1400;
+  for (const Shape& s : shapes) {
+    INFO("x " << fmt::format("{}", s.x) << " w " << fmt::format("{}", s.w));
+    const Tensor x = conv_input(s.x, seed, s.sliced);
+    const Tensor w = rand64(s.w, seed++, 0.2).to(kFloat32);
+    const Tensor b = rand64({s.w[0]}, seed++).to(kFloat32);
+    const ConvGeometry g = geometry(x, s.w[2], s.w[3], s.padding, s.dilation);
+    const Tensor r = rand64({s.x[0], s.w[0], g.out_h, g.out_w}, seed++).to(kFloat32).detach();
+    if (own_gemm()) {
+      Algorithm use(ConvAlgorithm::Auto);
+      CHECK(cpu::direct_weight_grad_runs(x.strided(), g, s.w[0]));
+    }
+    const Run d = run(ConvAlgorithm::PerImage, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64),
+                      s.padding, s.dilation, r.to(kFloat64));
+    check_same_bits_on_1_and_2_threads([&] {
+      const Run a = run(ConvAlgorithm::Auto, x, w, b, s.padding, s.dilation, r);
+      check_close(a.dw, d.dw, 1e-4, 1e-5);
+      return std::vector<Tensor>{a.dw};
+    });
+  }
+  if (!own_gemm()) return;
+  Algorithm use(ConvAlgorithm::Auto);
+  // Not taken: more than 16 output channels, rows under 16 (14x14), a stride (phase planes), a
+  // 1x1 or 5x5, a padding that narrows the output, under Implicit.
+  const Tensor x = ops::zeros({2, 16, 14, 14}), big = ops::zeros({2, 16, 28, 28});
+  CHECK(cpu::direct_weight_grad_runs(big.strided(), geometry(big, 3, 3, {1, 1}), 16));
+  CHECK_FALSE(cpu::direct_weight_grad_runs(big.strided(), geometry(big, 3, 3, {1, 1}), 17));
+  CHECK_FALSE(cpu::direct_weight_grad_runs(x.strided(), geometry(x, 3, 3, {1, 1}), 16));
+  CHECK_FALSE(
+      cpu::direct_weight_grad_runs(big.strided(), geometry(big, 3, 3, {1, 1}, {1, 1}, {2, 2}), 16));
+  CHECK_FALSE(cpu::direct_weight_grad_runs(big.strided(), geometry(big, 1, 1, {0, 0}), 16));
+  CHECK_FALSE(cpu::direct_weight_grad_runs(big.strided(), geometry(big, 5, 5, {2, 2}), 16));
+  CHECK_FALSE(cpu::direct_weight_grad_runs(big.strided(), geometry(big, 3, 3, {1, 0}), 16));
+  Algorithm off(ConvAlgorithm::Implicit);
+  CHECK_FALSE(cpu::direct_weight_grad_runs(big.strided(), geometry(big, 3, 3, {1, 1}), 16));
 }
 
 TEST_CASE("conv2d: the direct path takes stride-1 convolutions as wide as their input") {
