@@ -34,9 +34,9 @@ ConvAlgorithm conv_algorithm();
 /// convolution's phase planes (backends/cpu/conv_direct*.cpp) then step aside, and the forward
 /// takes the paths before them (Winograd, the in-place direct tiles, the implicit GEMM, im2col):
 /// with them, a ResNet-8's and the default ViT's training losses under 2 data-parallel ranks
-/// drifted from one process's by 1.4e-5 to 1.7e-5 within 7 steps (the reductions' different
-/// roundings amplified along the way; without them 6.9e-8 and 5.5e-6, measured). Input gradients
-/// and inference keep them.
+/// drifted from one process's by 1.4e-5 within 7 steps (the reductions' different roundings
+/// amplified along the way; without them 6.9e-8 and 9.9e-8, measured at the test's seed;
+/// docs/convolutions.md). Input gradients and inference keep them.
 bool conv_for_gradient();
 struct ConvForGradient {
   explicit ConvForGradient(bool on);
