@@ -326,16 +326,7 @@ bool CpuBackend::conv2d_batched_backward(const Strided& x, const Strided& w, con
           }
         }
       });
-    if (dw.data) {  // dW[co, k] = sum over groups of dWt_g[k, co], in group order
-      T* dwp = dw.ptr<T>();
-      parallel_for(K, groups * Cout, [&](int64_t k) {
-        for (int64_t co = 0; co < Cout; ++co) {
-          T s = 0;
-          for (int64_t grp = 0; grp < groups; ++grp) s += partial[(grp * K + k) * Cout + co];
-          dwp[co * K + k] = s;
-        }
-      });
-    }
+    if (dw.data) sum_group_partials(partial.get(), groups, K, Cout, dw.ptr<T>());
   });
   return true;
 }

@@ -64,6 +64,7 @@ constexpr int64_t kAhead = 4;
 /// image's positions), or from phase planes that hold a group of G images one after another.
 struct Mode {
   bool runs = false, in_place = false;
+  bool columns = false;  // (the plan's column masks too: the weight gradient's tiles read them)
   int64_t G = 1;
 };
 
@@ -71,11 +72,17 @@ double waste(int64_t positions) {
   return static_cast<double>((positions + 15) / 16 * 16) / static_cast<double>(positions);
 }
 
+/// Whether the tiles read x in place: stride 1, an output as wide as the input, rows W apart, a
+/// map whose vectors of 16 positions waste at most 7%.
+bool reads_in_place(const Strided& x, const ConvGeometry& g) {
+  return g.stride_h == 1 && g.stride_w == 1 && g.out_w == g.width && x.strides[2] == g.width &&
+         waste(g.out_h * g.out_w) <= 1.07;
+}
+
 Mode mode_of(const Strided& x, const ConvGeometry& g, int64_t Cout) {
   const int64_t L = g.out_h * g.out_w, B = x.shape[0];
   Mode m;
-  if (g.stride_h == 1 && g.stride_w == 1 && g.out_w == g.width && x.strides[2] == g.width &&
-      waste(L) <= 1.07) {
+  if (reads_in_place(x, g)) {
     m.runs = m.in_place = true;
     return m;
   }
@@ -160,7 +167,8 @@ struct Plan {
   std::vector<Out> out;
   std::vector<int64_t> off;
   // col[(p kw + b) 2 + v]: the lanes of panel p's vector v whose input column for taps (., b)
-  // exists; rows_full[p 2 + v]: every tap's rows exist there (its mask is its column's)
+  // exists; rows_full[p 2 + v]: every tap's rows exist there (its mask is its column's); only
+  // with Mode::columns
   std::vector<__mmask16> col;
   std::vector<char> rows_full;
   int64_t plane = 0;       // (phase planes) floats per plane
@@ -176,8 +184,10 @@ Plan make_plan(const ConvGeometry& g, const Mode& mode, int64_t Cout) {
   m.P = (m.N + kNR - 1) / kNR;
   m.plane = mode.in_place ? 0 : (m.N + 15) / 16 * 16;
   m.tap.assign(static_cast<size_t>(m.P * T * 2), 0);
-  m.col.assign(static_cast<size_t>(m.P * g.kernel_w * 2), 0);
-  m.rows_full.assign(static_cast<size_t>(m.P * 2), 0);
+  if (mode.columns) {
+    m.col.assign(static_cast<size_t>(m.P * g.kernel_w * 2), 0);
+    m.rows_full.assign(static_cast<size_t>(m.P * 2), 0);
+  }
   m.out.assign(static_cast<size_t>(m.P), Out{});
   m.off.resize(static_cast<size_t>(T));
   m.used.assign(static_cast<size_t>(sh * sw), 0);
@@ -206,7 +216,7 @@ Plan make_plan(const ConvGeometry& g, const Mode& mode, int64_t Cout) {
         const auto bit = static_cast<__mmask16>(1u << l);
         (q0 + l < L ? o.lo[v] : o.hi[v]) |= bit;
         const int64_t q = Q % L, orow = q / OW, ocol = q % OW;
-        for (int64_t b = 0; b < g.kernel_w; ++b) {
+        for (int64_t b = 0; mode.columns && b < g.kernel_w; ++b) {
           const Tap c = cols[static_cast<size_t>(b)];
           const int64_t ic = ocol + c.shift;
           if (ic >= 0 && ic < phase_count(g.width, sw, c.phase))
@@ -221,6 +231,7 @@ Plan make_plan(const ConvGeometry& g, const Mode& mode, int64_t Cout) {
               m.tap[static_cast<size_t>((p * T + a * g.kernel_w + b) * 2 + v)] |= bit;
           }
       }
+      if (!mode.columns) continue;
       bool full = true;
       for (int64_t t = 0; t < T; ++t)
         full = full && m.tap[static_cast<size_t>((p * T + t) * 2 + v)] ==
@@ -450,8 +461,7 @@ int64_t dw_group(int64_t B, int64_t L) {
 /// 128 (batch 8), where the tiles read x once per 3 output channels; 0.87x on a 14x14 map (the
 /// first and last rows' masks are a quarter of its vectors) and 0.93x on 7x7 maps in phase planes.
 bool dw_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
-  return Cout <= 16 && g.kernel_w == 3 && g.out_w >= 16 && g.stride_h == 1 && g.stride_w == 1 &&
-         g.out_w == g.width && x.strides[2] == g.width && waste(g.out_h * g.out_w) <= 1.07;
+  return Cout <= 16 && g.kernel_w == 3 && g.out_w >= 16 && reads_in_place(x, g);
 }
 
 /// Where one weight-gradient tile reads: x's planes (at channel c's, position 0) and dy (at row
@@ -577,7 +587,7 @@ void direct_dw_run(const Strided& x, const float* dy, int64_t Cout, float* dw,
   const int64_t G = dw_group(B, L), groups = (B + G - 1) / G;
   std::vector<float> partial(static_cast<size_t>(groups * K * Cout));
   Mode one;
-  one.runs = one.in_place = true;
+  one.runs = one.in_place = one.columns = true;
   const Plan m = make_plan(g, one, Cout);
   const float* xp = x.ptr<float>();
   const auto images = [&](int64_t grp) {
@@ -590,15 +600,7 @@ void direct_dw_run(const Strided& x, const float* dy, int64_t Cout, float* dw,
     for (int64_t grp = g0; grp < g1; ++grp)
       dw_group_tiles(m, images(grp), x.strides[1], C, T, Cout, L, partial.data() + grp * K * Cout);
   });
-  // dW[co, k] = sum over groups of partial[grp][k][co], in group order
-  parallel_for(K, groups * Cout, [&](int64_t k) {
-    for (int64_t co = 0; co < Cout; ++co) {
-      float s = 0;
-      for (int64_t grp = 0; grp < groups; ++grp)
-        s += partial[static_cast<size_t>((grp * K + k) * Cout + co)];
-      dw[co * K + k] = s;
-    }
-  });
+  sum_group_partials(partial.data(), groups, K, Cout, dw);
 }
 
 #endif

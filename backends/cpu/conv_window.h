@@ -1,7 +1,8 @@
 // Which output positions of a convolution read a given kernel tap from inside the image: the one
 // index computation im2col, col2im and the depthwise kernels share; im2col of a band of output
 // rows, which the batched convolution tiles large images with; the convolutions' scratch; the
-// flipped weight of an input gradient; what a convolution does to its rows as it writes them.
+// flipped weight of an input gradient; what a convolution does to its rows as it writes them; the
+// sum of a weight gradient's per-group partials.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/loops.h"
 
 namespace vitrine::cpu {
 
@@ -55,6 +57,20 @@ inline void finish_row(T* d, const T* s, int64_t n, T add, const T* r, bool relu
     for (int64_t i = 0; i < n; ++i) d[i] = clamp(s[i] + add);
   else
     for (int64_t i = 0; i < n; ++i) d[i] = s[i] + add;
+}
+
+/// dw[co][k] = the sum over groups, in group order, of partial[grp][k][co]: a weight gradient from
+/// its per-group dW^T (partial [groups, K, Cout]: conv_batched.cpp's, conv_direct.cpp's), the
+/// same bits on any number of threads.
+template <typename T>
+void sum_group_partials(const T* partial, int64_t groups, int64_t K, int64_t Cout, T* dw) {
+  parallel_for(K, groups * Cout, [&](int64_t k) {
+    for (int64_t co = 0; co < Cout; ++co) {
+      T s = 0;
+      for (int64_t grp = 0; grp < groups; ++grp) s += partial[(grp * K + k) * Cout + co];
+      dw[co * K + k] = s;
+    }
+  });
 }
 
 /// wt [C, Cout kh kw] from w [Cout, C, kh, kw]: the weight flipped in space, its channel dims

@@ -94,9 +94,6 @@ float* pack_buffer(size_t floats) {
   return buf.get();
 }
 
-/// The first n of 16 lanes (first_lanes, sgemm.h).
-__mmask16 column_mask(int64_t n) { return first_lanes(n); }
-
 // The all-lanes masks of the maskz forms below: the unmasked intrinsics start from
 // _mm512_undefined_ps, which GCC 12 reports as maybe uninitialised.
 constexpr __mmask16 kAll16 = 0xFFFF;
@@ -108,7 +105,7 @@ constexpr __mmask8 kAll8 = 0xFF;
 /// then their 128-bit lanes are gathered (shuffle f32x4) so that vector c holds column c.
 __attribute__((target("avx512f"))) void pack_block16(const float* src, int64_t lds, int rows,
                                                      int kr, float* dst) {
-  const __mmask16 km = column_mask(kr);
+  const __mmask16 km = first_lanes(kr);
   __m512 r[16], t[16], u[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i)
@@ -242,7 +239,7 @@ __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* a,
 /// layer's bias gradient, summed while the strip is in L1 for the product.
 __attribute__((target("avx512f"))) void add_row_sums(int64_t kc, const float* a, int64_t lda,
                                                      int mr, float* sums) {
-  const __mmask16 rows = column_mask(mr);
+  const __mmask16 rows = first_lanes(mr);
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 1 < kc; k += 2) {  // two chains, so that the adds' latencies overlap
@@ -327,7 +324,7 @@ void run_units(int64_t u0, int64_t u1, int64_t M, int64_t N, int64_t K, const fl
               bv.rows ? kRowKernels[masked][mr - 1] : kKernels[a_trans][masked][mr - 1];
           kernel(kc, ai, lda, bv.at + p * bv.panel + (bv.rows ? 0 : k0 * bv.row), bv.row,
                  c + i * ldc + p * kNR, ldc, in ? in + i * ld_in + p * kNR : nullptr, ld_in,
-                 bias ? bias + p * kNR : nullptr, column_mask(cols), column_mask(cols - 16),
+                 bias ? bias + p * kNR : nullptr, first_lanes(cols), first_lanes(cols - 16),
                  p == p0 ? next : nullptr, next_rows, bv.rows ? bv.rows + k0 : nullptr);
         }
         // A's row sums, once per strip and depth slice (by the run with the strip's first
