@@ -63,14 +63,11 @@ std::pair<int64_t, int64_t> image_size(const DatasetOptions& o) {
   return {d.height, d.width};
 }
 
-DatasetFiles open_dataset(const DatasetOptions& o, bool with_train) {
-  const std::string& name = dataset_info(o.name).name;
-  const std::string path = dataset_folder(o);
-  VT_CHECK(fs::is_directory(path),
-           "data: {} folder \"{}\" does not exist (give the data set's folder with --data DIR)",
-           name, path);
-  DatasetFiles p;
-  p.path = path;
+namespace {
+
+/// The files of a data set that is files (every one but imagefolder) into p.
+void read_files(const std::string& name, const std::string& path, const DatasetOptions& o,
+                bool with_train, DatasetFiles& p) {
   if (name == "fashion-mnist") {
     if (with_train) p.train = fashion_mnist(path, true);
     p.test = fashion_mnist(path, false);
@@ -88,6 +85,39 @@ DatasetFiles open_dataset(const DatasetOptions& o, bool with_train) {
   } else if (name == "cifar100") {
     if (with_train) p.train = cifar100(path, true);
     p.test = cifar100(path, false);
+  }
+}
+
+/// Whether a folder holds a sub-folder (an image folder's class folders, say).
+bool holds_folders(const std::string& path) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    if (e.is_directory(ec)) return true;
+  return false;
+}
+
+}  // namespace
+
+DatasetFiles open_dataset(const DatasetOptions& o, bool with_train) {
+  const std::string& name = dataset_info(o.name).name;
+  const std::string path = dataset_folder(o);
+  VT_CHECK(fs::is_directory(path),
+           "data: {} folder \"{}\" does not exist (give the data set's folder with --data DIR)",
+           name, path);
+  DatasetFiles p;
+  p.path = path;
+  if (name != "imagefolder") {
+    // A data set of files (IDX, CIFAR's batches); where they are missing from a folder of class
+    // folders, the user most likely meant an image folder: say how to read it as one.
+    try {
+      read_files(name, path, o, with_train, p);
+    } catch (const Error& e) {
+      if (!holds_folders(path)) throw;
+      fail(
+          "{} (\"{}\" holds folders: to read class folders of images, give --set "
+          "data.dataset=imagefolder, or start from --config configs/imagefolder.json)",
+          e.what(), path);
+    }
   } else {  // imagefolder
     VT_CHECK(o.channels == 1 || o.channels == 3,
              "data: an image folder is read as 1 (grey) or 3 (RGB) channels, not {}", o.channels);

@@ -813,6 +813,24 @@ TEST_CASE("open_dataset: an image folder, split 10% for its test set by a seed")
   write_png(tmp / "split/test/a/y.png", 2, 2, 3, hwc_image(2, 2, 3, 2));
   o.path = tmp / "split";
   CHECK(open_dataset(o).test->size() == 1);
+  // The same class folders opened as a data set of files (vitrine-train's default, Fashion-MNIST):
+  // the reader's error, then how to read them as an image folder.
+  o.name = "fashion-mnist";
+  o.path = root;
+  CHECK_ERROR_CONTAINS(open_dataset(o), "fashion-mnist: neither", "holds folders",
+                       "--set data.dataset=imagefolder", "configs/imagefolder.json");
+  o.name = "cifar10";
+  CHECK_ERROR_CONTAINS(open_dataset(o), "data.dataset=imagefolder");
+  // A folder without sub-folders keeps the reader's error alone.
+  o.name = "fashion-mnist";
+  o.path = root + "/cat";
+  try {
+    open_dataset(o);
+    FAIL("open_dataset took a folder of PNGs as Fashion-MNIST");
+  } catch (const vitrine::Error& e) {
+    CHECK(std::string(e.what()).find("fashion-mnist: neither") != std::string::npos);
+    CHECK(std::string(e.what()).find("imagefolder") == std::string::npos);
+  }
 }
 
 TEST_CASE("open_dataset: bad names, folders and options say what was expected") {
