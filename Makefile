@@ -1,6 +1,7 @@
 # The two commands of the README. Each does the whole set-up on a fresh clone: system packages
 # (scripts/install-deps.sh), configure, build, run.
 #   make test   build everything (CUDA too when nvcc is found) and run the test suite with ctest
+#               (make test-env: the bit-sensitive tests under several OpenBLAS environments)
 #   make demo   build vitrine-train and vitrine-explain (CPU-only unless a GPU is visible), train
 #               the default Fashion-MNIST ViT briefly, evaluate it, explain a dozen test images
 #               with every method and say where the reports are
@@ -19,7 +20,7 @@ DEMO_EXPLAIN ?= 12
 DEMO_SET ?= --set data.transforms.hflip=0 --set model.drop_path=0 --set data.validation_fraction=0.1
 GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo ON || echo OFF)
 
-.PHONY: all deps test demo autograd-demo fuzz sanitize sanitize-build format clean
+.PHONY: all deps test test-build test-env demo autograd-demo fuzz sanitize sanitize-build format clean
 
 # `make` alone runs nothing: it names the two commands.
 all:
@@ -30,10 +31,21 @@ all:
 deps:
 	@scripts/install-deps.sh
 
-test: deps
+test-build: deps
 	cmake -S . -B $(BUILD_TEST) -G Ninja -DCMAKE_BUILD_TYPE=Release -DVITRINE_CUDA=AUTO
 	cmake --build $(BUILD_TEST) -j $(JOBS)
+
+test: test-build
 	cd $(BUILD_TEST) && ctest --output-on-failure -j $(JOBS)
+
+# The tests whose last bits depend on which kernels compute a product (imports, parities,
+# determinism, data parallel, resume), under each environment a machine may impose on OpenBLAS
+# and on Vitrine's GEMM (scripts/test-env.sh, docs/environment.md): TEST_ENVS names them
+# (default all: haswell-l2 skylakex none prescott gemm-openblas gemm-own). CI runs haswell-l2 and
+# skylakex after `make test`.
+TEST_ENVS ?=
+test-env: test-build
+	scripts/test-env.sh $(BUILD_TEST) $(TEST_ENVS)
 
 # The demo trains the default Fashion-MNIST ViT for a short budget (DEMO_EPOCHS; the config's
 # cosine schedule is fitted to it; no augmentation, DEMO_SET) in runs/demo (replaced each time), then evaluates its best

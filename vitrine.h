@@ -7,6 +7,7 @@
 #include "autograd/tensor.h"
 #include "backends/backend.h"
 #include "backends/generator.h"
+#include "backends/gpu_paths.h"
 #include "backends/matmul_precision.h"
 #include "backends/memory_stats.h"
 #include "backends/threads.h"

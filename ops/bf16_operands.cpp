@@ -7,17 +7,16 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "backends/env_switch.h"
+#include "backends/gpu_paths.h"
 #include "backends/matmul_precision.h"
 #include "ops/helpers.h"
 
 namespace vitrine::ops::detail {
 
 namespace {
-bool enabled() {
-  static const bool on = env_switch_on("VITRINE_BF16_OPERANDS");
-  return on;
-}
+/// Opt-in until a GPU run passes it (GpuPath::Bf16Operands: VITRINE_BF16_OPERANDS=1 or
+/// set_gpu_path_enabled).
+bool enabled() { return gpu_path_enabled(GpuPath::Bf16Operands); }
 
 /// A weight's bfloat16 copy and what it was made from: the storage (weakly, so that a freed
 /// weight's entry never matches a new tensor at the same address), its version, and the view.

@@ -26,6 +26,13 @@
 #            Compute, their time summed by name
 # DEADLINE (480 s) bounds the whole call: keep it under the call's timeout.
 set -uo pipefail
+# The GPU paths that have not yet run on a GPU are off by default (backends/gpu_paths.h); this
+# script exists to run them, so it turns every one on (GPU_PATHS=off leaves the defaults). The
+# ab stage and the cases' ENV=0 turn them off one at a time.
+OPT_IN_PATHS="VITRINE_FLASH_ATTENTION VITRINE_CUDA_LT VITRINE_BF16_OPERANDS VITRINE_MULTI_TENSOR_ADAM VITRINE_CUDA_BATCHED_CONV VITRINE_CUDA_POINTER_LISTS"
+if [ "${GPU_PATHS:-on}" = on ]; then
+  for v in $OPT_IN_PATHS; do export "$v=1"; done
+fi
 [ $# -gt 0 ] || { echo "usage: scripts/gpu-session.sh test|train|bench|ab|cases|profile|final ..." >&2; exit 2; }
 OUT=${OUT:-gpu-logs}
 BUILD=${BUILD:-build-gpu}
@@ -77,6 +84,7 @@ fi
   py -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" || true
   git log --oneline -1 2>/dev/null || true
   echo "prebuilt: $prebuilt, build: $BUILD"
+  echo "opt-in GPU paths: ${GPU_PATHS:-on} ($OPT_IN_PATHS)"
 } > "$LOGS/machine.txt" 2>&1
 cat "$LOGS/machine.txt" >> "$summary"
 # vitrine-bench with the carried libraries, for programs that run under the machine's own
@@ -206,9 +214,11 @@ PY
 
 # What each piece of the bf16 path is worth: ViT-B/16 (AB_MODEL) as bench runs it, with every
 # piece on, then with each switched off in turn (AB_SETTINGS: env assignments, "-" for none).
+# (The fewer-launches paths are in the list too: multi-tensor AdamW, the batched convolution and
+# the kept pointer lists.)
 ab() {
   local model=${AB_MODEL:-vit_base_patch16_224} i=0
-  for setting in ${AB_SETTINGS:-- VITRINE_FLASH_ATTENTION=0 VITRINE_CUDA_LT=0 VITRINE_BF16_OPERANDS=0}; do
+  for setting in ${AB_SETTINGS:-- VITRINE_FLASH_ATTENTION=0 VITRINE_CUDA_LT=0 VITRINE_BF16_OPERANDS=0 VITRINE_MULTI_TENSOR_ADAM=0 VITRINE_CUDA_BATCHED_CONV=0 VITRINE_CUDA_POINTER_LISTS=0}; do
     i=$((i + 1))
     local envs=()
     [ "$setting" != - ] && envs=("$setting")

@@ -55,6 +55,16 @@ size_t count(const std::string& s, const std::string& what);
 /// The first capture group of every match of the regular expression re in s, in order.
 std::vector<std::string> captures(const std::string& s, const std::string& re);
 
+/// Sets the CPU backend's thread count for a scope (a library call compared bit for bit with a
+/// program that run_process started, which runs on one thread, computes as that program does).
+struct Threads {
+  explicit Threads(int n) : before(vitrine::get_num_threads()) { vitrine::set_num_threads(n); }
+  ~Threads() { vitrine::set_num_threads(before); }
+  Threads(const Threads&) = delete;
+  Threads& operator=(const Threads&) = delete;
+  int before;
+};
+
 /// A row of a torchinfo-style table (nn::summary): indentation depth, "name (Type)", output
 /// shape, Param # (0 for "--").
 struct SummaryRow {

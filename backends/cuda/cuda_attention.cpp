@@ -2,7 +2,6 @@
 // products over images and heads, softmax over all rows) that returns the probabilities, and
 // FlashAttention-2 (flash_attention.cu) where nothing asks for them; docs/cuda.md.
 #include "backends/cuda/cuda_backend.h"
-#include "backends/env_switch.h"
 
 namespace vitrine::cuda {
 
@@ -154,8 +153,8 @@ void CudaBackend::zero_parts(const Strided& dqkv, int64_t first, int64_t count) 
 }
 
 bool CudaBackend::use_flash(const Strided& qkv) {
-  static const bool on = env_switch_on("VITRINE_FLASH_ATTENTION");
-  if (!on || qkv.shape.size() != 5 || qkv.shape[2] != 3 || !qkv.is_contiguous() || qkv.numel() == 0)
+  if (!gpu_path_enabled(GpuPath::FlashAttention) || qkv.shape.size() != 5 || qkv.shape[2] != 3 ||
+      !qkv.is_contiguous() || qkv.numel() == 0)
     return false;
   return cuda::flash_attention_supported(static_cast<Dt>(qkv.dtype), qkv.shape[0], qkv.shape[1],
                                          qkv.shape[3], qkv.shape[4]);

@@ -33,6 +33,7 @@
 #include "backends/conv_algorithm.h"
 #include "backends/cuda/kernels.cuh"
 #include "backends/cuda/lt_gemm.h"
+#include "backends/gpu_paths.h"
 #include "backends/matmul_precision.h"
 
 namespace vitrine::cuda {
@@ -295,11 +296,12 @@ class CudaBackend final : public Backend {
   /// Zeroes parts [first, first + count) of every token's (q, k, v) row of dqkv [B, N, 3, H, Dh].
   void zero_parts(const Strided& dqkv, int64_t first, int64_t count);
 
-  /// Whether flash attention takes qkv: switched on (VITRINE_FLASH_ATTENTION=0 turns it off,
-  /// for A/B runs; read once), [B, N, 3, H, Dh] contiguous and not empty, float32 or bfloat16,
-  /// Dh 32, 64 or 128, and a GPU with bfloat16 tensor cores (sm_80 on). flash_attention also
-  /// wants float32 under matmul precision "medium": it rounds q, k and v to bfloat16, what
-  /// "medium" promises; "highest" and "high" keep the materialised attention and its numbers.
+  /// Whether flash attention takes qkv: switched on (GpuPath::FlashAttention, opt-in until a
+  /// GPU run passes it: VITRINE_FLASH_ATTENTION=1 or set_gpu_path_enabled), [B, N, 3, H, Dh]
+  /// contiguous and not empty, float32 or bfloat16, Dh 32, 64 or 128, and a GPU with bfloat16
+  /// tensor cores (sm_80 on). flash_attention also wants float32 under matmul precision "medium":
+  /// it rounds q, k and v to bfloat16, what "medium" promises; "highest" and "high" keep the
+  /// materialised attention and its numbers.
   static bool use_flash(const Strided& qkv);
 
   struct QkvDims {
@@ -308,9 +310,10 @@ class CudaBackend final : public Backend {
   static QkvDims qkv_dims(const Strided& qkv);
   static Conv conv(const ConvGeometry& g);
   /// Whether conv2d_batched takes dtype t (float32, float64) under the conv algorithm switch.
+  /// Opt-in until a GPU run passes it (GpuPath::BatchedConv, gpu_paths.h).
   static bool batched_conv(DType t) {
     return (t == DType::Float32 || t == DType::Float64) &&
-           conv_algorithm() != ConvAlgorithm::PerImage;
+           conv_algorithm() != ConvAlgorithm::PerImage && gpu_path_enabled(GpuPath::BatchedConv);
   }
   /// Images per chunk of the batched convolution: the columns ([n, K, L]) and dy's copy ([Cout,
   /// n, L]) each under kConvBudget elements (at least one image).
@@ -373,11 +376,13 @@ class CudaBackend final : public Backend {
   void gemm_rm_grid(DType t, int64_t M, int64_t N, int64_t K, double alpha, const Operand& a,
                     int64_t a_outer, const Operand& b, int64_t b_outer, double beta, void* c,
                     int64_t ldc, int64_t c_batch, int64_t c_outer, int64_t inner, int64_t outer);
-  /// The device copy of a pointer list, kept by its host contents: a training step's lists repeat
+  /// The device copy of a pointer list. With GpuPath::PointerLists on (opt-in until a GPU run
+  /// passes it, gpu_paths.h) it is kept by its host contents: a training step's lists repeat
   /// (the caching allocator hands the same blocks to the same tensors), and a list seen before
   /// is not copied again. A kept copy is never written; when kPointerListsKept are kept, all are
   /// dropped (their blocks return to the cache, reused only by work queued after this product).
-  const void** device_pointer_list(const std::vector<const void*>& ptrs);
+  /// Off, each call copies the list into a block held by `once` until the product is queued.
+  const void** device_pointer_list(const std::vector<const void*>& ptrs, StoragePtr& once);
 
   /// cuBLAS wants ld >= 1 and >= the rows it steps over; a single row or column may say 1.
   static int ld(int64_t v) { return static_cast<int>(std::max<int64_t>(v, 1)); }

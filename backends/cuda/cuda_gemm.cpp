@@ -3,6 +3,7 @@
 // the bfloat16 operands of linear layers on cuBLASLt with epilogues (lt_gemm.h), docs/cuda.md.
 #include "backends/cuda/cuda_backend.h"
 #include "backends/env_switch.h"
+#include "backends/gpu_paths.h"
 
 namespace vitrine::cuda {
 
@@ -249,7 +250,8 @@ void CudaBackend::gemm_rm_grid(DType t, int64_t M, int64_t N, int64_t K, double 
       ptrs[n + k] = at(b.data, t, o * b_outer + i * b.batch_stride);
       ptrs[2 * n + k] = at(c, t, o * c_outer + i * c_batch);
     }
-  const void** d = device_pointer_list(ptrs);
+  StoragePtr once;  // the list's copy when lists are not kept: returned to the cache after the call
+  const void** d = device_pointer_list(ptrs, once);
   const BlasArgs g(t, a, b, alpha, beta);
   check_blas(
       cublasGemmBatchedEx(blas_, g.opb, g.opa, N, M, K, g.alpha(), d + n, g.dt, ld(b.ld), d, g.dt,
@@ -258,9 +260,11 @@ void CudaBackend::gemm_rm_grid(DType t, int64_t M, int64_t N, int64_t K, double 
       "gemm (batched)");
 }
 
-const void** CudaBackend::device_pointer_list(const std::vector<const void*>& ptrs) {
+const void** CudaBackend::device_pointer_list(const std::vector<const void*>& ptrs,
+                                              StoragePtr& once) {
   constexpr size_t kPointerListsKept = 128;
-  if (auto it = pointer_lists_.find(ptrs); it != pointer_lists_.end())
+  const bool keep = gpu_path_enabled(GpuPath::PointerLists);
+  if (auto it = pointer_lists_.find(ptrs); keep && it != pointer_lists_.end())
     return static_cast<const void**>(it->second->data);
   if (pointer_lists_.size() >= kPointerListsKept) pointer_lists_.clear();
   StoragePtr dev = allocate(ptrs.size() * sizeof(void*));
@@ -269,7 +273,10 @@ const void** CudaBackend::device_pointer_list(const std::vector<const void*>& pt
                         stream_),
         "copying a gemm's pointer lists");
   auto* d = static_cast<const void**>(dev->data);
-  pointer_lists_.emplace(ptrs, std::move(dev));
+  if (keep)
+    pointer_lists_.emplace(ptrs, std::move(dev));
+  else
+    once = std::move(dev);  // whatever reuses its block is queued after the product
   return d;
 }
 

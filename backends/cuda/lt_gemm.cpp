@@ -1,5 +1,5 @@
 #include "backends/cuda/lt_gemm.h"
-#include "backends/env_switch.h"
+#include "backends/gpu_paths.h"
 
 #include <algorithm>
 
@@ -18,12 +18,9 @@ int alignment(const void* p) {
   return al;
 }
 
-/// VITRINE_CUDA_LT=0 turns cuBLASLt off (every product on cuBLAS with an epilogue pass): for
-/// A/B runs. Read once.
-bool lt_enabled() {
-  static const bool on = env_switch_on("VITRINE_CUDA_LT");
-  return on;
-}
+/// cuBLASLt is opt-in until a GPU run passes it (GpuPath::CudaLt: VITRINE_CUDA_LT=1 or
+/// set_gpu_path_enabled); off, every product runs on cuBLAS with the epilogue pass.
+bool lt_enabled() { return gpu_path_enabled(GpuPath::CudaLt); }
 }  // namespace
 
 bool LtGemm::ready() {

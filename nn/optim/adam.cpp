@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "backends/gpu_paths.h"
 #include "nn/optim/detail.h"
 #include "ops/ops.h"
 
@@ -55,9 +56,13 @@ void Adam::step() {
   NoGradGuard no_grad;
   const std::string type = type_name();
   state_.resize(groups_.size());
-  // Within a group, contiguous parameters with contiguous gradients of their dtype, on one device
-  // and at one step count, go to Backend::adam_step_multi together (one launch on CUDA, not one
-  // per tensor); the others through adam_step one by one. The results are the same either way.
+  // With the multi-tensor path on (GpuPath::MultiTensorAdam, opt-in until a GPU run passes it:
+  // VITRINE_MULTI_TENSOR_ADAM=1 or set_gpu_path_enabled), within a group, contiguous parameters
+  // with contiguous gradients of their dtype, on one device and at one step count, go to
+  // Backend::adam_step_multi together (one launch on CUDA, not one per tensor); the others, and
+  // all of them with the path off, through adam_step one by one. The results are the same
+  // either way.
+  const bool multi = gpu_path_enabled(GpuPath::MultiTensorAdam);
   std::vector<AdamTensors> batch;
   std::vector<Tensor> batch_grads;  // alive until the batch has run
   Device batch_device;
@@ -85,7 +90,7 @@ void Adam::step() {
       }
       ++s.step;
       const AdamStep o{group.lr, beta1_, beta2_, eps_, group.weight_decay, s.step, decoupled_};
-      if (p.is_contiguous() && grad.is_contiguous() && grad.dtype() == p.dtype()) {
+      if (multi && p.is_contiguous() && grad.is_contiguous() && grad.dtype() == p.dtype()) {
         if (!batch.empty() && (p.device() != batch_device || p.dtype() != batch_dtype ||
                                s.step != batch_options.step))
           flush();

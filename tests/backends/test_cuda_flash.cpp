@@ -2,7 +2,8 @@
 // attention computed in float64 on the GPU from the same inputs rounded to bfloat16 (what the
 // kernel reads): forward out and lse, backward dqkv, float32 qkv under matmul precision "medium"
 // and bfloat16 qkv, N 197, 785 and 4801 (tiles cut at the edge), head dims 32, 64 and 128, with
-// and without the causal mask. Then the op's choice of path, and a ViT step through it.
+// and without the causal mask. Then the op's choice of path, and a ViT step through it. Flash
+// attention is opt-in until a GPU run has passed it (backends/gpu_paths.h): each case turns it on.
 //
 // Tolerances, as max |flash - reference| / max |reference| over a whole tensor: the kernel rounds
 // P (and in the backward dS and dO) to bfloat16 before each product, a relative error of up to
@@ -18,6 +19,7 @@
 #include <string>
 #include <tuple>
 
+#include "backends/gpu_paths.h"
 #include "backends/matmul_precision.h"
 #include "models/vit.h"
 #include "ops/helpers.h"
@@ -103,6 +105,7 @@ Flash run_flash(const Tensor& qkv, const Tensor& dout, int64_t H, double scale, 
 
 TEST_CASE("cuda flash attention: forward and backward against the float64 materialised one") {
   if (!gpu_or_skip()) return;
+  const GpuPathGuard flash_on(GpuPath::FlashAttention, true);  // opt-in (backends/gpu_paths.h)
   Precision medium("medium");
   for (int64_t N : {197, 785, 4801})
     for (int64_t Dh : {32, 64, 128})
@@ -137,6 +140,7 @@ TEST_CASE("cuda flash attention: forward and backward against the float64 materi
 
 TEST_CASE("cuda flash attention: ops::attention takes it under medium and for bfloat16 only") {
   if (!gpu_or_skip()) return;
+  const GpuPathGuard flash_on(GpuPath::FlashAttention, true);  // opt-in (backends/gpu_paths.h)
   const int64_t B = 2, N = 197, H = 3, Dh = 64;
   const double scale = 0.125;
   Generator gen(5);
@@ -153,6 +157,10 @@ TEST_CASE("cuda flash attention: ops::attention takes it under medium and for bf
   };
   {
     Precision medium("medium");
+    {
+      const GpuPathGuard off(GpuPath::FlashAttention, false);  // switched off: never taken
+      CHECK(std::get<0>(run(x, nullptr)) == "attention");
+    }
     auto [name, out, grad] = run(x, nullptr);
     CHECK(name == "flash_attention");
     CHECK(rel_err(out, r.out) < 1e-2);
@@ -180,6 +188,7 @@ TEST_CASE("cuda flash attention: ops::attention takes it under medium and for bf
 
 TEST_CASE("cuda flash attention: a ViT step through it matches the materialised attention") {
   if (!gpu_or_skip()) return;
+  const GpuPathGuard flash_on(GpuPath::FlashAttention, true);  // opt-in (backends/gpu_paths.h)
   Precision medium("medium");
   models::ViTConfig c = models::ViTConfig::preset("fmnist");  // dim 128, 4 heads: Dh 32
   c.depth = 2;
@@ -209,6 +218,7 @@ TEST_CASE("cuda flash attention: a ViT step through it matches the materialised 
 
 TEST_CASE("cuda flash attention: causal scaled_dot_product_attention on one qkv's parts takes it") {
   if (!gpu_or_skip()) return;
+  const GpuPathGuard flash_on(GpuPath::FlashAttention, true);  // opt-in (backends/gpu_paths.h)
   Precision medium("medium");
   const int64_t B = 2, N = 197, H = 2, E = 64;
   const double scale = 0.125;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/conv_algorithm.h"
+#include "backends/gpu_paths.h"
 #include "backends/matmul_precision.h"
 #include "bf16_layers.h"
 #include "models/vit.h"
@@ -242,12 +243,17 @@ TEST_CASE("cuda ops: float32 products under the high and medium matmul precision
   check_close(ops::matmul(a.to(kGpu), b.to(kGpu)).to(kCPU).to(kFloat64), full, 5e-2, 1e-2);
 }
 
-// The layers on bfloat16 operands (tests/bf16_layers.h, also run on the CPU by tests/ops). Run
-// with VITRINE_CUDA_LT=0 too (the epilogue pass instead of cuBLASLt's), as
-// scripts/gpu-session.sh does.
+// The layers on bfloat16 operands (tests/bf16_layers.h, also run on the CPU by tests/ops), with
+// cuBLASLt's epilogues and with the epilogue pass instead. Both paths are opt-in until a GPU run
+// has passed them (backends/gpu_paths.h): the test switches them on.
 TEST_CASE("cuda ops: linear layers on bfloat16 operands (cuBLASLt epilogues)") {
   if (!gpu_or_skip()) return;
-  check_bf16_layers(kGpu);
+  const GpuPathGuard bf16(GpuPath::Bf16Operands, true);
+  for (bool lt : {true, false}) {
+    INFO("cuBLASLt " << (lt ? "on" : "off"));
+    const GpuPathGuard lt_path(GpuPath::CudaLt, lt);
+    check_bf16_layers(kGpu);
+  }
 }
 
 TEST_CASE("cuda ops: shapes, copies, cat, index_select, gather") {
@@ -511,31 +517,39 @@ TEST_CASE("cuda ops: AdamW and a ViT training step match the CPU") {
                   rtol);
     }
   };
+  // The float64 steps run twice: on the paths that have run on a GPU, then with the opt-in
+  // fewer-launches paths on (multi-tensor AdamW, the batched convolution of the patch embedding,
+  // attention's kept pointer lists, which the second and third steps find again).
   SUBCASE("float64: three AdamW steps") {
-    Generator gc(50), gg(50);
-    models::VisionTransformer mc(c, gc), mg(c, gg);
-    mc.to(kFloat64);
-    mg.to(kFloat64);
-    mg.to(kGpu);
-    nn::optim::AdamW oc(mc.parameters(), {.lr = 1e-3}), og(mg.parameters(), {.lr = 1e-3});
-    Tensor x64 = x.to(kFloat64);
-    for (int step = 0; step < 3; ++step) {
-      oc.zero_grad();
-      og.zero_grad();
-      Tensor lc = ops::cross_entropy(mc.forward(x64), y, ops::Reduction::Mean, 0.1);
-      Tensor lg =
-          ops::cross_entropy(mg.forward(x64.to(kGpu)), y.to(kGpu), ops::Reduction::Mean, 0.1);
-      CHECK(lg.item() == doctest::Approx(lc.item()).epsilon(1e-12));
-      lc.backward();
-      lg.backward();
-      oc.step();
-      og.step();
+    for (bool fast : {false, true}) {
+      INFO("fewer-launches paths " << (fast ? "on" : "off"));
+      const GpuPathGuard multi(GpuPath::MultiTensorAdam, fast), conv(GpuPath::BatchedConv, fast),
+          lists(GpuPath::PointerLists, fast);
+      Generator gc(50), gg(50);
+      models::VisionTransformer mc(c, gc), mg(c, gg);
+      mc.to(kFloat64);
+      mg.to(kFloat64);
+      mg.to(kGpu);
+      nn::optim::AdamW oc(mc.parameters(), {.lr = 1e-3}), og(mg.parameters(), {.lr = 1e-3});
+      Tensor x64 = x.to(kFloat64);
+      for (int step = 0; step < 3; ++step) {
+        oc.zero_grad();
+        og.zero_grad();
+        Tensor lc = ops::cross_entropy(mc.forward(x64), y, ops::Reduction::Mean, 0.1);
+        Tensor lg =
+            ops::cross_entropy(mg.forward(x64.to(kGpu)), y.to(kGpu), ops::Reduction::Mean, 0.1);
+        CHECK(lg.item() == doctest::Approx(lc.item()).epsilon(1e-12));
+        lc.backward();
+        lg.backward();
+        oc.step();
+        og.step();
+      }
+      CHECK(mg.parameters().front().dtype() == kFloat64);
+      same_params(mc, mg, false, 1e-10, 1e-9);
+      MemoryStats m = memory_stats(kGpu);  // the model and AdamW's moments are on the GPU
+      CHECK(m.peak >= m.current);
+      CHECK(m.current > 0);
     }
-    CHECK(mg.parameters().front().dtype() == kFloat64);
-    same_params(mc, mg, false, 1e-10, 1e-9);
-    MemoryStats m = memory_stats(kGpu);  // the model and AdamW's moments are on the GPU
-    CHECK(m.peak >= m.current);
-    CHECK(m.current > 0);
   }
   SUBCASE("float32: the loss and every gradient of one step") {
     Generator gc(50), gg(50);
@@ -611,6 +625,7 @@ TEST_CASE("cuda ops: multi-tensor AdamW equals the per-tensor kernel bit for bit
 
 TEST_CASE("cuda ops: AdamW with decay and no-decay groups steps every parameter on the GPU") {
   if (!gpu_or_skip()) return;
+  const GpuPathGuard multi(GpuPath::MultiTensorAdam, true);  // opt-in (backends/gpu_paths.h)
   // The optimizer sends each group's parameters to adam_step_multi; the same steps through the
   // per-tensor kernel by hand must give the same bits.
   Generator gen(62);
@@ -653,6 +668,7 @@ TEST_CASE("cuda ops: AdamW with decay and no-decay groups steps every parameter 
 
 TEST_CASE("cuda ops: the batched convolution (one im2col a chunk) equals the per-image path") {
   if (!gpu_or_skip()) return;
+  const GpuPathGuard batched(GpuPath::BatchedConv, true);  // opt-in (backends/gpu_paths.h)
   // CUDA's conv2d_batched (backends/cuda/cuda_backend.cpp) against ops/conv.cpp's image-by-image
   // im2col and gemm on the same GPU (VITRINE_CONV=per-image), forward and backward: a patch
   // embedding (L < 128, bias), a padded 3x3 (L >= 128), stride and dilation without bias.

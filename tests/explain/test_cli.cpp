@@ -162,6 +162,7 @@ TEST_CASE("vitrine-explain: with --input its maps are the library's, to the last
   o.ig_rule = ex::IgRule::Trapezoid;
   o.seed = 9;
   auto model = models::load_vit(s.checkpoint);
+  const Threads one(1);  // as the program ran (run_process): the same computation, the same bits
   const auto results = ex::explain(*model, x, {2, 2}, ex::all_methods(), o);
   for (const auto& e : results) {
     const std::string name = ex::method_name(e.method);
@@ -332,10 +333,12 @@ TEST_CASE("vitrine-explain on a ResNet: the methods that need no attention, --ev
   CHECK(ex::read_npy(out + "/gradcam.grid.npy").shape() == Dims{2, 7, 7});  // layer3's 7x7
   CHECK(!fs::exists(out + "/attention.npy"));
   CHECK(!fs::exists(out + "/attention-distance.npy"));
-  // The maps are the library's on the same input, to the last bit.
+  // The maps are the library's on the same input, to the last bit: on one thread, as the program
+  // ran (run_process), so that OpenBLAS splits each product as it did there.
   ex::Options o;
   o.samples = 2;
   o.steps = 4;
+  const Threads one(1);
   const auto lib = ex::explain(resnet, resnet.layer3.get(), x, {1, 1},
                                ex::parse_methods(fmt::format("{}", fmt::join(methods, ","))), o);
   for (const auto& le : lib) {

@@ -1,12 +1,11 @@
 // Helpers of the convolution tests (test_conv_paths.cpp, test_conv_winograd.cpp,
-// test_conv_add_relu.cpp): the algorithm and the thread count set for a scope, and a bit-for-bit
-// comparison.
+// test_conv_add_relu.cpp): the algorithm set for a scope, and a bit-for-bit comparison (the
+// thread count for a scope is test_util.h's Threads).
 #pragma once
 #include <cstring>
 #include <vector>
 
 #include "backends/conv_algorithm.h"
-#include "backends/threads.h"
 #include "test_util.h"
 
 namespace vt_test {
@@ -18,13 +17,6 @@ struct Algorithm {
   }
   ~Algorithm() { vitrine::set_conv_algorithm(before); }
   vitrine::ConvAlgorithm before;
-};
-
-/// Sets the thread count for a scope.
-struct Threads {
-  explicit Threads(int n) : before(vitrine::get_num_threads()) { vitrine::set_num_threads(n); }
-  ~Threads() { vitrine::set_num_threads(before); }
-  int before;
 };
 
 /// The same shape, dtype and bits (NaNs included).

@@ -2,6 +2,7 @@
 // the CPU takes the path under a test switch and multiplies float32 copies of the bfloat16
 // operands, so the layers' logic (what is rounded where, what the backward reads) is proven here
 // without a GPU; tests/backends runs the same checks on CUDA's kernels.
+#include "backends/gpu_paths.h"
 #include "bf16_layers.h"
 #include "models/vit.h"
 #include "test_util.h"
@@ -15,8 +16,10 @@ Tensor randn(const Dims& shape, uint64_t seed) {
   return ops::randn(shape, g, kFloat64);
 }
 
-/// The CPU on bfloat16 operands under "medium" while it lives.
+/// The CPU on bfloat16 operands under "medium" while it lives (the path switched on: it is
+/// opt-in, backends/gpu_paths.h).
 struct Bf16OnCpu {
+  GpuPathGuard path{GpuPath::Bf16Operands, true};
   Bf16OnCpu() {
     ops::detail::set_bf16_operands_on_cpu(true);
     set_float32_matmul_precision("medium");
