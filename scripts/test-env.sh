@@ -9,15 +9,15 @@
 #   prescott       OPENBLAS_CORETYPE=Prescott (SSE3 kernels, other blockings; any x86-64)
 #   gemm-openblas  VITRINE_GEMM=openblas (the machine's OpenBLAS variables as they are)
 #   gemm-own       VITRINE_GEMM=own
-# The tests, by name: ViT imports and every PyTorch parity, what must hold bit for bit (threads,
-# chunks, seeds, resumed runs, the command line against the library), data-parallel ranks
-# against one process, and the explanation methods' parity.
+# The tests, by name (TEST_ENV_REGEX): imports and every parity with PyTorch, torchvision and
+# timm, what must hold bit for bit (threads, chunks, seeds, resumed runs, the command line
+# against the library, one path against another), data-parallel ranks against one process.
 set -uo pipefail
 build=${1:?usage: scripts/test-env.sh BUILD [haswell-l2|skylakex|none|prescott|gemm-openblas|gemm-own ...]}
 shift
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(haswell-l2 skylakex none prescott gemm-openblas gemm-own)
-regex=${TEST_ENV_REGEX:-'vit import|parity|bit|identical|exact|resume|same seed|seeded|chunk|thread|dist: |rank|same maps|reproduces'}
+regex=${TEST_ENV_REGEX:-'import|parity|PyTorch|torchvision|timm|bit|identical|exact|resume|same seed|seeded|chunk|thread|dist: |rank|mpirun|one process|same maps|reproduces|equals|same result'}
 unset_blas=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 status=0
 for name in "${names[@]}"; do

@@ -4,6 +4,7 @@
 // torchvision state_dict is, its logits in eval and training mode and every parameter's
 // gradient; the presets resnet18 and resnet34 against torchvision's state_dict names, shapes
 // and parameter counts; the layers / stem / depth fields and their errors.
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,7 +56,7 @@ TEST_CASE("resnet imagenet: torchvision's ResNet-18 at width 2, logits and param
   CHECK(config.depth == 18);
   CHECK(config.stem == "imagenet");
   TempDir dir;
-  // float64 holds PyTorch's float64 to rounding; float32 to 1e-4.
+  // float64 holds PyTorch's float64 to rounding; float32 to 1e-4 (gradients: below).
   for (const auto& run : {std::pair{kFloat64, 1e-10}, std::pair{kFloat32, 1e-4}}) {
     const DType dtype = run.first;
     const double tol = run.second;
@@ -84,7 +85,17 @@ TEST_CASE("resnet imagenet: torchvision's ResNet-18 at width 2, logits and param
       INFO(item.first);
       REQUIRE(grads.contains(item.first));
       REQUIRE(item.second.grad().defined());
-      check_close(item.second.grad().to(kFloat64), fixture_tensor(grads.at(item.first)), tol, tol);
+      const Tensor got = item.second.grad().to(kFloat64),
+                   want = fixture_tensor(grads.at(item.first));
+      if (std::getenv("VITRINE_PARITY_REPORT"))
+        MESSAGE(item.first << ": max error " << ops::max(ops::abs(got - want)).item()
+                           << ", max |grad| " << ops::max(ops::abs(want)).item());
+      // float32 gradients: batch norm in training mode on 2 images mixes every position's terms
+      // into each gradient, and float32 sums round relative to their largest terms, not to the
+      // result (a bias gradient of 0.07 from terms of order 1). Against float64, over OpenBLAS's
+      // Haswell, Sandybridge, Nehalem, Prescott, Barcelona and Core2 kernels: at most 1.8e-4
+      // absolute (conv1.weight, whose gradients reach 13). Hence 5e-4 absolute for gradients.
+      check_close(got, want, dtype == kFloat64 ? tol : 5e-4, tol);
     }
     for (const auto& item : m.named_buffers()) {  // the running statistics training updated
       INFO(item.first);

@@ -507,11 +507,17 @@ TEST_CASE(
     CHECK(count(two.output, fmt::format("note: the model's {} BatchNorm2d layers became "
                                         "SyncBatchNorm",
                                         resnet ? 9 : 3)) == 1);
-    // Every training, validation and test loss, to float32 summation order.
+    // Every training, validation and test loss, to float32 summation order: the ranks sum their
+    // batch statistics and average their gradients in another order than one process, and
+    // OpenBLAS may take other kernels for products of half the rows; 7 steps of training amplify
+    // the difference. Measured: up to 2.5e-5 under OPENBLAS_CORETYPE=Barcelona (ResNet-8),
+    // 1.5e-5 under Haswell with OPENBLAS_L2_SIZE=512 (the ViT), 3.2e-5 at train.seed 6
+    // (bench/results/2026-11-28-data-parallel-drift). Each rank's own statistics (sync_bn false,
+    // below) differ by about 1e-2. (Bit-equal ranks are another issue's work.)
     const std::vector<json> lines = metrics_lines(out);
     CHECK(std::count_if(lines.begin(), lines.end(),
                         [](const json& j) { return j.at("type") == "eval"; }) >= 3);
-    CHECK(max_loss_difference(dir / (arch + "-one"), out) <= 1e-5);
+    CHECK(max_loss_difference(dir / (arch + "-one"), out) <= 1e-4);
     // The checkpoint has BatchNorm2d's names, and one process evaluates it.
     std::vector<std::string> names_one, names_two;
     for (const auto& [name, t] :
@@ -534,7 +540,7 @@ TEST_CASE(
   INFO(two.output);
   REQUIRE(two.code == 0);
   CHECK(two.output.find("SyncBatchNorm") == std::string::npos);
-  CHECK(max_loss_difference(dir / "vit-one", plain) > 1e-4);
+  CHECK(max_loss_difference(dir / "vit-one", plain) > 1e-3);
 }
 
 TEST_CASE(
