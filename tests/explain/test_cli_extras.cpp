@@ -147,6 +147,58 @@ TEST_CASE("vitrine-explain --resize: model is the shorter side and a centre crop
         std::string::npos);
 }
 
+TEST_CASE("vitrine-explain --resize factor:F rounds each side down, as int(side * F)") {
+  // DINO's notebooks halve a photo with img.size // 2: 301 x 203 becomes 150 x 101 (rounding to
+  // nearest would make 151 x 102). Then the top-left crop to whole patches.
+  ex::LoadedModel l = loaded();
+  const nn::data::Image odd{1, 203, 301, std::vector<float>(203 * 301, 0.5f)};
+  const ex::Sample s = ex::prepare_image("odd", odd, -1, {"factor:0.5", "topleft"}, l);
+  CHECK(s.fit.scale_y == 101.0 / 203);
+  CHECK(s.fit.scale_x == 150.0 / 301);
+  const int64_t p = l.patch;
+  CHECK(s.input.shape() == Dims{1, 101 / p * p, 150 / p * p});
+  // F = 0.3 of 25 x 70: Python's int(25 * 0.3) is 7 (7.5 rounded down), int(70 * 0.3) 21.
+  const nn::data::Image small{1, 25, 70, std::vector<float>(25 * 70, 0.5f)};
+  const ex::Fit f = ex::prepare_image("small", small, -1, {"factor:0.3", "topleft"}, l).fit;
+  CHECK(f.scale_y == 7.0 / 25);
+  CHECK(f.scale_x == 21.0 / 70);
+}
+
+TEST_CASE("vitrine-explain --normalise: the checkpoint's, ImageNet's, or the pixels as they are") {
+  ex::ModelSource src;
+  src.checkpoint = extras().checkpoint;
+  src.normalise = "none";
+  const ex::LoadedModel none = ex::load_model(src);
+  CHECK(none.mean == std::vector<float>{0.0f});
+  CHECK(none.std == std::vector<float>{1.0f});
+  CHECK(none.normalisation.find("--normalise none") != std::string::npos);
+  src.normalise = "checkpoint";
+  CHECK(ex::load_model(src).mean == std::vector<float>{0.25f});  // its metadata
+  // ImageNet's statistics need three channels; this model takes one.
+  src.normalise = "imagenet";
+  CHECK_ERROR_CONTAINS(ex::load_model(src), "--normalise imagenet", "3 channels", "takes 1");
+  src.normalise = "none";
+  src.mean = {0.5f};
+  CHECK_ERROR_CONTAINS(ex::load_model(src), "--normalise none and --mean/--std");
+  // The command line: the pixels as they are, said on the console, and the logits of them.
+  const std::string out = extras().dir / "normalise_none";
+  const auto r = explain_run(
+      {"a.png", "--method", "attention", "--normalise", "none", "--out", out}, "normalise none");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("normalisation: mean [0] std [1] from --normalise none") !=
+        std::string::npos);
+  ex::LoadedModel l = loaded();
+  l.mean = {0.0f};
+  l.std = {1.0f};
+  check_close(ex::read_npy(out + "/logits.npy").reshape({3}),
+              logits_of(l, grey_image(extras().dir / "a.png")), 1e-5);
+  const auto bad = explain_run({"a.png", "--normalise", "raw", "--out", out}, "normalise bad");
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("--normalise") != std::string::npos);
+  CHECK(bad.output.find("raw") != std::string::npos);
+}
+
 TEST_CASE("vitrine-explain: a repeated option takes its last value, as argparse does") {
   // --method given twice: the second; the image list and --mean keep all they are given.
   const std::string out = extras().dir / "repeat";

@@ -76,6 +76,11 @@ void add_options(CLI::App& app, Cli& cli) {
                  "input normalisation mean per channel (default: the "
                  "checkpoint's)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--normalise", cli.normalise,
+                 "input normalisation: checkpoint (its metadata, else the default for its "
+                 "naming), imagenet, or none (the pixels in [0, 1] as they are, as DINO's "
+                 "visualize_attention feeds them)")
+      ->check(CLI::IsMember({"checkpoint", "imagenet", "none"}));
   app.add_option("--std", cli.std, "input normalisation std per channel")
       ->check(CLI::PositiveNumber)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

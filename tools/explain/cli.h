@@ -33,6 +33,7 @@ struct Cli {
   int64_t cell = 4;           // a model other than a ViT: the grid's cell in pixels
   double alpha = 0.5;
   std::vector<float> mean, std;
+  std::string normalise;  // --normalise checkpoint|imagenet|none
   ex::Options opt;
   // --evaluate
   bool evaluate = false;

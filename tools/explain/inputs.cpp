@@ -78,6 +78,7 @@ Loaded load(const Cli& cli) {
                              .cell = cli.cell,
                              .mean = cli.mean,
                              .std = cli.std,
+                             .normalise = cli.normalise,
                              .seed = cli.opt.seed});
   if (l.normalisation != "the checkpoint")
     fmt::print("normalisation: mean {} std {} from {}\n", l.mean, l.std, l.normalisation);

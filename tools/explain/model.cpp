@@ -31,15 +31,33 @@ std::vector<std::string> numbered_classes(int64_t count) {
   return out;
 }
 
-/// l.mean, l.std and l.normalisation: --mean/--std when given, else fallback() (a
-/// models::Normalisation); one value stands for every channel.
+/// l.mean, l.std and l.normalisation: --mean/--std when given, else --normalise's, else
+/// fallback() (a models::Normalisation); one value stands for every channel.
 template <typename Fallback>
 void set_normalisation(LoadedModel& l, const ModelSource& source, int64_t channels,
                        Fallback fallback) {
-  if (!source.mean.empty() || !source.std.empty()) {
+  const std::string& n = source.normalise;
+  VT_CHECK(n.empty() || n == "checkpoint" || n == "imagenet" || n == "none",
+           "--normalise: expected checkpoint, imagenet or none, got '{}'", n);
+  const bool given = !source.mean.empty() || !source.std.empty();
+  VT_CHECK(!given || n.empty() || n == "checkpoint",
+           "--normalise {} and --mean/--std say two things: give one of them", n);
+  if (given) {
     l.mean = source.mean;
     l.std = source.std;
     l.normalisation = "--mean/--std";
+  } else if (n == "none") {
+    l.mean = {0.0f};
+    l.std = {1.0f};
+    l.normalisation = "--normalise none (the pixels in [0, 1] as they are)";
+  } else if (n == "imagenet") {
+    VT_CHECK(channels == 3,
+             "--normalise imagenet: ImageNet's statistics are for 3 channels, the "
+             "model takes {}",
+             channels);
+    l.mean = {0.485f, 0.456f, 0.406f};
+    l.std = {0.229f, 0.224f, 0.225f};
+    l.normalisation = "--normalise imagenet";
   } else {
     models::Normalisation n = fallback();
     l.mean = std::move(n.mean);
@@ -216,9 +234,11 @@ Sample prepare_image(const std::string& name, const nn::data::Image& raw, int64_
   } else if (geometry.resize == "stretch") {
     resize_to(c.image_h, c.image_w);
   } else {
+    // factor:F makes each side int(side * F), rounded down as Python's int() and DINO's
+    // `img.size // 2` for F = 0.5 (a 301 x 203 photo becomes 150 x 101).
     if (const double f = resize_factor(geometry.resize); f > 0)
-      resize_to(std::max<int64_t>(1, std::llround(f * static_cast<double>(im.height))),
-                std::max<int64_t>(1, std::llround(f * static_cast<double>(im.width))));
+      resize_to(std::max<int64_t>(1, static_cast<int64_t>(f * static_cast<double>(im.height))),
+                std::max<int64_t>(1, static_cast<int64_t>(f * static_cast<double>(im.width))));
     VT_CHECK(im.height >= patch && im.width >= patch,
              "{}: the image is {}x{}{}, smaller than one {}x{} patch", name, im.height, im.width,
              geometry.resize == "none" ? "" : fmt::format(" after --resize {}", geometry.resize),

@@ -25,8 +25,12 @@ struct ModelSource {
   std::string gradcam_layer;
   /// A model other than a ViT: the squares (in pixels) its grid maps average over.
   int64_t cell = 4;
-  /// The input normalisation; empty: the checkpoint's.
+  /// The input normalisation; empty: the checkpoint's, or `normalise`'s.
   std::vector<float> mean, std;
+  /// "checkpoint" or "" (its metadata, else the default for its naming), "imagenet" (ImageNet's
+  /// mean and std) or "none" (mean 0, std 1: the pixels in [0, 1] as they are, as DINO's
+  /// visualize_attention and the seed recipes feed them). An error together with mean/std.
+  std::string normalise;
   /// checkpoint "random:PRESET": the seed of the untrained model's initialisation.
   uint64_t seed = 0;
 };
