@@ -158,6 +158,41 @@ VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : confi
     register_module("pre_logits", std::make_shared<PreLogits>(pre_logits));
   }
   if (c.num_classes > 0) reset_head(c.num_classes, gen);
+  if (c.init == "torchvision") init_torchvision(gen);
+}
+
+void VisionTransformer::init_torchvision(Generator& gen) {
+  NoGradGuard no_grad;
+  // Draws in torchvision's order: the encoder (position embedding, then per layer the
+  // attention's in_proj and out_proj, the MLP), then the patch embedding and the heads.
+  nn::init::zeros_(cls_token);
+  if (register_tokens.defined()) nn::init::zeros_(register_tokens);
+  nn::init::normal_(pos_embed, 0, 0.02, gen);
+  for (const auto& b : *blocks) {
+    auto& block = *std::static_pointer_cast<ViTBlock>(b);
+    nn::Linear& qkv = *block.attn->qkv;
+    nn::init::xavier_uniform_(qkv.weight, 1, gen);  // in_proj_weight [3 inner, dim] as one
+    if (qkv.bias.defined()) nn::init::zeros_(qkv.bias);
+    nn::Linear& proj = *block.attn->proj;  // out_proj: nn.Linear's default, then a zero bias
+    nn::init::kaiming_uniform_(proj.weight, std::sqrt(5.0), gen);
+    if (proj.bias.defined()) nn::init::zeros_(proj.bias);
+    for (nn::Linear* l : {block.mlp->fc1.get(), block.mlp->fc2.get()}) {
+      nn::init::xavier_uniform_(l->weight, 1, gen);
+      if (l->bias.defined()) nn::init::normal_(l->bias, 0, 1e-6, gen);
+    }
+  }
+  const double patch_fan_in = static_cast<double>(nn::init::fan_in_out(patch_embed->weight).first);
+  nn::init::trunc_normal_(patch_embed->weight, 0, std::sqrt(1 / patch_fan_in), -2, 2, gen);
+  if (patch_embed->bias.defined()) nn::init::zeros_(patch_embed->bias);
+  if (pre_logits) {
+    const double fan_in = static_cast<double>(pre_logits->weight.size(1));
+    nn::init::trunc_normal_(pre_logits->weight, 0, std::sqrt(1 / fan_in), -2, 2, gen);
+    nn::init::zeros_(pre_logits->bias);
+  }
+  if (head) {
+    nn::init::zeros_(head->weight);
+    nn::init::zeros_(head->bias);
+  }
 }
 
 std::string VisionTransformer::extra_repr() const {
@@ -171,7 +206,13 @@ void VisionTransformer::reset_head(int64_t num_classes, Generator& gen) {
            num_classes);
   int64_t in = config_.representation > 0 ? config_.representation : config_.dim;
   head = set_module("head", std::make_shared<nn::Linear>(in, num_classes, true, gen));
-  init_linear(*head, gen);
+  if (config_.init == "torchvision") {  // torchvision's head starts at zero
+    NoGradGuard no_grad;
+    nn::init::zeros_(head->weight);
+    nn::init::zeros_(head->bias);
+  } else {
+    init_linear(*head, gen);
+  }
   config_.num_classes = num_classes;
 }
 

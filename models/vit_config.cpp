@@ -39,6 +39,8 @@ void ViTConfig::validate() const {
   VT_CHECK(num_classes >= 0 && representation >= 0 && registers >= 0,
            "ViTConfig: num_classes, representation and registers must be >= 0");
   VT_CHECK(pool == "cls" || pool == "mean", "ViTConfig: pool '{}' is not 'cls' or 'mean'", pool);
+  VT_CHECK(init == "timm" || init == "torchvision",
+           "ViTConfig: init '{}' is not an initialisation (expected timm or torchvision)", init);
   for (double p : {dropout, attn_dropout, embed_dropout, drop_path})
     VT_CHECK(p >= 0 && p < 1, "ViTConfig: dropout rates must be in [0, 1), got {}", p);
   VT_CHECK(eps > 0, "ViTConfig: eps must be positive, got {}", eps);
@@ -103,7 +105,8 @@ nlohmann::json ViTConfig::to_json() const {
           {"layer_scale_init", layer_scale_init},
           {"no_embed_class", no_embed_class},
           {"fc_norm", fc_norm},
-          {"final_norm", final_norm}};
+          {"final_norm", final_norm},
+          {"init", init}};
 }
 
 ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
@@ -179,6 +182,8 @@ ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
         c.fc_norm = v.get<bool>();
       else if (k == "final_norm")
         c.final_norm = v.get<bool>();
+      else if (k == "init")
+        c.init = v.get<std::string>();
       else
         fail("ViTConfig: unknown key '{}'", k);
     } catch (const nlohmann::json::exception& e) {

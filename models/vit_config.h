@@ -48,6 +48,18 @@ struct ViTConfig {
   /// The LayerNorm after the last block (timm's norm). false: none, the layout of vit-pytorch
   /// models whose head is a Linear alone (the CIFAR recipe's: docs/vit.md).
   bool final_norm = true;
+  /// The initial weights' scheme (the values a checkpoint loads over them do not depend on it):
+  ///   "timm"         timm's VisionTransformer: Linear weights trunc_normal(std 0.02), biases 0,
+  ///                  pos_embed trunc_normal(std 0.02), cls_token normal(std 1e-6), the patch
+  ///                  embedding PyTorch's Conv2d default
+  ///   "torchvision"  torchvision's VisionTransformer.__init__: the patch embedding
+  ///                  trunc_normal(std sqrt(1 / fan_in)) with a zero bias, cls_token 0,
+  ///                  pos_embed normal(std 0.02), qkv xavier_uniform over [3 inner, dim] with a
+  ///                  zero bias (nn.MultiheadAttention's in_proj), proj kaiming_uniform(a = sqrt 5)
+  ///                  with a zero bias (its out_proj), the MLP's xavier_uniform weights and
+  ///                  normal(std 1e-6) biases, pre_logits trunc_normal(std sqrt(1 / fan_in)), a
+  ///                  zero head
+  std::string init = "timm";
 
   /// Per head and in all: dim_head (or dim / heads) and heads times it.
   int64_t head_dim() const { return dim_head > 0 ? dim_head : dim / heads; }
