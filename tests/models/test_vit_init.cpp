@@ -17,7 +17,9 @@ using nlohmann::json;
 TEST_CASE("vit init: torchvision's initial tensors, in distribution and the exact ones exactly") {
   const json& doc = fixture_json("vit_init.json");
   const int64_t seeds = doc.at("seeds").get<int64_t>();
-  for (const auto& [name, c] : doc.at("cases").items()) {
+  for (const auto& item : doc.at("cases").items()) {
+    const std::string name = item.key();  // (clang 14: no structured binding in INFO's lambda)
+    const json& c = item.value();
     INFO(name);
     const ViTConfig config = ViTConfig::from_json(c.at("config"));
     CHECK(config.init == "torchvision");
