@@ -42,8 +42,8 @@ for name in "${names[@]}"; do
       exit 2
       ;;
   esac
-  shown=$(printf '%s ' "${envs[@]}" | sed 's/-u \([A-Z0-9_]*\) /unset \1, /g')
-  echo "== test-env $name: ${shown% }"
+  shown=$(printf '%s ' "${envs[@]}" | sed -e 's/-u \([A-Z0-9_]*\) /unset \1, /g' -e 's/[ ,]*$//')
+  echo "== test-env $name: $shown"
   if ! (cd "$build" && env "${envs[@]}" ctest -R "$regex" -j "$(nproc)" --output-on-failure); then
     echo "== test-env $name: FAILED"
     status=1
