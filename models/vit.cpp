@@ -159,6 +159,42 @@ VisionTransformer::VisionTransformer(const ViTConfig& c, Generator& gen) : confi
   }
   if (c.num_classes > 0) reset_head(c.num_classes, gen);
   if (c.init == "torchvision") init_torchvision(gen);
+  if (c.init == "vit-pytorch") init_vit_pytorch(gen);
+  if (c.init == "dino") {  // DINO: trunc_normal_(self.cls_token, std=.02), the rest as timm's
+    NoGradGuard no_grad;
+    nn::init::trunc_normal_(cls_token, 0, 0.02, -2, 2, gen);
+  }
+}
+
+namespace {
+/// PyTorch's nn.Linear / nn.Conv2d reset_parameters: weight kaiming_uniform(a = sqrt 5), that is
+/// uniform(+-1 / sqrt(fan_in)), and the bias uniform(+-1 / sqrt(fan_in)).
+void torch_default(const Tensor& weight, const Tensor& bias, Generator& gen) {
+  nn::init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
+  if (!bias.defined()) return;
+  const double bound = 1 / std::sqrt(static_cast<double>(nn::init::fan_in_out(weight).first));
+  nn::init::uniform_(bias, -bound, bound, gen);
+}
+}  // namespace
+
+void VisionTransformer::init_vit_pytorch(Generator& gen) {
+  NoGradGuard no_grad;
+  // vit-pytorch's ViT.__init__: pos_embedding and cls_token are torch.randn, every layer keeps
+  // PyTorch's default (its patch embedding is a Linear over (p1 p2 c): the same bounds as our
+  // Conv2d's, fan_in = c p p). The blocks and the head were drawn as timm's by their
+  // constructors, so every layer is drawn again here.
+  nn::init::normal_(pos_embed, 0, 1, gen);
+  nn::init::normal_(cls_token, 0, 1, gen);
+  if (register_tokens.defined()) nn::init::normal_(register_tokens, 0, 1, gen);
+  torch_default(patch_embed->weight, patch_embed->bias, gen);
+  for (const auto& b : *blocks) {
+    auto& block = *std::static_pointer_cast<ViTBlock>(b);
+    for (nn::Linear* l : {block.attn->qkv.get(), block.attn->proj.get(), block.mlp->fc1.get(),
+                          block.mlp->fc2.get()})
+      torch_default(l->weight, l->bias, gen);
+  }
+  if (pre_logits) torch_default(pre_logits->weight, pre_logits->bias, gen);
+  if (head) torch_default(head->weight, head->bias, gen);
 }
 
 void VisionTransformer::init_torchvision(Generator& gen) {
@@ -210,6 +246,8 @@ void VisionTransformer::reset_head(int64_t num_classes, Generator& gen) {
     NoGradGuard no_grad;
     nn::init::zeros_(head->weight);
     nn::init::zeros_(head->bias);
+  } else if (config_.init == "vit-pytorch") {
+    // nn.Linear's default, as the constructor drew it
   } else {
     init_linear(*head, gen);
   }

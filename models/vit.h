@@ -161,6 +161,9 @@ class VisionTransformer : public nn::Module, public AttentionModel {
   /// Every weight drawn again as torchvision's VisionTransformer.__init__ draws it
   /// (ViTConfig::init "torchvision").
   void init_torchvision(Generator& gen);
+  /// Every weight drawn again as lucidrains' vit-pytorch leaves it: PyTorch's defaults, the
+  /// class token and position embedding randn (ViTConfig::init "vit-pytorch").
+  void init_vit_pytorch(Generator& gen);
   /// embed, the blocks (the last one for its first last_rows rows only when last_rows > 0) and
   /// the final norm. record: keep the block outputs (when capturing) and last_grid(); off for
   /// the chunks of forward_in_chunks, which run on several threads at once.

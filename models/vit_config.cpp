@@ -39,8 +39,10 @@ void ViTConfig::validate() const {
   VT_CHECK(num_classes >= 0 && representation >= 0 && registers >= 0,
            "ViTConfig: num_classes, representation and registers must be >= 0");
   VT_CHECK(pool == "cls" || pool == "mean", "ViTConfig: pool '{}' is not 'cls' or 'mean'", pool);
-  VT_CHECK(init == "timm" || init == "torchvision",
-           "ViTConfig: init '{}' is not an initialisation (expected timm or torchvision)", init);
+  VT_CHECK(init == "timm" || init == "torchvision" || init == "vit-pytorch" || init == "dino",
+           "ViTConfig: init '{}' is not an initialisation (expected timm, torchvision, "
+           "vit-pytorch or dino)",
+           init);
   for (double p : {dropout, attn_dropout, embed_dropout, drop_path})
     VT_CHECK(p >= 0 && p < 1, "ViTConfig: dropout rates must be in [0, 1), got {}", p);
   VT_CHECK(eps > 0, "ViTConfig: eps must be positive, got {}", eps);

@@ -59,6 +59,12 @@ struct ViTConfig {
   ///                  with a zero bias (its out_proj), the MLP's xavier_uniform weights and
   ///                  normal(std 1e-6) biases, pre_logits trunc_normal(std sqrt(1 / fan_in)), a
   ///                  zero head
+  ///   "vit-pytorch"  lucidrains' vit-pytorch, which sets nothing itself: every Linear and the
+  ///                  patch projection PyTorch's default (weights kaiming_uniform(a = sqrt 5),
+  ///                  biases uniform(+-1 / sqrt(fan_in))), cls_token and pos_embed randn (std 1)
+  ///   "dino"         DINO's vision_transformer.py: timm's, except cls_token
+  ///                  trunc_normal(std 0.02) (its _init_weights: Linear trunc_normal(std 0.02),
+  ///                  biases 0; the patch embedding PyTorch's Conv2d default)
   std::string init = "timm";
 
   /// Per head and in all: dim_head (or dim / heads) and heads times it.
