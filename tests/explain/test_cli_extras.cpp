@@ -371,6 +371,30 @@ TEST_CASE("vitrine-explain --checkpoint random:PRESET: an untrained model, the s
   CHECK(l.mean == std::vector<float>{0.5f});
   check_close(ops::from_vector(std::vector<double>(a.begin(), a.begin() + 10)),
               logits_of(l, grey_image(extras().dir / "a.png")), 1e-5);
+  // --init: DINO's scheme draws a class token of std 0.02 (timm's is 1e-6), so other logits.
+  s.init = "dino";
+  ex::LoadedModel dino = ex::load_model(s);
+  CHECK(dino.vit->config().init == "dino");
+  const double token_sd = std::sqrt(ops::mean(dino.vit->cls_token * dino.vit->cls_token).item());
+  CHECK(token_sd > 0.01);
+  CHECK(token_sd < 0.04);
+  const auto d = run_process(kExe,
+                             {"--checkpoint", "random:fmnist", "--seed", "7", "--init", "dino",
+                              "a.png", "--method", "attention", "--out", extras().dir / "random_d"},
+                             extras().dir, "random dino");
+  REQUIRE(d.code == 0);
+  check_close(ex::read_npy(extras().dir / "random_d/logits.npy").select(0, 0),
+              logits_of(dino, grey_image(extras().dir / "a.png")), 1e-5);
+  const auto init_bad =
+      run_process(kExe, {"--checkpoint", "random:fmnist", "--init", "xavier", "a.png"},
+                  extras().dir, "random bad init");
+  CHECK(init_bad.code != 0);
+  CHECK(init_bad.output.find("xavier not in {timm,torchvision,vit-pytorch,dino}") !=
+        std::string::npos);
+  ex::ModelSource file = s;  // a checkpoint's weights do not depend on an initialisation
+  file.checkpoint = "model.safetensors";
+  CHECK_ERROR_CONTAINS(ex::load_model(file), "--init dino: the initialisation of an untrained",
+                       "the weights of model.safetensors do not depend on it");
   // An unknown preset lists the known ones.
   const auto bad =
       run_process(kExe, {"--checkpoint", "random:vit_huge", "a.png"}, extras().dir, "random bad");

@@ -126,6 +126,11 @@ void add_options(CLI::App& app, Cli& cli) {
                  "smoothgrad: noise level, a fraction of the input's value range")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--init", cli.init,
+                 "--checkpoint random:PRESET's initialisation: timm (the default), torchvision, "
+                 "vit-pytorch or dino (DINO's own, as its visualize_attention's random=True "
+                 "draws it)")
+      ->check(CLI::IsMember({"timm", "torchvision", "vit-pytorch", "dino"}));
   app.add_option("--seed", cli.opt.seed,
                  "the seed of smoothgrad's noise, --sample's draw, activation-max's start and "
                  "--checkpoint random:PRESET's initialisation")

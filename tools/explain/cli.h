@@ -34,6 +34,7 @@ struct Cli {
   double alpha = 0.5;
   std::vector<float> mean, std;
   std::string normalise;  // --normalise checkpoint|imagenet|none
+  std::string init;       // --init: random:PRESET's initialisation scheme
   ex::Options opt;
   // --evaluate
   bool evaluate = false;

@@ -79,7 +79,8 @@ Loaded load(const Cli& cli) {
                              .mean = cli.mean,
                              .std = cli.std,
                              .normalise = cli.normalise,
-                             .seed = cli.opt.seed});
+                             .seed = cli.opt.seed,
+                             .init = cli.init});
   if (l.normalisation != "the checkpoint")
     fmt::print("normalisation: mean {} std {} from {}\n", l.mean, l.std, l.normalisation);
   return l;

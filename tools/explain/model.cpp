@@ -89,6 +89,14 @@ LoadedModel random_model(const ModelSource& source) {
   } catch (const Error& e) {
     fail("--checkpoint {}: {}", source.checkpoint, e.what());
   }
+  if (!source.init.empty()) {
+    config.init = source.init;
+    try {
+      config.validate();
+    } catch (const Error& e) {
+      fail("--init {}: {}", source.init, e.what());
+    }
+  }
   LoadedModel l;
   l.checkpoint_name = source.checkpoint;
   l.spec = models::ClassifierSpec::of(config);
@@ -109,6 +117,10 @@ LoadedModel random_model(const ModelSource& source) {
 
 LoadedModel load_model(const ModelSource& source) {
   if (is_random_checkpoint(source.checkpoint)) return random_model(source);
+  VT_CHECK(source.init.empty(),
+           "--init {}: the initialisation of an untrained model (--checkpoint random:PRESET); the "
+           "weights of {} do not depend on it",
+           source.init, source.checkpoint);
   LoadedModel l;
   l.meta = nn::read_safetensors_metadata(source.checkpoint);
   l.checkpoint_name = std::filesystem::path(source.checkpoint).filename().string();

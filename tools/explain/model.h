@@ -33,6 +33,10 @@ struct ModelSource {
   std::string normalise;
   /// checkpoint "random:PRESET": the seed of the untrained model's initialisation.
   uint64_t seed = 0;
+  /// checkpoint "random:PRESET": the initialisation scheme (ViTConfig::init: timm, torchvision,
+  /// vit-pytorch, dino; empty: the preset's, timm's). An error with a checkpoint file, whose
+  /// weights do not depend on it.
+  std::string init;
 };
 
 /// Whether a checkpoint names an untrained model, "random:PRESET" (a models::ViTConfig preset,
