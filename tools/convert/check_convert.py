@@ -188,6 +188,25 @@ def python_checks(tmp):
           and "heads 2 from --heads" in out,
           "width 64 with --heads 2: heads 2, said to be from --heads")
 
+    # (c2) init: torchvision's naming writes "init": "torchvision"; timm's writes none (the
+    # default); --init names any scheme; an unknown one is refused by argparse.
+    torch.save(torchvision_vit().state_dict(), path("tvinit.pth"))
+    rc, out, err = convert(path("tvinit.pth"), path("tvinit.safetensors"), "--heads", "2")
+    config, _ = header(path("tvinit.safetensors")) if rc == 0 else ({}, {})
+    check(rc == 0 and config.get("init") == "torchvision" and "init torchvision" in out,
+          "torchvision's naming: init torchvision written, and said")
+    config, _ = header(path("w64.safetensors"))
+    check("init" not in config, "timm's naming: no init written (timm's, the default)")
+    rc, out, err = convert(path("w64.pth"), path("w64_dino.safetensors"), "--heads", "2",
+                           "--init", "dino")
+    config, _ = header(path("w64_dino.safetensors")) if rc == 0 else ({}, {})
+    check(rc == 0 and config.get("init") == "dino" and "init dino (--init)" in out,
+          "--init dino: written, and said")
+    rc, out, err = convert(path("w64.pth"), path("w64_bad.safetensors"), "--heads", "2",
+                           "--init", "xavier")
+    check(rc == 2 and "invalid choice: 'xavier'" in err
+          and not os.path.exists(path("w64_bad.safetensors")), "--init xavier: refused")
+
     # The same model with a config of its own beside the state dict (as a Hugging Face config).
     torch.save({"model": sd, "config": {"hidden_size": 64, "num_attention_heads": 2}},
                path("w64_own.pth"))

@@ -64,6 +64,10 @@ square grid; a grid that is not square is an error that asks for --image-size H 
 must fit the rows. A convolutional stem (patch_embed.stem.*) leaves the patch size open: such a
 checkpoint needs --config.
 
+"init" (ViTConfig::init: the scheme a new head is drawn with when the model is fine-tuned, as
+its source would draw it) is written only when it is not timm's: "torchvision" for torchvision's
+naming, or what --init gives (timm, torchvision, vit-pytorch, dino).
+
 Two keys are written only when they differ from Vitrine's defaults: "dim_head" (the width of
 each head, when the attention's inner width heads x dim_head is not the model's width, as in
 lucidrains' vit-pytorch; 0, the default, means width / heads) and "final_norm": false (no
@@ -189,6 +193,10 @@ def describe(config, naming):
             + ("" if config.get("final_norm", True) else ", no final norm"))
 
 
+# ViTConfig::init's schemes (models/vit_config.h).
+INITS = ("timm", "torchvision", "vit-pytorch", "dino")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Converts a PyTorch .pth/.bin checkpoint into safetensors for Vitrine.")
@@ -208,6 +216,10 @@ def main(argv=None):
                         "ViT 1e-12)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any field of Vitrine's config, the value as JSON (repeatable)")
+    parser.add_argument("--init", choices=INITS,
+                        help="the initialisation a new head (vitrine-train --finetune) is drawn "
+                        "with: written as the config's init (default: torchvision for "
+                        "torchvision's naming, else timm's, which is not written)")
     parser.add_argument("--no-config", action="store_true",
                         help="write no vitrine.config (the tools then need --model-config)")
     parser.add_argument("--key", help="the checkpoint entry that holds the state dict "
@@ -220,10 +232,10 @@ def main(argv=None):
     try:
         sets = parse_sets(args.set)
         if args.config and (args.heads is not None or args.image_size or args.eps is not None
-                            or sets):
+                            or args.init or sets):
             raise ConvertError("--config stores the given config as it is: set the heads, image "
-                               "size, eps and other fields in it, not with --heads, "
-                               "--image-size, --eps or --set")
+                               "size, eps, init and other fields in it, not with --heads, "
+                               "--image-size, --eps, --init or --set")
         if args.image_size and len(args.image_size) > 2:
             raise ConvertError("--image-size takes H or H W")
         metadata = {"format": "pt"}
@@ -276,6 +288,11 @@ def main(argv=None):
             notes += more
             if args.eps is not None:
                 config["eps"] = args.eps
+            init = args.init or ("torchvision" if naming == "torchvision" else "timm")
+            if init != "timm":
+                config["init"] = init
+                sources.append(f"init {init} "
+                               + ("(--init)" if args.init else "(torchvision's naming)"))
             config.update(sets)
             check_attention(config, inner)
             metadata["vitrine.config"] = json.dumps(config)
