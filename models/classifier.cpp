@@ -132,6 +132,15 @@ std::shared_ptr<nn::Module> load_classifier(const std::string& path,
   return model;
 }
 
+std::string head_note(const std::string& model_config, int64_t given_classes,
+                      int64_t checkpoint_classes) {
+  const std::string has = checkpoint_classes > 0
+                              ? fmt::format("has {}: its head is used", checkpoint_classes)
+                              : std::string("is absent (a backbone): no head");
+  return fmt::format("--model-config {} gives {} classes; the checkpoint's own head {}",
+                     model_config, given_classes, has);
+}
+
 Normalisation checkpoint_normalisation(const std::string& path, const nn::Metadata& meta,
                                        int64_t channels, bool has_head) {
   Normalisation n;

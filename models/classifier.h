@@ -54,10 +54,17 @@ std::string arch_of(const nlohmann::json& model_config);
 /// Reads a classifier checkpoint of any architecture: its vitrine.config's arch decides (a ViT,
 /// Vitrine's or a foreign one, through load_vit; a ResNet through its config). given: the
 /// architecture when the file names none (load_vit's config argument; for a ViT it also
-/// overrides the file's); an Error when it is another architecture than the file's.
+/// overrides the file's, except the head: the checkpoint's own classes win); an Error when it is
+/// another architecture than the file's.
 std::shared_ptr<nn::Module> load_classifier(const std::string& path,
                                             const std::optional<ClassifierSpec>& given = {},
                                             ClassifierSpec* spec_out = nullptr);
+
+/// The note the tools print when a --model-config's classes are not the checkpoint's head's:
+/// "--model-config vit_base_patch16_224 gives 1000 classes; the checkpoint's own head has 3:
+/// its head is used".
+std::string head_note(const std::string& model_config, int64_t given_classes,
+                      int64_t checkpoint_classes);
 
 /// The input normalisation (per-channel mean and std, on pixels in [0, 1]) a checkpoint expects,
 /// the one rule of every tool (vitrine-explain, vitrine-train --eval):

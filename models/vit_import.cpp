@@ -477,7 +477,9 @@ std::string first_difference(const json& a, const json& b) {
 
 /// The config to build: the file's vitrine.config, or the caller's. When both are given they must
 /// agree except in the training-only fields (dropout rates, drop-path, layer-scale init), which
-/// the caller's config sets (to fine-tune with other regularisation).
+/// the caller's config sets (to fine-tune with other regularisation), and in the head and the
+/// initialisation scheme, which are the file's: a fine-tuned checkpoint's 3-class head wins over
+/// a preset's 1000 classes (the tools print a note when the classes differ).
 ViTConfig choose_config(const nn::Metadata& metadata, const std::optional<ViTConfig>& given,
                         const std::string& where) {
   json stored;
@@ -506,12 +508,15 @@ ViTConfig choose_config(const nn::Metadata& metadata, const std::optional<ViTCon
   shaped.dropout = file.dropout, shaped.attn_dropout = file.attn_dropout;
   shaped.embed_dropout = file.embed_dropout, shaped.drop_path = file.drop_path;
   shaped.layer_scale_init = file.layer_scale_init;
+  shaped.num_classes = file.num_classes, shaped.init = file.init;
   std::string diff = first_difference(file.to_json(), shaped.to_json());
   VT_CHECK(diff.empty(),
            "{}: the given config differs from the checkpoint's own ('{}' metadata) in {}; give no "
            "config to use the checkpoint's, or one that agrees with it",
            where, nn::kConfigKey, diff);
-  return *given;
+  ViTConfig chosen = *given;
+  chosen.num_classes = file.num_classes, chosen.init = file.init;
+  return chosen;
 }
 
 template <typename T>

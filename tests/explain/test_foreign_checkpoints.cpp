@@ -128,3 +128,58 @@ TEST_CASE("foreign checkpoints: an unknown tensor is named, and a .pth names the
   }
   CHECK_FALSE(fs::exists(dir / "o"));
 }
+
+TEST_CASE("foreign checkpoints: a converted fine-tuned head wins over --model-config's classes") {
+  // As convert.py writes it: the torchvision fixture with its config (5 classes) as
+  // vitrine.config; the architecture given as a config of the same model with 1000 classes (a
+  // preset's, such as vit_base_patch16_224 for a converted ViT-B/16 fine-tuned to 3 classes).
+  TempDir dir;
+  json config = fixture_case("vit_parity.json", "tv").at("config");
+  nn::Metadata meta;
+  nn::set_metadata_json(meta, nn::kConfigKey, config);
+  const std::string ckpt = dir / "converted.safetensors";
+  nn::write_safetensors(ckpt, nn::read_safetensors(fixture("vit_tv.safetensors")).tensors, meta);
+  config["num_classes"] = 1000;
+  write_file(dir / "imagenet.json", config.dump());
+  const Tensor input = fixture_tensor(fixture_case("vit_parity.json", "tv").at("input"), kFloat32);
+  ex::write_npy(dir / "input.npy", input);
+  const ProcessResult r =
+      run_process(VITRINE_EXPLAIN_EXE,
+                  {"--checkpoint", ckpt, "--model-config", dir / "imagenet.json", "--input",
+                   dir / "input.npy", "--method", "attention", "--out", dir / "out"},
+                  dir, "explain");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("note: --model-config " + (dir / "imagenet.json") +
+                      " gives 1000 classes; the checkpoint's own head has 5: its head is used") !=
+        std::string::npos);
+  check_close(ex::read_npy(dir / "out/logits.npy"),
+              fixture_tensor(fixture_case("vit_parity.json", "tv").at("logits"), kFloat32), 1e-4);
+  // vitrine-train --eval says the same and evaluates the 5-class head.
+  const std::vector<uint8_t> px(16 * 16 * 3, 90);
+  for (int k = 0; k < 5; ++k) {
+    fs::create_directories(dir / fmt::format("photos/{}", k));
+    write_png(dir / fmt::format("photos/{}/0.png", k), 16, 16, 3, px);
+  }
+  const ProcessResult ev =
+      run_process(VITRINE_TRAIN_EXE,
+                  {"--eval", ckpt, "--model-config", dir / "imagenet.json", "--data",
+                   dir / "photos", "--set", "data.dataset=imagefolder", "--set", "data.workers=0"},
+                  dir, "eval");
+  INFO(ev.output);
+  REQUIRE(ev.code == 0);
+  CHECK(ev.output.find("gives 1000 classes; the checkpoint's own head has 5: its head is used") !=
+        std::string::npos);
+  // A config that differs in anything else is still refused, naming the field.
+  config["num_classes"] = 5;
+  config["depth"] = 3;
+  write_file(dir / "deeper.json", config.dump());
+  const ProcessResult bad =
+      run_process(VITRINE_EXPLAIN_EXE,
+                  {"--checkpoint", ckpt, "--model-config", dir / "deeper.json", "--input",
+                   dir / "input.npy", "--out", dir / "bad"},
+                  dir, "explain_bad");
+  CHECK(bad.code == 1);
+  CHECK(bad.output.find("differs from the checkpoint's own ('vitrine.config' metadata) in "
+                        "'depth'") != std::string::npos);
+}

@@ -81,6 +81,7 @@ Loaded load(const Cli& cli) {
                              .normalise = cli.normalise,
                              .seed = cli.opt.seed,
                              .init = cli.init});
+  for (const std::string& note : l.notes) fmt::print("note: {}\n", note);
   if (l.normalisation != "the checkpoint")
     fmt::print("normalisation: mean {} std {} from {}\n", l.mean, l.std, l.normalisation);
   return l;

@@ -129,6 +129,9 @@ LoadedModel load_model(const ModelSource& source) {
     given = models::ClassifierSpec::of(models::resolve_config(source.model_config));
   l.model = models::load_classifier(source.checkpoint, given, &l.spec);
   l.vit = std::dynamic_pointer_cast<models::VisionTransformer>(l.model);
+  if (given && given->num_classes != l.spec.num_classes)
+    l.notes.push_back(
+        models::head_note(source.model_config, given->num_classes, l.spec.num_classes));
   if (l.vit) {
     l.patch = l.vit->config().patch;
     VT_CHECK(source.gradcam_layer.empty(),

@@ -60,6 +60,9 @@ struct LoadedModel {
   std::vector<float> mean, std;  // one per channel
   /// Where mean and std came from ("the checkpoint", "--mean/--std", or a default and why).
   std::string normalisation;
+  /// What the loading decided that the command line did not say (printed as "note: ..."): a
+  /// --model-config whose classes the checkpoint's own head overrides.
+  std::vector<std::string> notes;
 };
 
 /// Reads the checkpoint (any classifier load_classifier knows), its class names, mean and std

@@ -207,6 +207,8 @@ int evaluate_checkpoint(const Options& o) {
       o.eval, o.model_config.empty() ? std::nullopt : std::optional<models::ClassifierSpec>(arch),
       &spec);
   model->eval();
+  if (!o.model_config.empty() && arch.num_classes != spec.num_classes)
+    fmt::print("note: {}\n", models::head_note(o.model_config, arch.num_classes, spec.num_classes));
   VT_CHECK(spec.num_classes > 0,
            "--eval {}: the model has no classification head (a feature extractor); fine-tune a "
            "head first: vitrine-train --finetune {} --model-config ...",
