@@ -6,6 +6,12 @@ find_package(ZLIB REQUIRED)
 # Decoders for images from outside (nn/data/image_decode.cpp): libpng and libjpeg-turbo.
 find_package(PNG REQUIRED)
 find_package(JPEG REQUIRED)
+# protobuf: vitrine-train's TensorBoard event files (protoc at build time, libprotobuf at run time;
+# Debian's protobuf-compiler and libprotobuf-dev).
+find_package(Protobuf REQUIRED)
+if(NOT TARGET protobuf::protoc)
+  message(FATAL_ERROR "protoc not found: run scripts/install-deps.sh (package protobuf-compiler)")
+endif()
 # cpp-httplib (Debian's compiled build: its pkg-config flags must match the library's).
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)

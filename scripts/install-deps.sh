@@ -10,6 +10,9 @@ pkgs=(
   libfmt-dev nlohmann-json3-dev doctest-dev zlib1g-dev libstb-dev libcli11-dev
   libpng-dev libjpeg62-turbo-dev               # decoding images from outside (fuzzed upstream)
   libcpp-httplib-dev                           # vitrine-explain --serve (HTTP server)
+  protobuf-compiler libprotobuf-dev            # vitrine-train's TensorBoard event files
+  python3-protobuf                             # tests/train/read_tfevents.py (their independent
+                                               # reader; skipped without it)
   dataset-fashion-mnist                        # the default data set
   libopenmpi-dev openmpi-bin                   # data-parallel training (mpirun, tests/dist)
   clang libclang-rt-14-dev libomp-14-dev       # the clang build check, make sanitize, make fuzz

@@ -1,13 +1,11 @@
 // Run files are written so that a reader never sees half of one: config.json and
 // confusion_matrix.json atomically (tools::write_file_atomically), metrics.jsonl a whole line at a
 // time (tools::append_line), and the temporary files a killed run leaves are removed.
-#include <signal.h>
-#include <sys/resource.h>
-
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include "run_files.h"
 #include "test_util.h"
 #include "tools/common/files.h"
 
@@ -21,23 +19,6 @@ std::string read_all(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-/// Sets the file-size limit (and ignores SIGXFSZ, so that a write past it fails with EFBIG as it
-/// does under a shell's `ulimit -f` with the signal ignored) until the end of its scope.
-struct FileSizeLimit {
-  rlimit old{};
-  void (*old_handler)(int);
-  explicit FileSizeLimit(rlim_t bytes) {
-    getrlimit(RLIMIT_FSIZE, &old);
-    old_handler = signal(SIGXFSZ, SIG_IGN);
-    rlimit r = old;
-    r.rlim_cur = bytes;
-    REQUIRE(setrlimit(RLIMIT_FSIZE, &r) == 0);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &old);
-    signal(SIGXFSZ, old_handler);
-  }
-};
 }  // namespace
 
 TEST_CASE("run files: a line that does not fit is not added, the file never ends mid-line") {

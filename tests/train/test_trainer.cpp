@@ -4,8 +4,6 @@
 // ends bit for bit where an uninterrupted run ends; a resume without a usable run folder fails
 // with a message naming the file; typed options and a CNN of the test's own train as well.
 // Single-threaded (OpenMP and loader) for bitwise comparisons.
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -19,6 +17,7 @@
 #include "ops/ops.h"
 #include "run_files.h"
 #include "test_util.h"
+#include "tiny_run.h"
 #include "tools/train/config.h"
 #include "tools/train/trainer.h"
 
@@ -29,62 +28,6 @@ namespace tr = vitrine::train;
 namespace data = vitrine::nn::data;
 
 namespace {
-
-/// Example i: label i % 3; pixels U(0, 0.3) noise from Philox(seed), and a shape of 0.9: a 3x3
-/// square (class 0), a 2x6 horizontal bar (class 1) or a 6x2 vertical bar (class 2).
-class Squares : public data::Dataset {
- public:
-  Squares(int64_t n, uint64_t seed) : n_(n), seed_(seed) {}
-  int64_t size() const override { return n_; }
-  data::Example get(int64_t index) const override {
-    data::Example e;
-    e.label = index % 3;
-    e.image.channels = 1;
-    e.image.height = e.image.width = 8;
-    e.image.pixels.resize(64);
-    for (int64_t p = 0; p < 64; ++p) {
-      uint32_t r = philox4x32(static_cast<uint64_t>(index * 64 + p), seed_)[0];
-      e.image.pixels[static_cast<size_t>(p)] = 0.3f * static_cast<float>(r >> 8) / 16777216.0f;
-    }
-    const int64_t y0[] = {2, 3, 1}, x0[] = {2, 1, 3}, h[] = {3, 2, 6}, w[] = {3, 6, 2};
-    for (int64_t y = 0; y < h[e.label]; ++y)
-      for (int64_t x = 0; x < w[e.label]; ++x)
-        e.image.at(0, y0[e.label] + y, x0[e.label] + x) = 0.9f;
-    return e;
-  }
-  std::vector<std::string> classes() const override { return {"square", "horizontal", "vertical"}; }
-  std::string source() const override { return "squares"; }
-
- private:
-  int64_t n_;
-  uint64_t seed_;
-};
-
-struct Sets {
-  std::shared_ptr<const data::Dataset> train = std::make_shared<Squares>(480, 1);
-  std::shared_ptr<const data::Dataset> val = std::make_shared<Squares>(48, 2);
-  std::shared_ptr<const data::Dataset> test = std::make_shared<Squares>(60, 3);
-};
-
-/// The default config made tiny, then the "--set" assignments.
-json tiny_config(const std::vector<std::string>& sets = {}) {
-  json c = tr::default_config();
-  c["model"] = {{"image_size", 8}, {"patch", 4}, {"channels", 1}, {"num_classes", 3},
-                {"dim", 16},       {"depth", 1}, {"heads", 2},    {"mlp_dim", 32}};
-  c["data"]["dataset"] = "imagefolder";
-  c["data"]["workers"] = 0;
-  c["data"]["batch_size"] = 16;
-  c["data"]["validation_fraction"] = 0.1;  // the tests hand the trainer a validation split
-  c["data"]["transforms"] = {{"resize", {8, 8}}, {"mean", {0.3}}, {"std", {0.3}}};
-  c["optim"]["lr"] = 5e-3;
-  c["schedule"]["warmup_epochs"] = 0.5;
-  c["train"]["epochs"] = 3;
-  c["train"]["log_every"] = 4;
-  c["train"]["tta_hflip"] = false;  // the default's (it has its own test)
-  for (const auto& s : sets) tr::apply_override(c, s);
-  tr::validate_config(c);
-  return c;
-}
 
 /// A config with dropout, drop-path, accumulation, EMA and validations inside epochs: every
 /// piece of state a resume has to restore.
@@ -105,12 +48,6 @@ std::map<std::string, std::string> state_bytes(const nn::Module& m) {
   }
   return out;
 }
-
-struct SingleThread {
-  int before = omp_get_max_threads();
-  SingleThread() { omp_set_num_threads(1); }
-  ~SingleThread() { omp_set_num_threads(before); }
-};
 
 }  // namespace
 

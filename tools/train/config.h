@@ -29,7 +29,9 @@
 //               freeze_backbone (train the head only; needs finetune), device ("cpu", "cuda",
 //               "cuda:N"), out (the run folder); under mpirun (docs/distributed.md): zero (1 =
 //               ZeRO-1: each process keeps the Adam(W) state of its slice of the parameters) and
-//               bucket_mb (the size of DistributedDataParallel's gradient buckets, 25)
+//               bucket_mb (the size of DistributedDataParallel's gradient buckets, 25);
+//               optional: tensorboard (true when absent: TensorBoard's event file in the run
+//               folder, tools/train/tensorboard.h)
 // Keys starting with "_" ("_comment") are comments, at any level: validation skips them and
 // without_comments() drops them. Sections missing from a config file take the defaults; a
 // section given in part has its missing keys filled from the defaults, each key's value

@@ -45,6 +45,8 @@ std::map<std::string, json> optional_keys(const std::string& parent, const json&
     for (const char* k : {"size", "factor", "interpolation", "antialias"}) out[k] = nullptr;
   } else if (parent == "data") {
     out["pasted"] = json::object();
+  } else if (parent == "train") {
+    out["tensorboard"] = true;  // (added after the shipped configs: true when absent)
   } else if (parent == "data.pasted") {
     out = nn::data::pasted_options_to_json({});
   }

@@ -148,8 +148,9 @@ void validate_schedule(const json& config, int64_t epochs) {
 
 int64_t validate_train(const json& config, double validation_fraction) {
   Section train(config, "train");
-  train.check_keys(kSectionKeys.at("train"),
-                   {"zero", "bucket_mb", "sync_bn", "early_stopping_metric"});  // (optional keys)
+  train.check_keys(
+      kSectionKeys.at("train"),
+      {"zero", "bucket_mb", "sync_bn", "early_stopping_metric", "tensorboard"});  // (optional keys)
   const int64_t epochs = train.integer("epochs", 1);
   train.integer("seed", 0);
   train.integer("eval_every", 0);
@@ -181,6 +182,7 @@ int64_t validate_train(const json& config, double validation_fraction) {
   if (train.has("zero")) train.integer("zero", 0, 1);  // 1 = ZeRO-1
   if (train.has("bucket_mb")) train.number("bucket_mb", 0, true, 1e6);
   if (train.has("sync_bn")) train.boolean("sync_bn");
+  if (train.has("tensorboard")) train.boolean("tensorboard");
   return epochs;
 }
 

@@ -104,6 +104,9 @@ struct TrainOptions {
   /// Under a launcher: every BatchNorm2d becomes a SyncBatchNorm (nn::convert_sync_batchnorm), so
   /// batch statistics are the whole batch's; false: each process's own, as PyTorch's DDP alone.
   bool sync_bn = true;
+  /// TensorBoard's event file in the run folder (tools/train/tensorboard.h): every metrics.jsonl
+  /// line's numbers as scalars, the test set's confusion matrix as an image.
+  bool tensorboard = true;
 };
 
 // The sections' fields are their JSON keys: nlohmann's to_json / from_json for each (a key absent
@@ -117,7 +120,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainOptions, epochs, seed, eval
                                                 early_stopping_patience, early_stopping_metric,
                                                 accum_steps, ema_decay, test_each_epoch, tta_hflip,
                                                 max_steps, finetune, freeze_backbone, device,
-                                                precision, out, zero, bucket_mb, sync_bn)
+                                                precision, out, zero, bucket_mb, sync_bn,
+                                                tensorboard)
 
 /// A whole config, typed.
 struct TrainConfig {

@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -26,6 +29,8 @@
 #include "tools/common/files.h"
 #include "tools/train/config.h"
 #include "tools/train/fit.h"
+#include "tools/train/tensorboard.h"
+#include "tools/train/tfevents.h"
 
 namespace vitrine::train {
 
@@ -186,6 +191,20 @@ Trainer::~Trainer() = default;
 void Trainer::log(const json& line) {
   if (!is_main()) return;
   tools::append_line(run_dir_ + "/metrics.jsonl", line.dump());
+  if (events_) events_->add_scalars(line.at("global_step").get<int64_t>(), metrics_scalars(line));
+}
+
+void Trainer::open_events(const std::string& name) {
+  if (!is_main() || !cfg_.train.tensorboard) return;
+  std::string file = name;
+  if (file.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
+      std::strcpy(host, "localhost");
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    file = event_file_name(std::chrono::duration_cast<std::chrono::seconds>(now).count(), host);
+  }
+  events_ = std::make_unique<EventWriter>(run_dir_ + "/" + file);
 }
 
 json finetune_config(json config, const models::ViTConfig& pretrained,
@@ -268,6 +287,7 @@ void Trainer::train_step(StepInfo& info) {
   info.step_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   train_seconds_ += info.step_seconds;
+  log_seconds_ += info.step_seconds;
   info.train_seconds = train_seconds_;
   log_correct_ += info.correct;
   log_count_ += info.examples;
@@ -283,11 +303,12 @@ void Trainer::train_step(StepInfo& info) {
                  {"loss", log_loss_sum_ / static_cast<double>(log_steps_)},
                  {"accuracy", static_cast<double>(log_correct_) / static_cast<double>(log_count_)},
                  {"lr", info.lr},
+                 {"images_per_second", static_cast<double>(log_count_) / log_seconds_},
                  {"train_seconds", train_seconds_}};
     // Data parallel: the time spent so far waiting for the gradients' all-reduce.
     if (ddp_) line["comm_wait_seconds"] = ddp_->stats().wait_seconds;
     log(line);
-    log_loss_sum_ = 0;
+    log_loss_sum_ = log_seconds_ = 0;
     log_correct_ = log_count_ = log_steps_ = 0;
   }
 }
@@ -438,6 +459,12 @@ TrainResult Trainer::finish(TrainResult r) {
   if (is_main()) {
     tools::write_file_atomically(run_dir_ + "/confusion_matrix.json",
                                  test.to_json(classes_).dump(2) + '\n');
+    const auto classes = static_cast<int64_t>(test.confusion.size());
+    if (events_ && classes > 0 && classes <= kConfusionImageClasses) {
+      const EncodedImage image = confusion_matrix_png(test.confusion);
+      events_->add_image(global_step_, "test/confusion_matrix", image.png, image.height,
+                         image.width, 3);
+    }
   }
   r.epoch = epoch_;
   r.global_step = global_step_;
@@ -458,7 +485,11 @@ TrainResult Trainer::run(const nn::Module* pretrained) {
     fs::create_directories(run_dir_);
     tools::remove_stale_temporaries(run_dir_);
     fs::remove(run_dir_ + "/metrics.jsonl");
+    // An earlier run's event files go with its metrics.jsonl (TensorBoard would mix the runs).
+    for (const auto& e : fs::directory_iterator(run_dir_))
+      if (is_event_file_name(e.path().filename().string())) fs::remove(e.path());
     tools::write_file_atomically(run_dir_ + "/config.json", cfg_.to_json().dump(2) + '\n');
+    open_events("");
   }
   return loop();
 }

@@ -35,14 +35,22 @@
 //                         line has "train_seconds", the time spent in training steps so far
 //                         (evaluations and checkpoints not counted); at the end also
 //                         {"type": "train_eval", "images": k, ...}: the training split in eval
-//                         mode on a seeded sample of k <= kTrainSample images
+//                         mode on a seeded sample of k <= kTrainSample images; train lines
+//                         also have "images_per_second": the images trained since the last
+//                         train line over the training time since it
 //   confusion_matrix.json the test set's Evaluation::to_json with the class names
+//   events.out.tfevents.<unix seconds>.<hostname>
+//                         with train.tensorboard (the default): TensorBoard's event file, every
+//                         metrics.jsonl line's numbers as scalars at its global_step and the
+//                         confusion matrix as an image at the end (tensorboard.h); one per run,
+//                         continued by a resume
 // Resume state (vitrine.state): {"epoch", "step" (steps done in that epoch), "global_step",
 // "best_accuracy" and "best_loss" (of the best validation by train.early_stopping_metric),
 // "bad_evals" (validations since the best), "dropout_generator": {"seed",
 // "offset"}, "schedule", "log" (train metrics since the last log line), "train_seconds",
 // "metrics_bytes" (metrics.jsonl's size then: a resume truncates what a killed run wrote after it),
-// "config"}.
+// "events_file" and "events_bytes" (the event file's name, "" without one, and its size then: cut
+// back the same way), "config"}.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -65,6 +73,8 @@
 #include "tools/train/options.h"
 
 namespace vitrine::train {
+
+class EventWriter;
 
 /// Where the loop is, passed to TrainerHooks::on_step after each step (and its evaluation).
 struct StepInfo {
@@ -190,7 +200,10 @@ class Trainer {
   void save_last();
   nlohmann::json resume_state() const;
   nn::Metadata metadata() const;
+  /// Appends a line to metrics.jsonl and, with train.tensorboard, its scalars to the event file.
   void log(const nlohmann::json& line);
+  /// Opens the event file (rank 0, train.tensorboard): `name` in the run folder, "" for a new one.
+  void open_events(const std::string& name);
   TrainResult finish(TrainResult r);
   /// Whether to stop before the next step: the stop flag, or in a data-parallel run whether any
   /// rank's flag was set at the last step (agreed on by the step's metrics reduction).
@@ -220,8 +233,9 @@ class Trainer {
   int64_t bad_evals_ = 0;
   double train_seconds_ = 0;
   // Running train metrics since the last log line.
-  double log_loss_sum_ = 0;
+  double log_loss_sum_ = 0, log_seconds_ = 0;
   int64_t log_correct_ = 0, log_count_ = 0, log_steps_ = 0;
+  std::unique_ptr<EventWriter> events_;  // the TensorBoard event file (rank 0, train.tensorboard)
 
   dist::ProcessGroup* world_ = nullptr;  // the processes (CPU collectives: metrics, flags)
   dist::ProcessGroup* group_ = nullptr;  // the same, for the model's device (gradients)

@@ -8,6 +8,7 @@
 #include "nn/state.h"
 #include "tools/common/files.h"
 #include "tools/train/config.h"
+#include "tools/train/tfevents.h"
 #include "tools/train/trainer.h"
 
 namespace vitrine::train {
@@ -25,6 +26,7 @@ json resumable_part(json c) {
   c["data"].erase("workers");
   c["train"].erase("zero");  // the checkpoints hold whole optimizer states either way
   c["train"].erase("bucket_mb");
+  c["train"].erase("tensorboard");  // the event file only records what the run does
   // Keys added since a run may have been saved, at their defaults (0: off; sync_bn true), compare
   // as absent.
   if (c["data"].value("subset", json(0)) == json(0)) c["data"].erase("subset");
@@ -61,8 +63,11 @@ json Trainer::resume_state() const {
            {{"loss_sum", log_loss_sum_},
             {"correct", log_correct_},
             {"count", log_count_},
-            {"steps", log_steps_}}},
+            {"steps", log_steps_},
+            {"seconds", log_seconds_}}},
           {"metrics_bytes", fs::exists(metrics) ? fs::file_size(metrics) : 0},
+          {"events_file", events_ ? fs::path(events_->path()).filename().string() : std::string()},
+          {"events_bytes", events_ ? events_->size() : 0},
           {"world_size", world_->size()},
           {"config", cfg_.to_json()}};
 }
@@ -131,6 +136,7 @@ TrainResult Trainer::resume(const std::string& run_dir) {
     log_correct_ = integer(l, "correct");
     log_count_ = integer(l, "count");
     log_steps_ = integer(l, "steps");
+    log_seconds_ = l.contains("seconds") ? number(l, "seconds") : 0;  // (saved since)
   } catch (const json::exception& e) {
     fail("trainer: cannot resume {}: its saved state (metadata '{}') is damaged: {}", path,
          nn::kStateKey, e.what());
@@ -140,6 +146,27 @@ TrainResult Trainer::resume(const std::string& run_dir) {
       state.value("metrics_bytes", json(0)), fmt::format("{}: saved state 'metrics_bytes'", path)));
   if (is_main() && fs::exists(metrics) && fs::file_size(metrics) > bytes)
     fs::resize_file(metrics, bytes);
+  // The event file likewise: cut back to its size at the checkpoint and continued, so that its
+  // steps are metrics.jsonl's, none twice (a run saved without one starts one).
+  std::string events_file;
+  try {
+    events_file = state.value("events_file", std::string());
+  } catch (const json::exception& e) {
+    fail("trainer: cannot resume {}: its saved state 'events_file' is not a file name: {}", path,
+         e.what());
+  }
+  VT_CHECK(events_file.empty() ||
+               (is_event_file_name(events_file) && events_file.find('/') == std::string::npos),
+           "trainer: cannot resume {}: its saved state 'events_file' \"{}\" is not an event file's "
+           "name",
+           path, events_file);
+  const std::string events = run_dir_ + "/" + events_file;
+  if (is_main() && !events_file.empty() && fs::exists(events)) {
+    const auto events_bytes = static_cast<uintmax_t>(nn::json_integer(
+        state.value("events_bytes", json(0)), fmt::format("{}: saved state 'events_bytes'", path)));
+    if (fs::file_size(events) > events_bytes) fs::resize_file(events, events_bytes);
+  }
+  open_events(events_file.empty() || !fs::exists(events) ? std::string() : events_file);
   return loop();
 }
 
