@@ -747,3 +747,42 @@ TEST_CASE("vitrine-explain --method qkv: the library's numbers, pictures per hea
   CHECK(ev.code == 1);
   CHECK(ev.output.find("qkv gives no relevance map of the image to evaluate") != std::string::npos);
 }
+
+TEST_CASE("vitrine-explain --resize none: photos of different sizes, each explained at its own") {
+  // a.png is 28 x 28, wide.png 38 x 60 (cropped to a multiple of the patch 7, 35 x 56).
+  const std::string out = extras().dir / "mixed";
+  const auto r = explain_run({"--resize", "none", "a.png", "wide.png", "b.png", "--method",
+                              "attention,saliency", "--out", out},
+                             "mixed sizes");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("explaining 2 images (28x28)") != std::string::npos);
+  CHECK(r.output.find("explaining 1 image (35x56)") != std::string::npos);
+  CHECK(r.output.find("2 sizes, each explained at its own") != std::string::npos);
+  // Each size in its own folder, in the usual layout.
+  CHECK(ex::read_npy(out + "/28x28/attention.npy").shape() == Dims{2, 28, 28});
+  CHECK(ex::read_npy(out + "/35x56/attention.npy").shape() == Dims{1, 35, 56});
+  CHECK(ex::read_npy(out + "/35x56/saliency.npy").shape() == Dims{1, 35, 56});
+  // Every image's prediction at the top, in the command line's order, its folder named.
+  const json predictions = json::parse(read_text(out + "/predictions.json"));
+  REQUIRE(predictions.size() == 3);
+  CHECK(predictions[0].at("folder") == "28x28");
+  CHECK(predictions[1].at("folder") == "35x56");
+  CHECK(predictions[1].at("name") == "wide.png");
+  CHECK(predictions[2].at("folder") == "28x28");
+  const std::string index = read_text(out + "/index.html");
+  CHECK(index.find("href=\"35x56/index.html\"") != std::string::npos);
+  CHECK(fs::exists(out + "/28x28/index.html"));
+  // The wide photo's logits are the ones it gets alone.
+  const std::string alone = extras().dir / "wide_alone";
+  const auto a = explain_run(
+      {"--resize", "none", "wide.png", "--method", "attention", "--out", alone}, "wide alone");
+  REQUIRE(a.code == 0);
+  check_close(ex::read_npy(out + "/35x56/logits.npy"), ex::read_npy(alone + "/logits.npy"), 1e-6);
+  // --resize model fits every photo to the model: one batch, one folder.
+  const auto m = explain_run(
+      {"a.png", "wide.png", "--method", "attention", "--out", extras().dir / "mixed_model"},
+      "mixed model");
+  REQUIRE(m.code == 0);
+  CHECK(ex::read_npy(extras().dir / "mixed_model/attention.npy").shape() == Dims{2, 28, 28});
+}

@@ -19,6 +19,8 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <filesystem>
 #include <optional>
 
 #include "tools/common/files.h"
@@ -39,8 +41,27 @@ namespace ex = vitrine::explain;
 using ex::Sample;
 using Loaded = ex::LoadedModel;
 
+/// The samples' indices grouped by input size [H, W], in the order each size first appears.
+std::vector<std::vector<size_t>> size_groups(const std::vector<Sample>& samples) {
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    auto same = [&](const std::vector<size_t>& g) {
+      return samples[g[0]].input.shape() == samples[i].input.shape();
+    };
+    auto it = std::find_if(groups.begin(), groups.end(), same);
+    if (it == groups.end())
+      groups.push_back({i});
+    else
+      it->push_back(i);
+  }
+  return groups;
+}
+
 /// Explains the images with the methods (explain.h's one entry point) and writes the folder
-/// (output.h's one writer); prints the times and each image's prediction.
+/// (output.h's one writer); prints the times and each image's prediction. Images of several
+/// sizes (--resize none or factor:F on photos of different sizes) are explained each at its own
+/// size: one batch per size, written to OUT/<H>x<W>/ in the usual layout, with OUT/index.html
+/// linking them and OUT/predictions.json holding every image's prediction (its "folder" named).
 int run(const Cli& cli) {
   auto methods = ex::parse_methods(cli.methods);
   Loaded l = load(cli);
@@ -50,57 +71,91 @@ int run(const Cli& cli) {
   l.model->eval();
 
   std::vector<std::string> label_names;
-  const std::vector<Sample> samples = read_samples(cli, l, label_names);
-  const Tensor batch = batch_of(samples);
-  const int64_t N = batch.size(0), H = batch.size(2), W = batch.size(3);
+  const std::vector<Sample> all = read_samples(cli, l, label_names);
+  const std::vector<std::vector<size_t>> groups = size_groups(all);
   const ex::Options opt = options_of(cli, l);
-  const std::vector<int64_t> targets = targets_for(cli, samples, l.classes);
-  if (l.vit) {
-    const auto& c = l.vit->config();
-    fmt::print(
-        "explaining {} image{} ({}x{}) with {} on {} ({}x{} patches of {}, {} blocks, {} "
-        "heads)\n",
-        N, N == 1 ? "" : "s", H, W, cli.methods, cli.checkpoint, H / c.patch, W / c.patch, c.patch,
-        c.depth, c.heads);
-  } else {
-    fmt::print("explaining {} image{} ({}x{}) with {} on {} ({}; Grad-CAM at {})\n", N,
-               N == 1 ? "" : "s", H, W, cli.methods, cli.checkpoint, l.spec.describe(),
-               l.gradcam_layer.empty() ? "no layer" : l.gradcam_layer);
-  }
-  std::fflush(stdout);
+  const std::vector<int64_t> all_targets = targets_for(cli, all, l.classes);
   ex::OutputFolder folder(cli.out);
-  const ex::Result result = ex::explain(*l.model, {.images = batch,
-                                                   .targets = targets,
-                                                   .methods = methods,
-                                                   .options = opt,
-                                                   .gradcam_layer = l.gradcam_layer,
-                                                   .cell = cli.cell});
-  const ex::Written written =
-      ex::write_explanations(folder.path(), l, samples, label_names, result, opt,
-                             {.checkpoint = cli.checkpoint,
-                              .settings = report_settings(cli, l, opt, methods),
-                              .colormap = ex::parse_colormap(cli.colormap),
-                              .alpha = cli.alpha,
-                              .style = ex::parse_style(cli.style),
-                              .raw_inputs = !cli.input.empty()});
+  nlohmann::json predictions = nlohmann::json::array();
+  std::vector<nlohmann::json> by_sample(all.size());
+  std::vector<std::string> skipped, subfolders;
+  for (const std::vector<size_t>& group : groups) {
+    std::vector<Sample> samples;
+    std::vector<int64_t> targets;
+    for (size_t i : group) {
+      samples.push_back(all[i]);
+      targets.push_back(all_targets[i]);
+    }
+    const Tensor batch = batch_of(samples);
+    const int64_t N = batch.size(0), H = batch.size(2), W = batch.size(3);
+    if (l.vit) {
+      const auto& c = l.vit->config();
+      fmt::print(
+          "explaining {} image{} ({}x{}) with {} on {} ({}x{} patches of {}, {} blocks, {} "
+          "heads)\n",
+          N, N == 1 ? "" : "s", H, W, cli.methods, cli.checkpoint, H / c.patch, W / c.patch,
+          c.patch, c.depth, c.heads);
+    } else {
+      fmt::print("explaining {} image{} ({}x{}) with {} on {} ({}; Grad-CAM at {})\n", N,
+                 N == 1 ? "" : "s", H, W, cli.methods, cli.checkpoint, l.spec.describe(),
+                 l.gradcam_layer.empty() ? "no layer" : l.gradcam_layer);
+    }
+    std::fflush(stdout);
+    const ex::Result result = ex::explain(*l.model, {.images = batch,
+                                                     .targets = targets,
+                                                     .methods = methods,
+                                                     .options = opt,
+                                                     .gradcam_layer = l.gradcam_layer,
+                                                     .cell = cli.cell});
+    std::string dir = folder.path();
+    if (groups.size() > 1) {
+      subfolders.push_back(fmt::format("{}x{}", H, W));
+      dir += "/" + subfolders.back();
+      std::filesystem::create_directories(dir);
+    }
+    ex::Written written = ex::write_explanations(dir, l, samples, label_names, result, opt,
+                                                 {.checkpoint = cli.checkpoint,
+                                                  .settings = report_settings(cli, l, opt, methods),
+                                                  .colormap = ex::parse_colormap(cli.colormap),
+                                                  .alpha = cli.alpha,
+                                                  .style = ex::parse_style(cli.style),
+                                                  .raw_inputs = !cli.input.empty()});
+    for (const auto& [name, sec] : result.seconds) fmt::print("  {:<22} {:7.2f} s\n", name, sec);
+    for (size_t k = 0; k < group.size(); ++k) {
+      by_sample[group[k]] = written.predictions[k];
+      if (groups.size() > 1) by_sample[group[k]]["folder"] = subfolders.back();
+    }
+    for (std::string& what : written.skipped) skipped.push_back(std::move(what));
+  }
+  if (groups.size() > 1) {
+    for (const nlohmann::json& p : by_sample) predictions.push_back(p);
+    tools::write_file_atomically(folder.path() + "/predictions.json", predictions.dump(2) + "\n");
+    tools::write_file_atomically(folder.path() + "/index.html",
+                                 ex::size_groups_index_html(cli.checkpoint, subfolders, by_sample));
+  }
   folder.publish();
 
-  for (const auto& [name, s] : result.seconds) fmt::print("  {:<22} {:7.2f} s\n", name, s);
   fmt::print("\n");
-  for (int64_t i = 0; i < N; ++i) {
-    const auto& e = written.predictions[i];
-    const std::string label = samples[i].label >= 0 && !label_names.empty()
-                                  ? fmt::format("label {}", label_names[samples[i].label])
+  for (size_t i = 0; i < all.size(); ++i) {
+    const auto& e = by_sample[i];
+    const std::string label = all[i].label >= 0 && !label_names.empty()
+                                  ? fmt::format("label {}", label_names[all[i].label])
                                   : std::string();
     if (l.headless)
-      fmt::print("  {:<28} {}\n", samples[i].name, label.empty() ? "(no head)" : label);
+      fmt::print("  {:<28} {}\n", all[i].name, label.empty() ? "(no head)" : label);
     else
-      fmt::print("  {:<28} predicted {} ({:.1f}%){}\n", samples[i].name,
+      fmt::print("  {:<28} predicted {} ({:.1f}%){}\n", all[i].name,
                  e["predicted_name"].get<std::string>(), 100 * e["probability"].get<double>(),
                  label.empty() ? "" : ", " + label);
   }
-  for (const std::string& what : written.skipped) fmt::print("\nnot written: {}", what);
-  fmt::print("\nmaps: {}/<method>.npy   report: {}/index.html\n", cli.out, cli.out);
+  for (const std::string& what : skipped) fmt::print("\nnot written: {}", what);
+  if (groups.size() > 1)
+    fmt::print(
+        "\n{} sizes, each explained at its own: {}/{{{}}}/<method>.npy   report: "
+        "{}/index.html\n",
+        groups.size(), cli.out, fmt::join(subfolders, ","), cli.out);
+  else
+    fmt::print("\nmaps: {}/<method>.npy   report: {}/index.html\n", cli.out, cli.out);
   return 0;
 }
 

@@ -437,4 +437,31 @@ std::string write_evaluation_report(
   return path;
 }
 
+std::string size_groups_index_html(const std::string& checkpoint,
+                                   const std::vector<std::string>& folders,
+                                   const std::vector<nlohmann::json>& predictions) {
+  using tools::escape_html;
+  std::string html = fmt::format(
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>vitrine-explain: {}"
+      "</title>\n<style>body{{font-family:sans-serif;margin:2em}}li{{margin:.2em 0}}</style>"
+      "</head><body>\n<h1>{}</h1>\n<p>The images have {} sizes; each size was explained as one "
+      "batch at its own size, in its own folder with its own report.</p>\n",
+      escape_html(checkpoint), escape_html(checkpoint), folders.size());
+  for (const std::string& f : folders) {
+    html += fmt::format("<h2><a href=\"{}/index.html\">{}</a></h2>\n<ul>\n", escape_html(f),
+                        escape_html(f));
+    for (const nlohmann::json& p : predictions) {
+      if (p.value("folder", "") != f) continue;
+      std::string line = escape_html(p.value("name", ""));
+      if (p.contains("predicted_name"))
+        line += fmt::format(": predicted {} ({:.1f}%)",
+                            escape_html(p.at("predicted_name").get<std::string>()),
+                            100 * p.value("probability", 0.0));
+      html += "<li>" + line + "</li>\n";
+    }
+    html += "</ul>\n";
+  }
+  return html + "</body></html>\n";
+}
+
 }  // namespace vitrine::explain

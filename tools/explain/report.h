@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace vitrine::explain {
 
 struct EvalResult;  // tools/explain/evaluate.h
@@ -88,5 +90,13 @@ std::string write_report(const std::string& path, const ReportData& data);
 std::string write_evaluation_report(
     const std::string& path, const EvalResult& result, const std::string& title,
     const std::vector<std::pair<std::string, std::string>>& settings);
+
+/// The index.html of a run whose images had several sizes (each size explained in its own
+/// folder, "HxW"): a self-contained page that links each folder's index.html and lists, per
+/// folder, its images with their prediction (predictions: every image's predictions.json entry,
+/// holding its "folder").
+std::string size_groups_index_html(const std::string& checkpoint,
+                                   const std::vector<std::string>& folders,
+                                   const std::vector<nlohmann::json>& predictions);
 
 }  // namespace vitrine::explain
