@@ -53,6 +53,13 @@ if(rc OR NOT out MATCHES "grad 2 4 6")
   message(FATAL_ERROR "the consumer printed '${out}' (exit ${rc}), expected 'grad 2 4 6'")
 endif()
 message(STATUS "installed Vitrine works: ${out}")
+# The training library: an event file written through the installed vitrine::train.
+execute_process(COMMAND ${WORK_DIR}/build/train_events ${WORK_DIR} RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc OR NOT out MATCHES "crc32c e3069283, event file of [0-9]+ bytes")
+  message(FATAL_ERROR "train_events printed '${out}${err}' (exit ${rc})")
+endif()
+message(STATUS "vitrine::train: ${out}")
 # The CNN: built against vitrine::explain, trained on Fashion-MNIST (when installed), explained.
 set(fmnist /usr/share/datasets/fashion-mnist)
 if(EXISTS ${fmnist}/t10k-images-idx3-ubyte.gz)
