@@ -170,8 +170,8 @@ Normalisation checkpoint_normalisation(const std::string& path, const nn::Metada
                           (*naming == ViTNaming::Torchvision || *naming == ViTNaming::Dinov2 ||
                            (*naming == ViTNaming::Timm && !has_head));
     if (imagenet) {
-      n.mean = {0.485f, 0.456f, 0.406f};
-      n.std = {0.229f, 0.224f, 0.225f};
+      n.mean = kImageNetMean;
+      n.std = kImageNetStd;
       n.source = fmt::format("ImageNet's, as {} (the checkpoint names none)",
                              *naming == ViTNaming::Timm ? std::string("DINO's backbones")
                                                         : naming_name(*naming) + "'s ViTs");

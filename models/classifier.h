@@ -66,6 +66,11 @@ std::shared_ptr<nn::Module> load_classifier(const std::string& path,
 std::string head_note(const std::string& model_config, int64_t given_classes,
                       int64_t checkpoint_classes);
 
+/// ImageNet's per-channel statistics on pixels in [0, 1], as torchvision's transforms.Normalize
+/// of its ImageNet models (and DINO's, DINOv2's) uses them.
+inline const std::vector<float> kImageNetMean = {0.485f, 0.456f, 0.406f};
+inline const std::vector<float> kImageNetStd = {0.229f, 0.224f, 0.225f};
+
 /// The input normalisation (per-channel mean and std, on pixels in [0, 1]) a checkpoint expects,
 /// the one rule of every tool (vitrine-explain, vitrine-train --eval):
 ///   1. the checkpoint's own vitrine.mean / vitrine.std metadata (vitrine-train writes them);

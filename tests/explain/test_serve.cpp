@@ -147,6 +147,10 @@ TEST_CASE("serve: bad options are a 400 naming the option, the value and what is
       {R"({"resize": "factor:99"})",
        "option resize: expected \"model\", \"stretch\", \"none\" or \"factor:F\""},
       {R"({"heads": 1})", "option heads: expected true or false"},
+      {R"({"normalise": "mnist"})",
+       "option normalise: expected one of checkpoint, imagenet, none, got \"mnist\""},
+      {R"({"normalise": "imagenet"})",
+       "option normalise: imagenet's mean and std are for 3 channels; this model takes 1"},
       {R"({"bogus": 1})", "unknown option \"bogus\""},
       {R"({"head": )", "the options: invalid JSON"},
       {R"([1, 2])", "the options: expected a JSON object"},
@@ -680,6 +684,31 @@ TEST_CASE(
   REQUIRE(r->status == 200);
   CHECK(page.eval("document.querySelector('#gallery figure[data-method=attention] img').src") ==
         json::parse(r->body)["methods"][0]["png"]);
+  // Normalisation and upsampling (DINO's recipe: the pixels as they are, nearest): the page's
+  // overlay is the API's with both; each changes the picture.
+  CHECK(page.eval("document.getElementById('normalise').options[1].disabled") == json(true));
+  CHECK(page.eval("document.getElementById('normalise').options[0].textContent")
+            .get<std::string>()
+            .starts_with("the checkpoint's: mean 0.25, std 0.5"));
+  set("normalise", "none");
+  wait();
+  set("upsample", "nearest");
+  wait();
+  const std::string dino_options =
+      R"({"methods": "attention", "heads": false, "resize": "factor:0.5", "crop": "topleft", "pos_interp": "dino")";
+  const auto api_png = [&](const std::string& more) {
+    const auto a = post_image(c, bytes_of(photo), dino_options + more + "}", "wide.png");
+    REQUIRE(a);
+    REQUIRE(a->status == 200);
+    const json j = json::parse(a->body);
+    return std::pair{j["methods"][0]["png"].get<std::string>(), j["input"]["normalisation"]};
+  };
+  const auto [both, used] = api_png(R"(, "normalise": "none", "upsample": "nearest")");
+  CHECK(page.eval("document.querySelector('#gallery figure[data-method=attention] img').src") ==
+        both);
+  CHECK(used == json({{"from", "none"}, {"mean", {0.0}}, {"std", {1.0}}}));
+  CHECK(both != api_png(R"(, "upsample": "nearest")").first);  // the normalisation counts
+  CHECK(both != api_png(R"(, "normalise": "none")").first);    // and the upsampling
   CHECK(page.eval("document.getElementById('error').textContent") == "");
   CHECK_MESSAGE(page.console.empty(), fmt::format("{}", fmt::join(page.console, "\n")));
 }

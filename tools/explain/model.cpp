@@ -55,8 +55,8 @@ void set_normalisation(LoadedModel& l, const ModelSource& source, int64_t channe
              "--normalise imagenet: ImageNet's statistics are for 3 channels, the "
              "model takes {}",
              channels);
-    l.mean = {0.485f, 0.456f, 0.406f};
-    l.std = {0.229f, 0.224f, 0.225f};
+    l.mean = models::kImageNetMean;
+    l.std = models::kImageNetStd;
     l.normalisation = "--normalise imagenet";
   } else {
     models::Normalisation n = fallback();

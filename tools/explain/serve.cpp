@@ -26,11 +26,11 @@ namespace {
 [[noreturn]] void bad_request(const std::string& message) { throw ClientError(400, message); }
 
 const std::vector<std::string> kOptionKeys = {
-    "methods",     "target",        "layer",      "head",     "threshold",
-    "head_fusion", "discard_ratio", "steps",      "ig_rule",  "baseline",
-    "samples",     "sigma",         "seed",       "colormap", "alpha",
-    "resize",      "crop",          "pos_interp", "heads",    "grids",
-    "upsample",    "distance_norm", "patch",      "neuron",   "am_steps"};
+    "methods",       "target",   "layer",    "head",          "threshold", "head_fusion",
+    "discard_ratio", "steps",    "ig_rule",  "baseline",      "samples",   "sigma",
+    "seed",          "colormap", "alpha",    "resize",        "crop",      "pos_interp",
+    "heads",         "grids",    "upsample", "distance_norm", "patch",     "neuron",
+    "am_steps",      "normalise"};
 
 /// options.key as an integer in [lo, hi].
 int64_t integer_in(const json& o, const char* key, int64_t lo, int64_t hi, const char* what) {
@@ -101,9 +101,16 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
                                      const ServeLimits& limits) {
   RequestOptions r;
   r.methods = methods_of(model);
-  r.method.black = black_pixel(model);
-  for (size_t c = 0; c < model.mean.size(); ++c)
-    r.method.white.push_back((1 - model.mean[c]) / model.std[c]);
+  r.mean = model.mean, r.std = model.std;
+  // The integrated-gradients baseline and range of the normalisation chosen.
+  const auto set_black_white = [&r] {
+    r.method.black.clear(), r.method.white.clear();
+    for (size_t c = 0; c < r.mean.size(); ++c) {
+      r.method.black.push_back(-r.mean[c] / r.std[c]);
+      r.method.white.push_back((1 - r.mean[c]) / r.std[c]);
+    }
+  };
+  set_black_white();
   // The defaults (50 steps, 16 samples) within --max-steps too.
   r.method.steps = std::min(r.method.steps, limits.max_steps);
   r.method.samples = std::min(r.method.samples, limits.max_steps);
@@ -256,6 +263,21 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
   if (o.contains("am_steps"))
     m.am_steps = integer_option(o, "am_steps", 0, limits.max_steps, am_limit.c_str());
   m.am_steps = std::min(m.am_steps, limits.max_steps);
+  if (o.contains("normalise")) {
+    r.normalise = choice_option(o, "normalise", {"checkpoint", "imagenet", "none"});
+    const auto channels = static_cast<size_t>(model.spec.channels);
+    if (r.normalise == "imagenet") {
+      if (channels != 3)
+        bad_request(
+            fmt::format("option normalise: imagenet's mean and std are for 3 channels; "
+                        "this model takes {}",
+                        channels));
+      r.mean = models::kImageNetMean, r.std = models::kImageNetStd;
+    } else if (r.normalise == "none") {
+      r.mean.assign(channels, 0.0f), r.std.assign(channels, 1.0f);
+    }
+    set_black_white();
+  }
   if (o.contains("heads")) r.heads = bool_option(o, "heads");
   if (o.contains("grids")) r.grids = bool_option(o, "grids");
   return r;
@@ -447,8 +469,14 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
   try {
     const nn::data::DecodedImage d = nn::data::decode_image(
         data, name, {.max_side = side, .max_pixels = side * side, .max_file_bytes = 1LL << 40});
-    sample = prepare_image(name, nn::data::to_image(d, static_cast<int>(model_.spec.channels)), -1,
-                           o.geometry, model_);
+    const nn::data::Image image = nn::data::to_image(d, static_cast<int>(model_.spec.channels));
+    if (o.normalise == "checkpoint") {
+      sample = prepare_image(name, image, -1, o.geometry, model_);
+    } else {  // the model as loaded, with the request's normalisation
+      LoadedModel normalised = model_;
+      normalised.mean = o.mean, normalised.std = o.std;
+      sample = prepare_image(name, image, -1, o.geometry, normalised);
+    }
   } catch (const Error& e) {
     throw ClientError(400, e.what());
   }
@@ -466,10 +494,10 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
                                        name, H, W, tokens, attention_mb, limits_.max_attention_mb));
 
   // The pass: cached by the file's bytes and everything that changes it.
-  const std::string key =
-      fmt::format("{:016x}/{}/{}/{}/{}/{}/{}", std::hash<std::string_view>{}(bytes), bytes.size(),
-                  o.geometry.resize, o.geometry.crop, static_cast<int>(o.method.pos_interp),
-                  o.target, (o.method.layer + c.depth) % c.depth);
+  const std::string key = fmt::format(
+      "{:016x}/{}/{}/{}/{}/{}/{}/{}", std::hash<std::string_view>{}(bytes), bytes.size(),
+      o.geometry.resize, o.geometry.crop, static_cast<int>(o.method.pos_interp), o.target,
+      (o.method.layer + c.depth) % c.depth, o.normalise);
   bool hit = false;
   std::shared_ptr<CachedImage> cached = cached_pass(key, sample, o, hit);
   if (hit) {
@@ -490,6 +518,7 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
                   {"width", W},
                   {"grid", {pass.grid_h, pass.grid_w}},
                   {"tokens", tokens},
+                  {"normalisation", {{"from", o.normalise}, {"mean", o.mean}, {"std", o.std}}},
                   {"png", png_uri(enlarge > 1 ? explain::enlarge(to_rgb8(display), enlarge)
                                               : to_rgb8(display))}};
   out["timings"] = {{"decode", decode_seconds},
@@ -551,8 +580,8 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
     }
     // activation-max's picture is the optimised image, un-normalised; every other method a map.
     const auto picture = [&] {
-      return png_uri(explain::enlarge(
-          to_rgb8(unnormalised(e.picture.select(0, 0), model_.mean, model_.std)), enlarge));
+      return png_uri(
+          explain::enlarge(to_rgb8(unnormalised(e.picture.select(0, 0), o.mean, o.std)), enlarge));
     };
     json r = {{"method", method_name(m)},
               {"png", e.picture.defined() ? picture() : draw(e.map.select(0, 0))},

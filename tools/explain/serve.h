@@ -72,6 +72,9 @@ struct ClientError : Error {
 ///   resize ("model": the shorter side to the model's size and a centre crop, "stretch",
 ///   "none", "factor:F": as --resize), crop ("center", "topleft"), pos_interp ("size",
 ///   "dino"): how the image becomes the model's input
+///   normalise   "checkpoint" (the model's, as loaded: the default), "imagenet" (3-channel
+///               models) or "none" (mean 0, std 1: the pixels as they are, as DINO's
+///               visualize_attention feeds them): as --normalise
 ///   upsample ("bilinear", "nearest"), distance_norm ("raw", "patches"): as the command line
 ///   patch [row, column] (qkv's query patch), neuron, am_steps (activation-max, at most
 ///   --max-steps): as --patch, --neuron, --am-steps
@@ -85,6 +88,8 @@ struct RequestOptions {
   double alpha = 0.5;
   InputGeometry geometry;
   bool heads = true, grids = false;
+  std::string normalise = "checkpoint";
+  std::vector<float> mean, std;  // the normalisation the image gets, one per channel
 };
 
 /// Parses and checks the options JSON text (empty: the defaults) for a model.
