@@ -1,15 +1,19 @@
-// Helpers the train tests share for reading a run folder, and a file-size limit for writes that
-// fail.
+// Helpers the train tests share for reading a run folder (metrics.jsonl, the TensorBoard event
+// file through tests/train/read_tfevents.py), and a file-size limit for writes that fail.
 #pragma once
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "tools/train/tfevents.h"
 
 namespace vt_test {
 
@@ -34,6 +38,37 @@ inline std::vector<nlohmann::json> metrics_lines(const std::string& run_dir) {
   }
   CHECK_MESSAGE(!lines.empty(), run_dir, "/metrics.jsonl is empty");
   return lines;
+}
+
+/// The run folder's event files.
+inline std::vector<std::string> event_files(const std::string& run_dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir))
+    if (vitrine::train::is_event_file_name(e.path().filename().string()))
+      out.push_back(e.path().string());
+  return out;
+}
+
+/// Runs tests/train/read_tfevents.py on run_dir: its exit status (0 the file is good, 1 a fault,
+/// 77 it cannot run here: no /usr/bin/python3, google.protobuf or protoc) and what it printed.
+inline ProcessResult run_independent_reader(const TempDir& dir, const std::string& run_dir) {
+  if (!std::filesystem::exists("/usr/bin/python3"))
+    return {77, "no /usr/bin/python3: the event file's independent reader did not run"};
+  return run_process("/usr/bin/python3", {VITRINE_TESTS_TRAIN "/read_tfevents.py", run_dir}, dir,
+                     "reader");
+}
+
+/// Checks that the independent reader passes run_dir's event file; marks the case skipped when
+/// it cannot run here.
+inline void check_with_independent_reader(const TempDir& dir, const std::string& run_dir) {
+  const ProcessResult r = run_independent_reader(dir, run_dir);
+  INFO(r.output);
+  if (r.code == 77) {
+    skip(r.output);
+    return;
+  }
+  CHECK(r.code == 0);
+  CHECK(r.output.find("every CRC good") != std::string::npos);
 }
 
 /// Sets the file-size limit (and ignores SIGXFSZ, so that a write past it fails with EFBIG as it

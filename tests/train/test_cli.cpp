@@ -26,41 +26,6 @@ namespace {
 
 const std::string kExe = VITRINE_TRAIN_EXE;
 
-void put_be32(std::ofstream& f, uint32_t v) {
-  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
-                     static_cast<char>(v >> 8), static_cast<char>(v)};
-  f.write(b, 4);
-}
-
-/// {train,t10k}-{images-idx3,labels-idx1}-ubyte in dir: n examples each, label k = i % 10, a grid
-/// of 2x2 dots at 230 on noise below 80, every (k / 2 + 2)-th row and (k % 2 + 1)-th column of
-/// dots. (A task that needs the position embeddings, such as a block whose place is the class,
-/// is too slow for a model this small to learn.)
-void write_stripes(const std::string& dir, int train_n, int test_n) {
-  fs::create_directories(dir);
-  for (const auto& [prefix, n, seed] : {std::tuple{"train", train_n, 1u}, {"t10k", test_n, 2u}}) {
-    std::ofstream im(dir + "/" + prefix + "-images-idx3-ubyte", std::ios::binary);
-    std::ofstream lb(dir + "/" + prefix + "-labels-idx1-ubyte", std::ios::binary);
-    put_be32(im, 0x803);
-    put_be32(im, static_cast<uint32_t>(n));
-    put_be32(im, 28);
-    put_be32(im, 28);
-    put_be32(lb, 0x801);
-    put_be32(lb, static_cast<uint32_t>(n));
-    uint32_t state = seed;
-    for (int i = 0; i < n; ++i) {
-      const int label = i % 10;
-      lb.put(static_cast<char>(label));
-      for (int y = 0; y < 28; ++y)
-        for (int x = 0; x < 28; ++x) {
-          state = state * 1664525u + 1013904223u;
-          const bool in = (y / 2) % (label / 2 + 2) == 0 && (x / 2) % (label % 2 + 1) == 0;
-          im.put(static_cast<char>(in ? 230 : (state >> 24) % 80));
-        }
-    }
-  }
-}
-
 /// The tiny config as --set assignments.
 std::vector<std::string> tiny_sets() {
   return {"--set", "model.patch=7",
@@ -201,6 +166,10 @@ TEST_CASE("train-cli: a run killed with SIGKILL and resumed ends as the uninterr
   CHECK(tensor_bytes(out + "/last.safetensors") == tensor_bytes(r.out + "/last.safetensors"));
   CHECK(tensor_bytes(out + "/best.safetensors") == tensor_bytes(r.out + "/best.safetensors"));
   CHECK(metrics_lines(out) == metrics_lines(r.out));
+  // The TensorBoard event file: the same one continued, cut back to the checkpoint first (a kill
+  // may also have cut a record in half), so each of metrics.jsonl's lines is in it once.
+  CHECK(event_files(out).size() == 1);
+  check_with_independent_reader(dir, out);
 }
 
 TEST_CASE(
@@ -432,6 +401,7 @@ TEST_CASE(
     for (const char* f : {"best.safetensors", "last.safetensors", "metrics.jsonl",
                           "confusion_matrix.json", "config.json", "report.html"})
       CHECK(fs::exists(out + "/" + f));
+    CHECK(event_files(out).size() == 1);  // rank 0's
     // The same steps, and the metrics of the whole data to float32 summation order.
     const std::vector<json> a = metrics_lines(dir / "one"), b = metrics_lines(out);
     REQUIRE(a.size() == b.size());
