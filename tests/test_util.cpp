@@ -176,6 +176,39 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
+namespace {
+void put_be32(std::ofstream& f, uint32_t v) {
+  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                     static_cast<char>(v >> 8), static_cast<char>(v)};
+  f.write(b, 4);
+}
+}  // namespace
+
+void write_stripes(const std::string& dir, int train_n, int test_n) {
+  std::filesystem::create_directories(dir);
+  for (const auto& [prefix, n, seed] : {std::tuple{"train", train_n, 1u}, {"t10k", test_n, 2u}}) {
+    std::ofstream im(dir + "/" + prefix + "-images-idx3-ubyte", std::ios::binary);
+    std::ofstream lb(dir + "/" + prefix + "-labels-idx1-ubyte", std::ios::binary);
+    put_be32(im, 0x803);
+    put_be32(im, static_cast<uint32_t>(n));
+    put_be32(im, 28);
+    put_be32(im, 28);
+    put_be32(lb, 0x801);
+    put_be32(lb, static_cast<uint32_t>(n));
+    uint32_t state = seed;
+    for (int i = 0; i < n; ++i) {
+      const int label = i % 10;
+      lb.put(static_cast<char>(label));
+      for (int y = 0; y < 28; ++y)
+        for (int x = 0; x < 28; ++x) {
+          state = state * 1664525u + 1013904223u;
+          const bool in = (y / 2) % (label / 2 + 2) == 0 && (x / 2) % (label % 2 + 1) == 0;
+          im.put(static_cast<char>(in ? 230 : (state >> 24) % 80));
+        }
+    }
+  }
+}
+
 void write_png(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   REQUIRE(stbi_write_png(path.c_str(), w, h, comp, hwc.data(), w * comp) != 0);

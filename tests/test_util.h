@@ -86,6 +86,13 @@ void write_png(const std::string& path, int w, int h, int comp, const std::vecto
 void write_bmp(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc);
 void write_jpg(const std::string& path, int w, int h, int comp, const std::vector<uint8_t>& hwc);
 
+/// {train,t10k}-{images-idx3,labels-idx1}-ubyte in dir (a Fashion-MNIST folder): train_n and
+/// test_n examples, label k = i % 10, a grid of 2x2 dots at 230 on noise below 80, every
+/// (k / 2 + 2)-th row and (k % 2 + 1)-th column of dots. (A task that needs the position
+/// embeddings, such as a block whose place is the class, is too slow for a model this small to
+/// learn.)
+void write_stripes(const std::string& dir, int train_n, int test_n);
+
 /// A fresh directory under the system's temp folder, removed with everything in it at scope exit.
 struct TempDir {
   std::filesystem::path dir;

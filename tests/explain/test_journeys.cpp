@@ -468,3 +468,61 @@ TEST_CASE("journey: a from-scratch model with a summary, timm-style flags and a 
   CHECK(help.code == 0);
   CHECK(has(help.output, "Usage: vitrine-explain"));
 }
+
+TEST_CASE("seed recipes: each config of configs/seeds/ trains a few steps on small data") {
+  TempDir dir;
+  // 003: MNIST's ViT from scratch (Fashion-MNIST's format), torchvision's initialisation, Adam at
+  // a constant 1e-3, nothing of the default recipe left on.
+  write_stripes(dir / "fmnist", 200, 50);
+  const ProcessResult s003 =
+      run_train({"--config", kConfigs + "/seeds/003_mnist_vit.json", "--data", dir / "fmnist",
+                 "--max-steps", "3", "--out", dir / "s003", "--set", "data.workers=0"},
+                dir, "seed003");
+  INFO(s003.output);
+  REQUIRE(s003.code == 0);
+  CHECK(has(s003.output, "ViT 1x28x28 in 7x7 patches, dim 64, depth 6, 2 heads, MLP 128"));
+  CHECK(has(s003.output, "adam lr 0.001 weight decay 0, constant on cpu"));
+  CHECK(!has(s003.output, "note:"));  // no schedule, transform or class count fitted
+  const json c003 = json::parse(read_text(dir / "s003/config.json"));
+  CHECK(c003.at("model").at("init") == "torchvision");
+  CHECK(c003.at("model").at("stem") == json::array());
+  CHECK(c003.at("model").at("drop_path") == 0.0);
+  CHECK(c003.at("optim").at("label_smoothing") == 0.0);
+  CHECK(c003.at("optim").at("grad_clip") == 0.0);
+  CHECK(c003.at("data").at("transforms").at("hflip") == 0);
+  CHECK(!c003.at("data").at("transforms").contains("random_crop"));
+
+  // 001: vit-pytorch's CIFAR-10 model (699,530 parameters), early stopping on the loss.
+  write_cifar10(dir / "cifar", 20, 20);
+  const ProcessResult s001 = run_train(
+      {"--config", kConfigs + "/seeds/001_cifar_vit_pytorch.json", "--data", dir / "cifar",
+       "--max-steps", "2", "--batch-size", "16", "--out", dir / "s001", "--set", "data.workers=0"},
+      dir, "seed001");
+  INFO(s001.output);
+  REQUIRE(s001.code == 0);
+  CHECK(has(s001.output,
+            "ViT 3x64x64 in 4x4 patches, dim 128, depth 4, 4 heads of width 64, "
+            "MLP 128, no final norm (0.70M parameters)"));
+  const ProcessResult summary =
+      run_train({"--config", kConfigs + "/seeds/001_cifar_vit_pytorch.json", "--summary"}, dir,
+                "seed001_summary");
+  CHECK(has(summary.output, "Total params: 699,530"));
+  CHECK(json::parse(read_text(dir / "s001/config.json")).at("model").at("init") == "vit-pytorch");
+
+  // 004: transfer learning from a torchvision checkpoint, backbone frozen, the new head drawn as
+  // nn.Linear's default, torchvision's weights.transforms() fitted to the checkpoint's size.
+  write_food(dir / "food", 4, 2);
+  const std::string arch = dir / "vit_tv.json";
+  std::ofstream(arch) << fixture_case("vit_parity.json", "tv").at("config").dump();
+  const ProcessResult s004 =
+      run_train({"--config", kConfigs + "/seeds/004_transfer_vit_b16.json", "--data", dir / "food",
+                 "--finetune", fixture("vit_tv.safetensors"), "--model-config", arch, "--max-steps",
+                 "2", "--out", dir / "s004", "--set", "data.workers=0"},
+                dir, "seed004");
+  INFO(s004.output);
+  REQUIRE(s004.code == 0);
+  CHECK(has(s004.output, "note: model.init vit-pytorch: the new head is drawn as vit-pytorch's"));
+  CHECK(has(s004.output, "backbone frozen: 99 parameters of the head train"));  // 3 x 32 + 3
+  CHECK(has(s004.output, "adam lr 0.001 weight decay 0, constant"));
+  for (const char* c : {"pizza", "steak", "sushi"}) CHECK(has(s004.output, c));
+}

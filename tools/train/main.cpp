@@ -279,8 +279,15 @@ json training_config(const Options& o, std::shared_ptr<nn::Module>& pretrained) 
   if (!o.finetune.empty()) {
     // The checkpoint's architecture decides the model and its input size; the data set its
     // classes; the transforms follow the model's size unless --set names them.
-    const models::ViTConfig arch =
-        checkpoint_architecture("--finetune", o.finetune, o.model_config);
+    models::ViTConfig arch = checkpoint_architecture("--finetune", o.finetune, o.model_config);
+    // The config's model.init, when it names one, draws the new head (seed 004's
+    // nn.Linear(768, 3) is PyTorch's default: init vit-pytorch); else the checkpoint's scheme.
+    if (config["model"].contains("init")) {
+      arch.init = config["model"]["init"].get<std::string>();
+      arch.validate();
+      notes.push_back(
+          fmt::format("model.init {}: the new head is drawn as {}'s", arch.init, arch.init));
+    }
     json probe = config;
     probe["model"] = arch.to_json();
     const auto test = tr::load_test_set(probe);
@@ -292,7 +299,9 @@ json training_config(const Options& o, std::shared_ptr<nn::Module>& pretrained) 
                "model.num_classes out when fine-tuning (the head is made for the data set)",
                want, test->source(), classes);
     }
-    config = tr::finetune_config(config, arch, o.finetune, classes, o.freeze_backbone);
+    // --freeze-backbone, or the config's train.freeze_backbone (seed 004's config sets it).
+    const bool freeze = o.freeze_backbone || config["train"].value("freeze_backbone", false);
+    config = tr::finetune_config(config, arch, o.finetune, classes, freeze);
     if (!sizes_set(o))
       for (std::string& n : tr::fit_transforms_to_model(config)) notes.push_back(n);
   } else {
