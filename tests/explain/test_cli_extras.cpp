@@ -164,6 +164,51 @@ TEST_CASE("vitrine-explain --resize factor:F rounds each side down, as int(side 
   CHECK(f.scale_x == 21.0 / 70);
 }
 
+TEST_CASE("vitrine-explain: DINO's recipe as the seed writes it, per head within 1e-3 of it") {
+  // tests/fixtures/make_dino_recipe_fixture.py: a head-less DINO ViT (patch 8, 3 heads) and a
+  // 301 x 203 photo; the seed halves it with img.size // 2 (150 x 101), feeds the pixels
+  // unnormalised, crops to whole patches at the top left (144 x 96), interpolates the position
+  // embedding as DINO does, and shows each head's class-token attention upsampled nearest.
+  const json& doc = fixture_json("dino_recipe.json");
+  const std::string out = extras().dir / "dino_recipe";
+  const auto r = run_process(
+      kExe,
+      {"--checkpoint", fixture("vit_dino_tiny.safetensors"), "--normalise", "none", "--resize",
+       "factor:0.5", "--crop", "topleft", "--pos-interp", "dino", "--upsample", "nearest",
+       "--method", "attention", "--out", out, fixture("images/dino_301x203.png")},
+      extras().dir, "dino recipe");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(doc.at("input") == json({96, 144}));
+  CHECK(r.output.find("explaining 1 image (96x144)") != std::string::npos);
+  CHECK(r.output.find("from --normalise none") != std::string::npos);
+  const Tensor heads = ex::read_npy(out + "/attention.heads.npy");  // [1, 3, 12, 18]
+  REQUIRE(heads.shape() == Dims{1, 3, 12, 18});
+  const Tensor expected = fixture_tensor(doc.at("heads"));
+  // The seed's pixels are PIL's 8-bit resize; ours the float one (within 1/255 of it): 3e-5
+  // apart measured, against attention values up to 0.013.
+  check_close(heads.select(0, 0).to(kFloat64), expected, 1e-3, 0);
+  // Nearest upsampling: the mean map is constant on every 8 x 8 patch.
+  const Tensor map = ex::read_npy(out + "/attention.npy").select(0, 0);  // [96, 144]
+  REQUIRE(map.shape() == Dims{96, 144});
+  for (int64_t y = 0; y < 96; y += 8)
+    for (int64_t x = 0; x < 144; x += 8) {
+      const Tensor block = map.slice(0, y, y + 8).slice(1, x, x + 8);
+      CHECK(ops::max(block).item() == ops::min(block).item());
+    }
+  // The defaults (the checkpoint's normalisation: ImageNet's for a DINO backbone) differ.
+  const auto normalised =
+      run_process(kExe,
+                  {"--checkpoint", fixture("vit_dino_tiny.safetensors"), "--resize", "factor:0.5",
+                   "--crop", "topleft", "--pos-interp", "dino", "--method", "attention", "--out",
+                   out + "_imagenet", fixture("images/dino_301x203.png")},
+                  extras().dir, "dino imagenet");
+  REQUIRE(normalised.code == 0);
+  CHECK(ops::max(ops::abs(ex::read_npy(out + "_imagenet/attention.heads.npy").select(0, 0) -
+                          heads.select(0, 0)))
+            .item() > 1e-3);
+}
+
 TEST_CASE("vitrine-explain --normalise: the checkpoint's, ImageNet's, or the pixels as they are") {
   ex::ModelSource src;
   src.checkpoint = extras().checkpoint;
