@@ -37,11 +37,15 @@ int main(int argc, char** argv) {
   const fs::path dir = argv[1], source = argv[2];
   try {
     // The repository's valid files: images in every layout, and the training configs.
+    // Every regular file below from (configs/seeds/ too), named by its path below it.
     const auto copy_all = [&](const fs::path& from, const char* target) {
       fs::create_directories(dir / target);
-      for (const auto& e : fs::directory_iterator(from))
-        fs::copy_file(e.path(), dir / target / e.path().filename(),
-                      fs::copy_options::overwrite_existing);
+      for (const auto& e : fs::recursive_directory_iterator(from)) {
+        if (!e.is_regular_file()) continue;
+        std::string name = fs::relative(e.path(), from).string();
+        std::replace(name.begin(), name.end(), '/', '_');
+        fs::copy_file(e.path(), dir / target / name, fs::copy_options::overwrite_existing);
+      }
     };
     copy_all(source / "tests/fixtures/images", "image");
     copy_all(source / "configs", "train_config");
