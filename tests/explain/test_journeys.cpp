@@ -514,11 +514,11 @@ TEST_CASE("seed recipes: each config of configs/seeds/ trains a few steps on sma
   write_food(dir / "food", 4, 2);
   const std::string arch = dir / "vit_tv.json";
   std::ofstream(arch) << fixture_case("vit_parity.json", "tv").at("config").dump();
-  const ProcessResult s004 =
-      run_train({"--config", kConfigs + "/seeds/004_transfer_vit_b16.json", "--data", dir / "food",
-                 "--finetune", fixture("vit_tv.safetensors"), "--model-config", arch, "--max-steps",
-                 "2", "--out", dir / "s004", "--set", "data.workers=0"},
-                dir, "seed004");
+  const ProcessResult s004 = run_train(
+      {"--config", kConfigs + "/seeds/004_transfer_vit_b16.json", "--data", dir / "food",
+       "--finetune", fixture("vit_tv.safetensors"), "--model-config", arch, "--freeze-backbone",
+       "--max-steps", "2", "--out", dir / "s004", "--set", "data.workers=0"},
+      dir, "seed004");
   INFO(s004.output);
   REQUIRE(s004.code == 0);
   CHECK(has(s004.output, "note: model.init vit-pytorch: the new head is drawn as vit-pytorch's"));

@@ -65,8 +65,8 @@ TEST_CASE("train config: the built-in default is configs/fashion_mnist.json and 
 
 TEST_CASE("train config: every preset file in configs/ loads complete and validates") {
   std::set<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(kConfigs)) {
-    if (entry.path().extension() != ".json") continue;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(kConfigs)) {
+    if (entry.path().extension() != ".json") continue;  // configs/seeds/ too
     const std::string path = entry.path().string();
     INFO("preset: " << path);
     names.insert(entry.path().filename().string());
@@ -78,6 +78,9 @@ TEST_CASE("train config: every preset file in configs/ loads complete and valida
   CHECK(names.count("fashion_mnist.json") == 1);
   CHECK(names.count("cifar10.json") == 1);
   CHECK(names.count("imagefolder.json") == 1);
+  for (const char* seed :
+       {"001_cifar_vit_pytorch.json", "003_mnist_vit.json", "004_transfer_vit_b16.json"})
+    CHECK(names.count(seed) == 1);
 
   const json cifar = tr::load_config(kConfigs + "/cifar10.json");
   const models::ViTConfig vit = tr::model_config(cifar);
