@@ -135,9 +135,9 @@ TEST_CASE("tensorboard: a short run's event file passes the independent reader")
   Sets s;
   // 12 steps: train lines at 4, 8, 12; validations at 5, 10 and the end; train_eval and test.
   const json config = tiny_config({"train.max_steps=12", "train.eval_every=5"});
-  CHECK(config.at("train").contains("tensorboard") == false);  // the shipped configs lack it
+  CHECK(config.at("train").at("tensorboard") == true);  // the shipped configs say so
   tr::Trainer t(config, s.train, s.val, s.test, dir.dir.string());
-  CHECK(t.config().train.tensorboard);  // on by default
+  CHECK(t.config().train.tensorboard);
   t.run();
   const std::vector<std::string> files = event_files(dir.dir.string());
   REQUIRE(files.size() == 1);

@@ -9,18 +9,8 @@
 #include "backends/error.h"
 #include "ops/ops.h"
 #include "tools/common/files.h"
+#include "tools/common/png.h"
 #include "tools/explain/text.h"
-
-// stb_image_write's implementation, private to this file (STB_IMAGE_WRITE_STATIC), so that it
-// cannot clash with another copy in the same program (the tests have their own).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_WRITE_STATIC
-#include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
 
 namespace vitrine::explain {
 
@@ -240,15 +230,7 @@ std::string encode_png(const Rgb8& image) {
   VT_CHECK(image.height > 0 && image.width > 0, "encode_png: the image is empty ({} x {})",
            image.height, image.width);
   check_rgb8(image, "encode_png");
-  std::string png;
-  auto append = [](void* context, void* data, int size) {
-    static_cast<std::string*>(context)->append(static_cast<const char*>(data),
-                                               static_cast<size_t>(size));
-  };
-  const int w = static_cast<int>(image.width), h = static_cast<int>(image.height);
-  VT_CHECK(stbi_write_png_to_func(append, &png, w, h, 3, image.pixels.data(), w * 3) != 0,
-           "encode_png: stb_image_write could not encode the {} x {} image", h, w);
-  return png;
+  return tools::encode_png(image.pixels.data(), image.width, image.height, 3, "encode_png");
 }
 
 void write_png(const std::string& path, const Rgb8& image) {

@@ -6,18 +6,7 @@
 #include <cmath>
 
 #include "backends/error.h"
-
-// stb_image_write's implementation, private to this file (STB_IMAGE_WRITE_STATIC), so that it
-// cannot clash with another copy in the same program (the explain library and the tests have
-// their own).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_WRITE_STATIC
-#include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
+#include "tools/common/png.h"
 
 namespace vitrine::train {
 
@@ -72,13 +61,7 @@ EncodedImage confusion_matrix_png(const std::vector<std::vector<int64_t>>& confu
   }
   EncodedImage out;
   out.height = out.width = side;
-  auto append = [](void* context, void* data, int size) {
-    static_cast<std::string*>(context)->append(static_cast<const char*>(data),
-                                               static_cast<size_t>(size));
-  };
-  const int s = static_cast<int>(side);
-  VT_CHECK(stbi_write_png_to_func(append, &out.png, s, s, 3, rgb.data(), s * 3) != 0,
-           "tensorboard: stb_image_write could not encode the {} x {} confusion matrix", s, s);
+  out.png = tools::encode_png(rgb.data(), side, side, 3, "tensorboard: the confusion matrix");
   return out;
 }
 
