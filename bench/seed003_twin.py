@@ -102,12 +102,15 @@ def vitrine_run(exe, seed, steps, workdir):
     return [line for line in lines if line.get("type") == "test"][-1]["accuracy"]
 
 
-def cpu_model():
+def lscpu():
     try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        return subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     except OSError:
-        return "unknown"
-    found = re.search(r"Model name:\s*(.+)", text)
+        return "lscpu: not available"
+
+
+def cpu_model():
+    found = re.search(r"Model name:\s*(.+)", lscpu())
     return found.group(1).strip() if found else "unknown"
 
 
@@ -149,6 +152,7 @@ def main():
     lines.append(f"| mean | {mean(1):.2%} | {mean(2):.2%} |")
     lines.append("")
     lines.append(f"Difference of the means: {100 * (mean(1) - mean(2)):+.2f} points.")
+    lines += ["", "```", lscpu().rstrip(), "```"]
     text = "\n".join(lines) + "\n"
     print(text)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
