@@ -12,6 +12,7 @@
 #include "nn/mlp.h"
 #include "nn/module.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/adaptive.h"
 #include "nn/optim/clip.h"
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"

@@ -38,6 +38,7 @@ class Adam : public Optimizer {
   explicit Adam(std::vector<ParamGroup> groups, const AdamOptions& options = {});
 
   std::string type_name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  using Optimizer::step;
   void step() override;
 
   double beta1() const { return beta1_; }

@@ -174,6 +174,18 @@ void StateReader::check_all_taken() const {
 Optimizer::Optimizer(std::vector<ParamGroup> groups)
     : groups_(detail::validated("optimizer", std::move(groups))) {}
 
+Tensor Optimizer::step(const LossClosure& closure) {
+  VT_CHECK(static_cast<bool>(closure), "{}: step(closure) needs a closure that returns the loss",
+           type_name());
+  Tensor loss;
+  {
+    GradModeGuard grad(true);
+    loss = closure();
+  }
+  step();
+  return loss;
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (ParamGroup& group : groups_) nn::zero_grad(group.params, set_to_none);
 }

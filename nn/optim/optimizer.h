@@ -2,6 +2,7 @@
 // state tensors; step() updates parameters in place through a backend kernel under no-grad.
 // Subclasses: SGD (sgd.h), Adam and AdamW (adam.h), with PyTorch's exact update rules.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ std::vector<ParamGroup> param_groups_with_decay(
     const std::vector<std::string>& no_decay_names = {"pos_embed", "cls_token", "register_tokens"},
     bool exempt_1d = true);
 
+/// PyTorch's closure: re-evaluates the model (zero_grad, the loss, backward) and returns the loss.
+using LossClosure = std::function<Tensor()>;
+
 class Optimizer {
  public:
   explicit Optimizer(std::vector<ParamGroup> groups);
@@ -38,6 +42,11 @@ class Optimizer {
   virtual std::string type_name() const = 0;
   /// One update of every parameter that has a gradient.
   virtual void step() = 0;
+  /// PyTorch's step(closure): runs closure with gradients on (whatever the caller's grad mode),
+  /// then one update; returns closure's loss. An optimizer that needs the loss several times per
+  /// step (LBFGS) overrides it. A class that overrides step() says `using Optimizer::step;` so
+  /// that both stay callable on it.
+  virtual Tensor step(const LossClosure& closure);
   void zero_grad(bool set_to_none = true);
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }

@@ -29,6 +29,7 @@ class SGD : public Optimizer {
   explicit SGD(std::vector<ParamGroup> groups, const SGDOptions& options = {});
 
   std::string type_name() const override { return "SGD"; }
+  using Optimizer::step;
   void step() override;
 
   double momentum() const { return momentum_; }

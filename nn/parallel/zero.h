@@ -32,6 +32,7 @@ class ZeroAdam : public optim::Optimizer {
            double max_grad_norm = 0, dist::ProcessGroup* group = nullptr);
 
   std::string type_name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  using optim::Optimizer::step;
   void step() override;
   NamedTensors state_tensors() const override;
   nlohmann::json state_json() const override;

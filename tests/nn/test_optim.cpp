@@ -12,6 +12,7 @@
 
 #include "nn/module.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/adaptive.h"
 #include "nn/optim/clip.h"
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"
@@ -122,6 +123,22 @@ std::unique_ptr<Optimizer> make_optimizer(const json& cfg, const Net& net) {
     return std::make_unique<Adam>(
         groups,
         AdamOptions{.beta1 = cfg.at("beta1"), .beta2 = cfg.at("beta2"), .eps = cfg.at("eps")});
+  if (kind == "adadelta")
+    return std::make_unique<Adadelta>(
+        groups, AdadeltaOptions{
+                    .rho = cfg.at("rho"), .eps = cfg.at("eps"), .maximize = cfg.at("maximize")});
+  if (kind == "rmsprop")
+    return std::make_unique<RMSprop>(groups, RMSpropOptions{.alpha = cfg.at("alpha"),
+                                                            .eps = cfg.at("eps"),
+                                                            .momentum = cfg.at("momentum"),
+                                                            .centered = cfg.at("centered"),
+                                                            .maximize = cfg.at("maximize")});
+  if (kind == "adagrad")
+    return std::make_unique<Adagrad>(
+        groups, AdagradOptions{.lr_decay = cfg.at("lr_decay"),
+                               .initial_accumulator_value = cfg.at("initial_accumulator_value"),
+                               .eps = cfg.at("eps"),
+                               .maximize = cfg.at("maximize")});
   return std::make_unique<SGD>(groups, SGDOptions{.momentum = cfg.at("momentum"),
                                                   .dampening = cfg.at("dampening"),
                                                   .nesterov = cfg.at("nesterov")});
@@ -285,6 +302,62 @@ Tensor leaf(std::initializer_list<double> v, DType dtype = kFloat64) {
 }  // namespace
 
 // ---- trajectories against PyTorch ------------------------------------------------------------
+
+TEST_CASE("adadelta: trajectory matches PyTorch (L2 weight decay, decay groups, StepLR)") {
+  check_trajectory("adadelta");
+  check_state_round_trip("adadelta");
+}
+
+TEST_CASE("rmsprop: trajectory matches PyTorch (defaults; centered with momentum)") {
+  for (const char* name : {"rmsprop", "rmsprop_centered"}) {
+    check_trajectory(name);
+    check_state_round_trip(name);
+  }
+}
+
+TEST_CASE("adagrad: trajectory matches PyTorch (lr decay, initial accumulator, weight decay)") {
+  check_trajectory("adagrad");
+  check_state_round_trip("adagrad");
+}
+
+TEST_CASE("optimizers: PyTorch's defaults, state names, step(closure), and bad options") {
+  Tensor w = leaf({1.0, -2.0});
+  Adadelta adadelta({w});
+  CHECK(adadelta.param_groups()[0].lr == 1.0);
+  RMSprop rmsprop({w});
+  CHECK(rmsprop.param_groups()[0].lr == 1e-2);
+  Adagrad adagrad({w});
+  CHECK(adagrad.param_groups()[0].lr == 1e-2);
+  // step(closure): the loss from the closure (with gradients on), then one update.
+  Tensor v = leaf({3.0});
+  Adagrad opt({v}, AdagradOptions{.lr = 0.5});
+  NoGradGuard outside;  // the closure still records a graph
+  int calls = 0;
+  const Tensor loss = opt.step([&] {
+    ++calls;
+    opt.zero_grad();
+    Tensor l = v * v;
+    l.backward();
+    return l;
+  });
+  CHECK(calls == 1);
+  CHECK(loss.item() == 9.0);
+  // Adagrad's first step: sum = 36, p = 3 - 0.5 * 6 / (6 + 1e-10).
+  CHECK(v.item() == doctest::Approx(3 - 0.5 * 6 / (6 + 1e-10)).epsilon(1e-15));
+  CHECK(opt.step_count(0, 0) == 1);
+  const NamedTensors st = opt.state_tensors();
+  REQUIRE(st.size() == 1);
+  CHECK(st[0].first == "0.0.sum");
+  RMSprop centered({leaf({1.0})}, RMSpropOptions{.momentum = 0.9, .centered = true});
+  CHECK(centered.state_tensors().empty());  // no gradient yet: no state
+  CHECK_ERROR_CONTAINS(Adadelta({leaf({1.0})}, AdadeltaOptions{.rho = 1.5}),
+                       "Adadelta: rho must be in [0, 1], got 1.5");
+  CHECK_ERROR_CONTAINS(RMSprop({leaf({1.0})}, RMSpropOptions{.momentum = -1}),
+                       "RMSprop: momentum must be >= 0, got -1");
+  CHECK_ERROR_CONTAINS(Adagrad({leaf({1.0})}, AdagradOptions{.lr_decay = -0.1}),
+                       "Adagrad: lr_decay must be >= 0, got -0.1");
+  CHECK_ERROR_CONTAINS(opt.step(LossClosure{}), "Adagrad: step(closure) needs a closure");
+}
 
 TEST_CASE("adamw: trajectory matches PyTorch (decay/no_decay groups, warm-up cosine)") {
   check_trajectory("adamw");
