@@ -608,6 +608,72 @@ TEST_CASE("schedule: apply sets every group's lr to initial_lr * factor, state r
   }
 }
 
+TEST_CASE("schedule: MultiStepLR, ExponentialLR, OneCycleLR and LambdaLR against PyTorch's") {
+  const json& sc = fx().at("schedules");
+  const auto check_factors = [](const Schedule& s, const json& expected) {
+    INFO(s.type_name());
+    const auto f = expected.at("factors").get<std::vector<double>>();
+    for (size_t i = 0; i < f.size(); ++i) {
+      INFO("step " << i);
+      CHECK(s.factor(static_cast<int64_t>(i)) == doctest::Approx(f[i]).epsilon(1e-13));
+    }
+    // The state JSON rebuilds the same schedule.
+    auto back = schedule_from_json(json::parse(s.state_json().dump()));
+    CHECK(back->state_json() == s.state_json());
+    for (size_t i = 0; i < f.size(); ++i)
+      CHECK(back->factor(static_cast<int64_t>(i)) == s.factor(static_cast<int64_t>(i)));
+  };
+  const json& ms = sc.at("multistep");
+  check_factors(MultiStepSchedule(ms.at("milestones"), ms.at("gamma")), ms);
+  check_factors(ExponentialSchedule(sc.at("exponential").at("gamma")), sc.at("exponential"));
+  for (const char* name : {"onecycle_cos", "onecycle_linear_three"}) {
+    const json& c = sc.at(name);
+    check_factors(
+        OneCycleSchedule(c.at("total_steps"), c.at("pct_start"), c.at("anneal_strategy"),
+                         c.at("div_factor"), c.at("final_div_factor"), c.at("three_phase")),
+        c);
+  }
+  const OneCycleSchedule one(20);
+  CHECK_ERROR_CONTAINS(one.factor(20), "onecycle schedule: step 20 is past the last",
+                       "steps 0 to 19");
+  // LambdaLR: any function of the step; its JSON cannot bring the function back.
+  LambdaSchedule lambda([](int64_t s) { return 1.0 / static_cast<double>(s + 1); });
+  CHECK(lambda.factor(3) == 0.25);
+  CHECK_ERROR_CONTAINS(schedule_from_json(lambda.state_json()),
+                       "a lambda schedule's function cannot be read back");
+}
+
+TEST_CASE("schedule: ReduceLROnPlateau follows PyTorch's on a metric (min/rel, max/abs)") {
+  for (const char* name : {"plateau_min", "plateau_max"}) {
+    INFO(name);
+    const json& c = fx().at("schedules").at(name);
+    const json& o = c.at("options");
+    ReduceLROnPlateau::Options options{.mode = o.at("mode"),
+                                       .factor = o.at("factor"),
+                                       .patience = o.at("patience"),
+                                       .threshold = o.at("threshold"),
+                                       .threshold_mode = o.at("threshold_mode"),
+                                       .cooldown = o.at("cooldown"),
+                                       .min_lr = o.at("min_lr")};
+    ReduceLROnPlateau plateau(options);
+    SGD opt({leaf({1.0})}, SGDOptions{.lr = 1.0});
+    const auto metrics = c.at("metrics").get<std::vector<double>>();
+    const auto lrs = c.at("lrs").get<std::vector<double>>();
+    for (size_t i = 0; i < metrics.size(); ++i) {
+      INFO("step " << i);
+      plateau.step(opt, metrics[i]);
+      CHECK(opt.param_groups()[0].lr == doctest::Approx(lrs[i]).epsilon(1e-13));
+      if (i == 6) {  // a copy restored from the state JSON continues the same way
+        ReduceLROnPlateau restored(options);
+        restored.load_state(json::parse(plateau.state_json().dump()));
+        CHECK(restored.state_json() == plateau.state_json());
+      }
+    }
+  }
+  CHECK_ERROR_CONTAINS(ReduceLROnPlateau({.mode = "lowest"}), "mode must be min or max");
+  CHECK_ERROR_CONTAINS(ReduceLROnPlateau({.factor = 1.0}), "factor must be in [0, 1)");
+}
+
 TEST_CASE("schedule: errors") {
   CHECK_ERROR_CONTAINS(WarmupCosineSchedule(10, 5), "warmup_cosine schedule", "warmup_steps 10",
                        "total_steps 5");
