@@ -387,11 +387,16 @@ TEST_CASE("vit import: load_vit reads every naming, with the config from metadat
     CHECK(n->config().to_json() == c.to_json());
     check_same_state(n->state_dict(), src->state_dict());
 
-    // A caller's config must agree with the file's, except in training-only fields.
+    // A caller's config must agree with the file's, except in training-only fields and the
+    // head: the checkpoint's own classes win (a preset's 1000 against a fine-tuned file's 3).
     ViTConfig other = c;
     other.num_classes = 4;
-    CHECK_ERROR_CONTAINS(models::load_vit(meta, other), meta.c_str(), "'num_classes'",
-                         "3 in the file", "4 given");
+    CHECK(models::load_vit(meta, other)->config().num_classes == 3);
+    ViTConfig wider = c;
+    wider.mlp_dim = c.mlp_dim + 8;
+    CHECK_ERROR_CONTAINS(models::load_vit(meta, wider), meta.c_str(), "'mlp_dim'",
+                         fmt::format("{} in the file", c.mlp_dim),
+                         fmt::format("{} given", c.mlp_dim + 8));
     ViTConfig regularised = c;
     regularised.dropout = 0.1, regularised.drop_path = 0.2;
     CHECK(models::load_vit(meta, regularised)->config().drop_path == 0.2);
