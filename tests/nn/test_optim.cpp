@@ -308,7 +308,7 @@ TEST_CASE("adadelta: trajectory matches PyTorch (L2 weight decay, decay groups, 
   check_state_round_trip("adadelta");
 }
 
-TEST_CASE("rmsprop: trajectory matches PyTorch (defaults; centered with momentum)") {
+TEST_CASE("rmsprop: trajectory matches PyTorch (defaults, and centered with momentum)") {
   for (const char* name : {"rmsprop", "rmsprop_centered"}) {
     check_trajectory(name);
     check_state_round_trip(name);

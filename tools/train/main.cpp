@@ -426,6 +426,11 @@ int run_training(const Options& o) {
   fmt::print("  last.safetensors   the final weights (test accuracy {:.2f}%)\n",
              100 * r.test->accuracy);
   fmt::print("  metrics.jsonl, confusion_matrix.json, config.json\n");
+  if (trainer.config().train.tensorboard) {
+    const std::string runs = fs::path(run_dir).parent_path().string();
+    fmt::print("  events.out.tfevents.*  TensorBoard's: tensorboard --logdir {}\n",
+               runs.empty() ? "." : runs);
+  }
   fmt::print("  report.html        curves and confusion matrix: {}\n", report);
   fmt::print("evaluate again with: vitrine-train --eval {}/{}.safetensors\n", run_dir,
              r.best_accuracy >= 0 ? "best" : "last");
