@@ -42,6 +42,17 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   }
 }
 
+int write_all(int fd, std::string_view bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : ENOSPC;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 void append_line(const std::string& path, std::string_view line) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   VT_CHECK(fd >= 0, "cannot write {}: {}", path, std::strerror(errno));
@@ -49,17 +60,7 @@ void append_line(const std::string& path, std::string_view line) {
   const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
   std::string text(line);
   text += '\n';
-  size_t done = 0;
-  int error = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = n < 0 ? errno : ENOSPC;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
+  const int error = write_all(fd, text);
   if (error != 0 && before >= 0) (void)::ftruncate(fd, before);  // never leave half a line
   ::close(fd);
   VT_CHECK(error == 0, "cannot write {}: {} (the line was not added)", path, std::strerror(error));

@@ -18,6 +18,11 @@ void write_file_atomically(const std::string& path, std::string_view bytes);
 /// ends mid-line, and is an Error naming path and the reason at once.
 void append_line(const std::string& path, std::string_view line);
 
+/// Writes all of bytes to the open file descriptor fd, going on after short writes and EINTR.
+/// Returns 0, or the errno of the failure (ENOSPC for a write that wrote nothing): the caller
+/// truncates back and reports, as append_line does.
+int write_all(int fd, std::string_view bytes);
+
 /// Removes the temporary files ("<name>.tmp-<pid>") that write_file_atomically and
 /// write_safetensors leave in dir when their process is killed before the rename: those of
 /// processes that are no longer running. Returns how many were removed.

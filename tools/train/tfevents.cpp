@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "backends/error.h"
+#include "tools/common/files.h"
 #include "tools/train/proto/tfevents.pb.h"
 
 namespace vitrine::train {
@@ -130,17 +131,7 @@ void EventWriter::add_image(int64_t step, const std::string& tag, std::string_vi
 
 void EventWriter::append(std::string_view event) {
   const std::string record = tfrecord(event);
-  size_t done = 0;
-  int error = 0;
-  while (done < record.size()) {
-    const ssize_t n = ::write(fd_, record.data() + done, record.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = n < 0 ? errno : ENOSPC;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
+  const int error = tools::write_all(fd_, record);
   if (error != 0) {
     (void)::ftruncate(fd_, static_cast<off_t>(size_));  // never leave half a record
     fail("cannot write the TensorBoard event file {}: {} (the event was not added)", path_,
