@@ -335,6 +335,53 @@ class Backend {
   virtual void channel_affine_relu(const Strided& x, const Strided& a, const Strided& d,
                                    const Strided& z, const Strided& y);
 
+  // Scans and sorting along the last dim: x, y, values, indices [R, C] contiguous; float32,
+  // float64 or int64 (indices int64). These defaults copy to the host, compute there and copy
+  // back (backends/host_default.cpp), so every backend has them; a backend may override them.
+  /// y[r, j] = sum_{i <= j} x[r, i]   (reverse: sum_{i >= j} x[r, i]), summed in that order
+  virtual void cumsum(const Strided& x, const Strided& y, bool reverse);
+  /// indices[r] = the stable permutation sorting row r (ascending, or descending; NaN counts as
+  /// larger than every number, as PyTorch's sort), values[r, j] = x[r, indices[r, j]].
+  virtual void sort(const Strided& x, const Strided& values, const Strided& indices,
+                    bool descending);
+
+  /// The recurrent layers' gate nonlinearities for one time step (ops/recurrent.cpp): B rows of
+  /// hidden size H, every operand contiguous, float32 or float64. The products are the caller's
+  /// (one for the input over all steps, one per step for the hidden state); this is the pass
+  /// between them. Returns false, having done nothing, where the backend has no such kernel: the
+  /// op then composes the cell from elementwise ops.
+  ///   Tanh/Relu: h = act(gates)                                gates [B, H]
+  ///   Lstm:      gates [B, 4H] in PyTorch's order (i, f, g, o), prev = c_prev [B, H]:
+  ///              c = sigmoid(f) c_prev + sigmoid(i) tanh(g),  h = sigmoid(o) tanh(c);
+  ///              saved [B, 4H] = (sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)) (may be gates)
+  ///   Gru:       gates [B, 3H] = x W_ih^T + b_ih (r, z, n), hidden [B, 3H] = h_prev W_hh^T +
+  ///              b_hh, prev = h_prev:  r, z = sigmoid(gates_rz + hidden_rz),
+  ///              n = tanh(gates_n + r hidden_n),  h = (1 - z) n + z h_prev;
+  ///              saved [B, 4H] = (r, z, n, hidden_n)
+  /// Operands a cell does not use may have data null (c for all but Lstm, hidden for all but Gru).
+  enum class RnnCell : uint8_t { Tanh, Relu, Lstm, Gru };
+  virtual bool rnn_cell(RnnCell cell, const Strided& gates, const Strided& hidden,
+                        const Strided& prev, const Strided& saved, const Strided& h,
+                        const Strided& c) {
+    (void)cell, (void)gates, (void)hidden, (void)prev, (void)saved, (void)h, (void)c;
+    return false;
+  }
+  /// Its backward for one step, given dh (the gradient at h: the output's plus the next step's):
+  ///   Tanh/Relu: dgates = dh act'(h)                          (saved unused, out = h)
+  ///   Lstm:      out = c, dc = the gradient at c from the next step (data null: none); writes
+  ///              dgates [B, 4H] (at the pre-activations) and dprev = dc_prev
+  ///   Gru:       writes dgates [B, 3H] (at x W_ih^T + b_ih), dhidden [B, 3H] (at h_prev W_hh^T
+  ///              + b_hh) and dprev = dh z, the part of dh_prev that does not go through W_hh
+  /// false as above.
+  virtual bool rnn_cell_backward(RnnCell cell, const Strided& saved, const Strided& prev,
+                                 const Strided& out, const Strided& dh, const Strided& dc,
+                                 const Strided& dgates, const Strided& dhidden,
+                                 const Strided& dprev) {
+    (void)cell, (void)saved, (void)prev, (void)out, (void)dh, (void)dc, (void)dgates, (void)dhidden,
+        (void)dprev;
+    return false;
+  }
+
   /// x: [B, C, H, W] -> y: [B, C, OH, OW], PyTorch's nearest / bilinear / bicubic (A = -0.75).
   virtual void interpolate(const Strided& x, const Strided& y, const InterpGeometry& g) = 0;
   /// The adjoint: dx (zeroed here) from dy.

@@ -28,7 +28,11 @@
   X(PowScalar) /* y = x ^ alpha */                \
   X(Clamp)     /* y = min(max(x, alpha), beta) */ \
   X(AddScalar) /* y = x + alpha */                \
-  X(MulScalar) /* y = x * alpha */
+  X(MulScalar) /* y = x * alpha */               \
+  X(Sin)                                          \
+  X(Cos)                                          \
+  X(Log1p) /* y = log(1 + x) */                   \
+  X(Expm1) /* y = e^x - 1 */
 
 /// out = f(a, b) per element with broadcasting (backends/backend.h: BinaryOp). Eq..Ge write bool
 /// and must stay together, in this order.

@@ -53,6 +53,13 @@ class CpuBackend final : public Backend {
                       const Strided& d, const Strided& y) override;
   void channel_affine_relu(const Strided& x, const Strided& a, const Strided& d, const Strided& z,
                            const Strided& y) override;
+  // recurrent.cpp
+  bool rnn_cell(RnnCell cell, const Strided& gates, const Strided& hidden, const Strided& prev,
+                const Strided& saved, const Strided& h, const Strided& c) override;
+  bool rnn_cell_backward(RnnCell cell, const Strided& saved, const Strided& prev,
+                         const Strided& out, const Strided& dh, const Strided& dc,
+                         const Strided& dgates, const Strided& dhidden,
+                         const Strided& dprev) override;
   // cross_entropy.cpp
   void cross_entropy(const Strided& logits, const Strided& target, int64_t ignore_index,
                      double label_smoothing, const Strided& loss) override;

@@ -56,6 +56,14 @@ T unary_value(UnaryOp op, T x, T alpha, T beta) {
         return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x)));
       case UnaryOp::PowScalar:
         return std::pow(x, alpha);
+      case UnaryOp::Sin:
+        return std::sin(x);
+      case UnaryOp::Cos:
+        return std::cos(x);
+      case UnaryOp::Log1p:
+        return std::log1p(x);
+      case UnaryOp::Expm1:
+        return std::expm1(x);
       default:
         break;
     }

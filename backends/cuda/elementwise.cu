@@ -62,6 +62,12 @@ __device__ inline float pow(float x, float y) { return ::powf(x, y); }
 __device__ inline double pow(double x, double y) { return ::pow(x, y); }
 __device__ inline float log1p(float x) { return ::log1pf(x); }
 __device__ inline double log1p(double x) { return ::log1p(x); }
+__device__ inline float expm1(float x) { return ::expm1f(x); }
+__device__ inline double expm1(double x) { return ::expm1(x); }
+__device__ inline float sin(float x) { return ::sinf(x); }
+__device__ inline double sin(double x) { return ::sin(x); }
+__device__ inline float cos(float x) { return ::cosf(x); }
+__device__ inline double cos(double x) { return ::cos(x); }
 }  // namespace fm
 
 // ---- 16-bit floats: the bit logic of backends/common.cpp ------------------------------------
@@ -395,6 +401,14 @@ struct UnaryFn {
       return fmul(fmul(T(0.5), x), fadd(T(1), t));
     } else if constexpr (Op == Unary::PowScalar) {
       return fm::pow(x, alpha);
+    } else if constexpr (Op == Unary::Sin) {
+      return fm::sin(x);
+    } else if constexpr (Op == Unary::Cos) {
+      return fm::cos(x);
+    } else if constexpr (Op == Unary::Log1p) {
+      return fm::log1p(x);
+    } else if constexpr (Op == Unary::Expm1) {
+      return fm::expm1(x);
     } else {
       // A new entry of VITRINE_UNARY_OPS stops the build here until its formula is written.
       static_assert(sizeof(T) == 0, "UnaryFn: this unary op has no CUDA formula yet");
