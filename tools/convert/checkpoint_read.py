@@ -109,8 +109,9 @@ def own_config(obj):
     return None, None
 
 
-def clean_names(sd):
-    """Strips DDP / torch.compile prefixes and DINO's backbone. prefix; returns (tensors, notes)."""
+def clean_names(sd, strip_backbone=True):
+    """Strips DDP / torch.compile prefixes and (strip_backbone) DINO's backbone. prefix; returns
+    (tensors, notes)."""
     notes = []
     out = {}
     skipped = []
@@ -126,7 +127,7 @@ def clean_names(sd):
         out[name] = value
     if skipped:
         notes.append(f"skipped {len(skipped)} entries that are not tensors: {skipped[:5]}")
-    if any(n.startswith("backbone.") for n in out):
+    if strip_backbone and any(n.startswith("backbone.") for n in out):
         dropped = [n for n in out if not n.startswith("backbone.")]
         out = {n[len("backbone."):]: t for n, t in out.items() if n.startswith("backbone.")}
         if dropped:

@@ -5,6 +5,7 @@
     python3 tools/convert/convert.py dinov2_vits14.pth dinov2.safetensors --heads 6
     python3 tools/convert/convert.py finetuned.pth out.safetensors --head-key mlp_head.1
     python3 tools/convert/convert.py vit.pth vit.safetensors --config config.json   # no inference
+    python3 tools/convert/convert.py lstm_lm.pt lstm_lm.safetensors --by-name   # any nn modules
 
 Needs torch (on Debian: apt install python3-torch, then run it with /usr/bin/python3). It is
 optional: nothing in Vitrine's build or tests imports it, and checkpoints already in safetensors
@@ -21,7 +22,14 @@ are removed. When names start with "backbone." (DINO's teacher / student), only 
 kept, without the prefix, and the others are named in a note: they are DINO's projection head,
 not a classifier.
 
-The naming is detected from the names: timm / DINO / DINOv2, torchvision or Hugging Face, the one
+--by-name: the state dict of any model made of torch.nn modules that Vitrine has under the same
+names (Linear, Embedding, LayerNorm, RNN / LSTM / GRU and their cells, MultiheadAttention, the
+Transformer layers, ...): every tensor is written under its own name (after the "module." and
+"_orig_mod." clean-up), with no ViT checks and no config; nn::load_checkpoint or
+nn::load_state_dict then loads it into the Vitrine model of the same structure, by name, and
+names every tensor that does not fit. docs/nn.md ("Weights from PyTorch") has an example.
+
+Otherwise the naming is detected from the names: timm / DINO / DINOv2, torchvision or Hugging Face, the one
 that knows the most of them (as Vitrine's loader decides). Then:
 
 The classifier. A single Linear layer (PREFIX.weight [classes, width], PREFIX.bias [classes];
@@ -222,6 +230,9 @@ def main(argv=None):
                         "torchvision's naming, else timm's, which is not written)")
     parser.add_argument("--no-config", action="store_true",
                         help="write no vitrine.config (the tools then need --model-config)")
+    parser.add_argument("--by-name", action="store_true",
+                        help="any torch.nn model: write every tensor under its own name (no ViT "
+                        "checks, no config)")
     parser.add_argument("--key", help="the checkpoint entry that holds the state dict "
                         f"(default: the first of {', '.join(CONTAINER_KEYS)})")
     parser.add_argument("--unsafe-pickle", action="store_true",
@@ -240,9 +251,24 @@ def main(argv=None):
             raise ConvertError("--image-size takes H or H W")
         metadata = {"format": "pt"}
         obj = load(args.input, args.unsafe_pickle)
-        tensors, notes = clean_names(find_state_dict(obj, args.key, args.input))
+        tensors, notes = clean_names(find_state_dict(obj, args.key, args.input),
+                                     strip_backbone=not args.by_name)
         if not tensors:
             raise ConvertError(f"{args.input}: no tensors to write")
+        if args.by_name:
+            vit_only = [flag for flag, given in (
+                ("--config", args.config), ("--heads", args.heads is not None),
+                ("--image-size", args.image_size), ("--head-key", args.head_key),
+                ("--eps", args.eps is not None), ("--set", args.set), ("--init", args.init))
+                if given]
+            if vit_only:
+                raise ConvertError(f"--by-name writes the tensors as they are: "
+                                   f"{', '.join(vit_only)} describe a Vision Transformer")
+            size = write_safetensors(args.output, tensors, metadata)
+            print(f"wrote {args.output}: {len(tensors)} tensors by name, {size} bytes of data")
+            for note in notes:
+                print(f"note: {note}", file=sys.stderr)
+            return 0
         try:
             naming = naming_of(tensors)
             notes += place_head(tensors, naming, args.head_key)
