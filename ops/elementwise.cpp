@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ops/helpers.h"
+#include "ops/sequence.h"
 
 namespace vitrine::ops {
 
@@ -298,6 +299,36 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
   DType from = x.dtype();
   return record(y, "to", {x},
                 [from](const Tensor& dy, const Needs&) -> Grads { return {to_dtype(dy, from)}; });
+}
+
+// ---- sin, cos, log1p, expm1 (declared in ops/sequence.h) -----------------------------------
+
+Tensor sin(const Tensor& x) {
+  Tensor y = unary_kernel(UnaryOp::Sin, x, "sin", true);
+  return record(y, "sin", {x}, [sx = save(x)](const Tensor& dy, const Needs&) -> Grads {
+    return {mul(dy, cos(sx.get()))};
+  });
+}
+
+Tensor cos(const Tensor& x) {
+  Tensor y = unary_kernel(UnaryOp::Cos, x, "cos", true);
+  return record(y, "cos", {x}, [sx = save(x)](const Tensor& dy, const Needs&) -> Grads {
+    return {neg(mul(dy, sin(sx.get())))};
+  });
+}
+
+Tensor log1p(const Tensor& x) {
+  Tensor y = unary_kernel(UnaryOp::Log1p, x, "log1p", true);
+  return record(y, "log1p", {x}, [sx = save(x)](const Tensor& dy, const Needs&) -> Grads {
+    return {div(dy, add(sx.get(), 1.0))};  // 1 / (1 + x)
+  });
+}
+
+Tensor expm1(const Tensor& x) {
+  Tensor y = unary_kernel(UnaryOp::Expm1, x, "expm1", true);
+  return record(y, "expm1", {x}, [sx = save(x)](const Tensor& dy, const Needs&) -> Grads {
+    return {mul(dy, exp(sx.get()))};
+  });
 }
 
 }  // namespace vitrine::ops
