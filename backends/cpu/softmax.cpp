@@ -1,8 +1,8 @@
 // CPU softmax / log_softmax over the last dim, and their backward. All operands contiguous and of
 // one shape, viewed as [R, C] (C = the last dim; a 0-dim tensor is one row of one). Rows run in
 // parallel; each row is computed by one thread in a fixed order, so results do not depend on the
-// thread count. Float32 softmax runs the vectorised row kernels of simd.h (sums in float, in SIMD
-// lanes); float64 and log_softmax sum in double. The max is subtracted before exp (no overflow); as
+// thread count. Float32 softmax and log_softmax run the vectorised row kernels of simd.h (sums in
+// float, in SIMD lanes); float64 sums in double. The max is subtracted before exp (no overflow); as
 // in PyTorch, a row holding NaN or +inf, or only -inf, gives NaN.
 #include <cmath>
 #include <limits>
@@ -29,9 +29,12 @@ void CpuBackend::softmax(const Strided& x, const Strided& y, bool log) {
   VT_ASSERT(x.is_contiguous() && y.is_contiguous() && x.shape == y.shape && x.dtype == y.dtype);
   const RowsCols rc = rows_cols(x);
   const int64_t rows = rc.rows, cols = rc.cols;
-  if (x.dtype == DType::Float32 && !log) {  // the vectorised row kernel (sums in float)
+  if (x.dtype == DType::Float32) {  // the vectorised row kernels (sums in float)
     parallel_for(rows, 8 * cols, [&](int64_t r) {
-      simd::softmax_rows(x.ptr<float>() + r * cols, y.ptr<float>() + r * cols, 1, cols, 1.0f);
+      if (log)
+        simd::log_softmax_row(x.ptr<float>() + r * cols, y.ptr<float>() + r * cols, cols);
+      else
+        simd::softmax_rows(x.ptr<float>() + r * cols, y.ptr<float>() + r * cols, 1, cols, 1.0f);
     });
     return;
   }
@@ -67,10 +70,14 @@ void CpuBackend::softmax_backward(const Strided& y, const Strided& dy, const Str
             y.dtype == dx.dtype);
   const RowsCols rc = rows_cols(y);
   const int64_t rows = rc.rows, cols = rc.cols;
-  if (y.dtype == DType::Float32 && !log) {
+  if (y.dtype == DType::Float32) {
     parallel_for(rows, 4 * cols, [&](int64_t r) {
-      simd::softmax_backward_row(y.ptr<float>() + r * cols, dy.ptr<float>() + r * cols,
-                                 dx.ptr<float>() + r * cols, cols);
+      const float *yr = y.ptr<float>() + r * cols, *gr = dy.ptr<float>() + r * cols;
+      float* dr = dx.ptr<float>() + r * cols;
+      if (log)
+        simd::log_softmax_backward_row(yr, gr, dr, cols);
+      else
+        simd::softmax_backward_row(yr, gr, dr, cols);
     });
     return;
   }

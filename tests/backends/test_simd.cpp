@@ -142,6 +142,39 @@ TEST_CASE("simd: softmax rows and their backward against double") {
   CHECK(y[1] == 0.0f);
 }
 
+TEST_CASE("simd: log_softmax rows and their backward against double") {
+  for (int64_t n : {1, 7, 16, 33, 10000}) {
+    CAPTURE(n);
+    std::vector<float> x(n), y(n), dy(n), dx(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(std::sin(0.7 * i) * 8);
+      dy[i] = static_cast<float>(std::cos(1.3 * i));
+    }
+    simd::log_softmax_row(x.data(), y.data(), n);
+    simd::log_softmax_backward_row(y.data(), dy.data(), dx.data(), n);
+    double m = -1e300, s = 0, sdy = 0;
+    for (float v : x) m = std::max(m, static_cast<double>(v));
+    for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - m), sdy += dy[i];
+    for (int64_t i = 0; i < n; ++i) {
+      const double ly = x[i] - m - std::log(s);
+      CHECK(y[i] == doctest::Approx(ly).epsilon(1e-6).scale(1e-5));
+      CHECK(dx[i] == doctest::Approx(dy[i] - std::exp(ly) * sdy).epsilon(1e-5).scale(1e-4));
+    }
+  }
+  // as PyTorch: a row with NaN, +inf, or only -inf gives NaN everywhere; -inf elsewhere is -inf
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::vector<float> x : {std::vector<float>{1, NAN, 2}, std::vector<float>{1, inf, 2},
+                               std::vector<float>{-inf, -inf, -inf}}) {
+    std::vector<float> y(3);
+    simd::log_softmax_row(x.data(), y.data(), 3);
+    for (float v : y) CHECK(std::isnan(v));
+  }
+  std::vector<float> x{0, -inf, 0}, y(3);
+  simd::log_softmax_row(x.data(), y.data(), 3);
+  CHECK(y[0] == doctest::Approx(-std::log(2.0)).epsilon(1e-6));
+  CHECK(y[1] == -inf);
+}
+
 TEST_CASE("simd: softmax_rows in place with a scale equals it row by row on the scaled rows") {
   const int64_t rows = 7, n = 50;
   const float scale = 0.125f;
