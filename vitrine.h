@@ -14,3 +14,5 @@
 #include "models/vit.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
+#include "ops/recurrent.h"
+#include "ops/sequence.h"

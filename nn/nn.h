@@ -1,5 +1,6 @@
-// The nn layer in one include: modules, layers, init, losses, optimizers, schedules, checkpoints,
-// data-parallel training (collectives, DistributedDataParallel, ZeRO-1).
+// The nn layer in one include: modules, layers (recurrent and Transformer ones included), init,
+// losses, optimizers, schedules, checkpoints, data-parallel training (collectives,
+// DistributedDataParallel, ZeRO-1).
 #pragma once
 #include "nn/attention.h"
 #include "nn/batch_norm.h"
@@ -11,9 +12,11 @@
 #include "nn/loss.h"
 #include "nn/mlp.h"
 #include "nn/module.h"
+#include "nn/multihead_attention.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/adaptive.h"
 #include "nn/optim/clip.h"
+#include "nn/optim/lbfgs.h"
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"
 #include "nn/parallel/collectives.h"
@@ -21,5 +24,7 @@
 #include "nn/parallel/sync_batch_norm.h"
 #include "nn/parallel/zero.h"
 #include "nn/pool.h"
+#include "nn/recurrent.h"
 #include "nn/state.h"
 #include "nn/summary.h"
+#include "nn/transformer.h"

@@ -1,6 +1,9 @@
 // The differentiable operations, one line each with its formula. Each is defined with its backward
 // rule beside it: elementwise.cpp, reduce.cpp, linalg.cpp, shape.cpp, index.cpp, nn_ops.cpp,
-// conv.cpp, interpolate.cpp; factories in factory.cpp, in-place ops in inplace.cpp.
+// conv.cpp, interpolate.cpp; factories in factory.cpp, in-place ops in inplace.cpp. The ops that
+// sequence models reach for (sin/cos, triu/tril, masked_fill, split/chunk, sort/topk, cumsum,
+// multinomial, einsum, ...) are listed in ops/sequence.h, the recurrent layers' op in
+// ops/recurrent.h; vitrine.h includes all three.
 // Broadcasting follows NumPy; `dim` arguments may be negative (counted from the end).
 #pragma once
 #include <cstdint>
