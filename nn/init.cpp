@@ -1,5 +1,7 @@
 #include "nn/init.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -74,10 +76,7 @@ void xavier_uniform_(const Tensor& t, double gain, Generator& gen) {
 }
 
 void kaiming_uniform_(const Tensor& t, double a, Generator& gen) {
-  auto [fin, fout] = fan_in_out(t);
-  double gain = std::sqrt(2.0 / (1 + a * a));
-  double bound = gain * std::sqrt(3.0 / static_cast<double>(fin));
-  uniform_(t, -bound, bound, gen);
+  kaiming_uniform_(t, a, "fan_in", "leaky_relu", gen);
 }
 
 void constant_(const Tensor& t, double value) {
@@ -86,5 +85,123 @@ void constant_(const Tensor& t, double value) {
 }
 void zeros_(const Tensor& t) { constant_(t, 0); }
 void ones_(const Tensor& t) { constant_(t, 1); }
+
+double calculate_gain(const std::string& nonlinearity, std::optional<double> param) {
+  const std::string& n = nonlinearity;
+  if (n == "linear" || n == "conv1d" || n == "conv2d" || n == "conv3d" || n == "conv_transpose1d" ||
+      n == "conv_transpose2d" || n == "conv_transpose3d" || n == "sigmoid")
+    return 1;
+  if (n == "tanh") return 5.0 / 3;
+  if (n == "relu") return std::sqrt(2.0);
+  if (n == "leaky_relu") {
+    double slope = param.value_or(0.01);
+    return std::sqrt(2.0 / (1 + slope * slope));
+  }
+  if (n == "selu") return 3.0 / 4;
+  VT_CHECK(false,
+           "calculate_gain: unsupported nonlinearity '{}' (expected linear, conv1d, conv2d, "
+           "conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, sigmoid, tanh, relu, "
+           "leaky_relu or selu)",
+           n);
+  return 0;
+}
+
+void xavier_normal_(const Tensor& t, double gain, Generator& gen) {
+  auto [fin, fout] = fan_in_out(t);
+  normal_(t, 0, gain * std::sqrt(2.0 / static_cast<double>(fin + fout)), gen);
+}
+
+namespace {
+/// fan_in or fan_out of t by mode ("fan_in" | "fan_out", any case).
+double kaiming_fan(const Tensor& t, const std::string& mode, const char* op) {
+  std::string m = mode;
+  std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
+  VT_CHECK(m == "fan_in" || m == "fan_out",
+           "{}: mode '{}' is not supported (expected fan_in or fan_out)", op, mode);
+  auto [fin, fout] = fan_in_out(t);
+  return static_cast<double>(m == "fan_in" ? fin : fout);
+}
+}  // namespace
+
+void kaiming_uniform_(const Tensor& t, double a, const std::string& mode,
+                      const std::string& nonlinearity, Generator& gen) {
+  double fan = kaiming_fan(t, mode, "kaiming_uniform_");
+  double bound = calculate_gain(nonlinearity, a) * std::sqrt(3.0 / fan);
+  uniform_(t, -bound, bound, gen);
+}
+
+void kaiming_normal_(const Tensor& t, double a, const std::string& mode,
+                     const std::string& nonlinearity, Generator& gen) {
+  double fan = kaiming_fan(t, mode, "kaiming_normal_");
+  normal_(t, 0, calculate_gain(nonlinearity, a) / std::sqrt(fan), gen);
+}
+
+Tensor householder_q(const Tensor& a) {
+  VT_CHECK(a.defined() && a.dim() == 2 && a.size(0) >= a.size(1) && a.size(1) >= 1,
+           "householder_q: expected a matrix [m, n] with m >= n >= 1, got shape {}",
+           a.defined() ? a.shape() : Dims{});
+  const int64_t m = a.size(0), n = a.size(1);
+  std::vector<double> r = a.to(kCPU).to_vector<double>();  // [m, n] row-major, becomes R
+  auto at = [&](std::vector<double>& x, int64_t i, int64_t j) -> double& { return x[i * n + j]; };
+  std::vector<std::vector<double>> vs(static_cast<size_t>(n));  // unit Householder vectors
+  std::vector<double> diag(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    // H_k = I - 2 v v^T maps column k's rows k.. onto alpha e_1, alpha = -sign(x_0) ||x||.
+    double norm = 0;
+    for (int64_t i = k; i < m; ++i) norm += at(r, i, k) * at(r, i, k);
+    norm = std::sqrt(norm);
+    double alpha = at(r, k, k) > 0 ? -norm : norm;
+    std::vector<double>& v = vs[static_cast<size_t>(k)];
+    v.assign(static_cast<size_t>(m - k), 0);
+    for (int64_t i = k; i < m; ++i) v[static_cast<size_t>(i - k)] = at(r, i, k);
+    v[0] -= alpha;
+    double vnorm = 0;
+    for (double e : v) vnorm += e * e;
+    vnorm = std::sqrt(vnorm);
+    diag[static_cast<size_t>(k)] = vnorm == 0 ? at(r, k, k) : alpha;
+    if (vnorm == 0) {  // the column is already alpha e_1 (or zero): H_k = I
+      v.clear();
+      continue;
+    }
+    for (double& e : v) e /= vnorm;
+    for (int64_t j = k; j < n; ++j) {
+      double dot = 0;
+      for (int64_t i = k; i < m; ++i) dot += v[static_cast<size_t>(i - k)] * at(r, i, j);
+      for (int64_t i = k; i < m; ++i) at(r, i, j) -= 2 * dot * v[static_cast<size_t>(i - k)];
+    }
+  }
+  // Q = H_0 H_1 .. H_{n-1} applied to the first n columns of I, the last reflection first.
+  std::vector<double> q(static_cast<size_t>(m * n), 0);
+  for (int64_t j = 0; j < n; ++j) at(q, j, j) = 1;
+  for (int64_t k = n - 1; k >= 0; --k) {
+    const std::vector<double>& v = vs[static_cast<size_t>(k)];
+    if (v.empty()) continue;
+    for (int64_t j = 0; j < n; ++j) {
+      double dot = 0;
+      for (int64_t i = k; i < m; ++i) dot += v[static_cast<size_t>(i - k)] * at(q, i, j);
+      for (int64_t i = k; i < m; ++i) at(q, i, j) -= 2 * dot * v[static_cast<size_t>(i - k)];
+    }
+  }
+  // Column j times sign(R_jj) (0 for a zero pivot, as torch.sign), so that R's diagonal is >= 0.
+  for (int64_t j = 0; j < n; ++j) {
+    double d = diag[static_cast<size_t>(j)];
+    double s = d > 0 ? 1.0 : (d < 0 ? -1.0 : 0.0);
+    for (int64_t i = 0; i < m; ++i) at(q, i, j) *= s;
+  }
+  return ops::from_vector(q, {m, n}, kFloat64);
+}
+
+void orthogonal_(const Tensor& t, double gain, Generator& gen) {
+  VT_CHECK(t.defined() && t.dim() >= 2,
+           "orthogonal_: only tensors with 2 or more dimensions are supported, got shape {}",
+           t.defined() ? t.shape() : Dims{});
+  if (t.numel() == 0) return;
+  const int64_t rows = t.size(0), cols = t.numel() / rows;
+  Tensor flat = ops::randn({rows, cols}, gen, kFloat64);
+  if (rows < cols) flat = ops::contiguous(ops::transpose(flat, 0, 1));
+  Tensor q = householder_q(flat);
+  if (rows < cols) q = ops::contiguous(ops::transpose(q, 0, 1));
+  assign(t, ops::reshape(q * gain, t.shape()));
+}
 
 }  // namespace vitrine::nn::init
