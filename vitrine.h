@@ -14,5 +14,6 @@
 #include "models/vit.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
+#include "ops/padding.h"
 #include "ops/recurrent.h"
 #include "ops/sequence.h"

@@ -2,6 +2,7 @@
 // losses, optimizers, schedules, checkpoints, data-parallel training (collectives,
 // DistributedDataParallel, ZeRO-1).
 #pragma once
+#include "nn/activations.h"
 #include "nn/attention.h"
 #include "nn/batch_norm.h"
 #include "nn/chunks.h"
@@ -25,6 +26,8 @@
 #include "nn/parallel/zero.h"
 #include "nn/pool.h"
 #include "nn/recurrent.h"
+#include "nn/resampling.h"
 #include "nn/state.h"
 #include "nn/summary.h"
 #include "nn/transformer.h"
+#include "nn/utils.h"

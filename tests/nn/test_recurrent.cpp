@@ -239,3 +239,40 @@ TEST_CASE(
                                       Tensor(), ops::zeros({1, 2})),
                     doctest::Contains("rnn_sequence: argument 'c0' is an undefined tensor"));
 }
+
+TEST_CASE("recurrent: CUDA runs the layers (the composed cell) as the CPU does, float64") {
+  if (!gpu_or_skip()) return;
+  const Device cuda = Device::parse("cuda");
+  for (const std::string name :
+       {"lstm_2layer_bidirectional", "gru_2layer_bidirectional_batch_first", "lstmcell"}) {
+    CAPTURE(name);
+    const json& c = rnn_case(name);
+    Result r[2];
+    std::vector<Tensor> grads[2];
+    for (int d = 0; d < 2; ++d) {
+      auto m = make_module(c);
+      m->to(kFloat64);
+      for (auto& [n, p] : m->named_parameters()) {
+        NoGradGuard ng;
+        p.copy_(fixture_tensor(c.at("params").at(n)));
+      }
+      if (d == 1) m->to(cuda);
+      auto leaf = [&](const char* key) {
+        if (!c.contains(key)) return Tensor();
+        Tensor t = fixture_tensor(c.at(key));
+        if (d == 1) t = t.to(cuda);
+        t.requires_grad_();
+        return t;
+      };
+      Tensor x = leaf("input"), h0 = leaf("h0"), c0 = leaf("c0");
+      r[d] = run(*m, c, x, h0, c0);
+      Tensor loss = ops::sum(r[d].output * r[d].output) + ops::sum(r[d].h_n);
+      loss.backward();
+      grads[d].push_back(x.grad().to(kCPU));
+      for (auto& [n, p] : m->named_parameters()) grads[d].push_back(p.grad().to(kCPU));
+    }
+    check_close(r[1].output.to(kCPU), r[0].output, 1e-9, 1e-9);
+    check_close(r[1].h_n.to(kCPU), r[0].h_n, 1e-9, 1e-9);
+    for (size_t i = 0; i < grads[0].size(); ++i) check_close(grads[1][i], grads[0][i], 1e-9, 1e-9);
+  }
+}
