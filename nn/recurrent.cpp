@@ -39,6 +39,19 @@ Tensor state_or_zeros(const Tensor& t, const Dims& batched_shape, bool batched, 
   return batched ? t : ops::unsqueeze(t, batched_shape.size() == 3 ? 1 : 0);
 }
 
+/// The options of the layers' positional constructors (torch.nn's argument order).
+RnnOptions positional_options(int64_t input_size, int64_t hidden_size, int64_t num_layers,
+                              const std::string& nonlinearity, bool bias, bool batch_first,
+                              double dropout, bool bidirectional) {
+  return RnnOptions(input_size, hidden_size)
+      .num_layers(num_layers)
+      .nonlinearity(nonlinearity)
+      .bias(bias)
+      .batch_first(batch_first)
+      .dropout(dropout)
+      .bidirectional(bidirectional);
+}
+
 }  // namespace
 
 // ---- RNN, LSTM, GRU ----------------------------------------------------------------------------
@@ -138,37 +151,24 @@ RNN::RNN(const RnnOptions& o, Generator& gen) : RNNBase(rnn_mode(o.nonlinearity_
 RNN::RNN(int64_t input_size, int64_t hidden_size, int64_t num_layers,
          const std::string& nonlinearity, bool bias, bool batch_first, double dropout,
          bool bidirectional, Generator& gen)
-    : RNN(RnnOptions(input_size, hidden_size)
-              .num_layers(num_layers)
-              .nonlinearity(nonlinearity)
-              .bias(bias)
-              .batch_first(batch_first)
-              .dropout(dropout)
-              .bidirectional(bidirectional),
+    : RNN(positional_options(input_size, hidden_size, num_layers, nonlinearity, bias, batch_first,
+                             dropout, bidirectional),
           gen) {}
 
 LSTM::LSTM(const RnnOptions& o, Generator& gen) : RNNBase(ops::RnnMode::Lstm, o, gen) {}
 
 LSTM::LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first,
            double dropout, bool bidirectional, Generator& gen)
-    : LSTM(RnnOptions(input_size, hidden_size)
-               .num_layers(num_layers)
-               .bias(bias)
-               .batch_first(batch_first)
-               .dropout(dropout)
-               .bidirectional(bidirectional),
+    : LSTM(positional_options(input_size, hidden_size, num_layers, "tanh", bias, batch_first,
+                              dropout, bidirectional),
            gen) {}
 
 GRU::GRU(const RnnOptions& o, Generator& gen) : RNNBase(ops::RnnMode::Gru, o, gen) {}
 
 GRU::GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first,
          double dropout, bool bidirectional, Generator& gen)
-    : GRU(RnnOptions(input_size, hidden_size)
-              .num_layers(num_layers)
-              .bias(bias)
-              .batch_first(batch_first)
-              .dropout(dropout)
-              .bidirectional(bidirectional),
+    : GRU(positional_options(input_size, hidden_size, num_layers, "tanh", bias, batch_first,
+                             dropout, bidirectional),
           gen) {}
 
 // ---- cells -------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ class TransformerEncoderLayer : public Module {
 ///   ff = dropout3(linear2(dropout(activation(linear1(x)))))
 class TransformerDecoderLayer : public Module {
  public:
+  using Module::forward;  // forward(x) of one tensor: not meaningful here, an error
   TransformerDecoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward = 2048,
                           double dropout = 0.1, const std::string& activation = "relu",
                           double layer_norm_eps = 1e-5, bool batch_first = false,
@@ -107,6 +108,7 @@ class TransformerEncoder : public Module {
 /// num_layers copies of decoder_layer applied in turn on (x, memory), then norm (when given).
 class TransformerDecoder : public Module {
  public:
+  using Module::forward;  // forward(x) of one tensor: not meaningful here, an error
   TransformerDecoder(const TransformerDecoderLayer& decoder_layer, int64_t num_layers,
                      std::shared_ptr<LayerNorm> norm = nullptr);
   Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
@@ -130,6 +132,7 @@ class TransformerDecoder : public Module {
 /// _reset_parameters), drawn from gen.
 class Transformer : public Module {
  public:
+  using Module::forward;  // forward(x) of one tensor: not meaningful here, an error
   Transformer(int64_t d_model = 512, int64_t nhead = 8, int64_t num_encoder_layers = 6,
               int64_t num_decoder_layers = 6, int64_t dim_feedforward = 2048, double dropout = 0.1,
               const std::string& activation = "relu", double layer_norm_eps = 1e-5,

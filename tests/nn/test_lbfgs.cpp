@@ -13,6 +13,7 @@
 
 #include "nn/optim/lbfgs.h"
 #include "test_util.h"
+#include "trajectory_check.h"
 
 using namespace vitrine;
 using namespace vt_test;
@@ -23,42 +24,6 @@ using vitrine::nn::NamedTensors;
 namespace {
 
 const json& fx() { return fixture_json("lbfgs.json"); }
-
-struct Tolerance {
-  double rtol, atol;
-};
-Tolerance tolerance(DType dtype) {
-  return dtype == kFloat64 ? Tolerance{1e-10, 1e-12} : Tolerance{1e-5, 1e-7};
-}
-
-/// The largest errors seen against PyTorch, for VT_OPTIM_REPORT.
-struct Errors {
-  double max_abs = 0, max_ratio = 0;  // ratio: error / tolerance
-  void report(const std::string& what) const {
-    if (std::getenv("VT_OPTIM_REPORT"))
-      MESSAGE(what << ": max abs error " << max_abs << ", max error / tolerance " << max_ratio);
-  }
-};
-
-/// Checks values against expected (|a - e| <= atol + rtol |e|), one CHECK for the worst element.
-void check_values(const std::vector<double>& got, const std::vector<double>& expected,
-                  Tolerance tol, Errors& err) {
-  REQUIRE(got.size() == expected.size());
-  double worst = 0;  // error / allowed
-  size_t at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::fabs(got[i] - expected[i]);
-    err.max_abs = std::max(err.max_abs, e);
-    const double ratio = e / (tol.atol + tol.rtol * std::fabs(expected[i]));
-    if (!(ratio <= worst)) {
-      worst = ratio;
-      at = i;
-    }
-  }
-  err.max_ratio = std::max(err.max_ratio, worst);
-  CHECK_MESSAGE(worst <= 1, "element " << at << ": got " << got[at] << ", expected " << expected[at]
-                                       << " (" << worst << " x the tolerance)");
-}
 
 /// A fixture problem: its parameters (fresh leaves) and its loss.
 struct Problem {
