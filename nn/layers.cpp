@@ -30,16 +30,25 @@ std::string Linear::extra_repr() const {
   return fmt::format("in={}, out={}, bias={}", in_features, out_features, bias.defined());
 }
 
-LayerNorm::LayerNorm(int64_t d, double e, bool affine) : dim(d), eps(e) {
+LayerNorm::LayerNorm(int64_t d, double e, bool affine) : LayerNorm(Dims{d}, e, affine) {}
+
+LayerNorm::LayerNorm(Dims shape, double e, bool affine)
+    : dim(shape.size() ? shape.back() : 0), eps(e), normalized_shape(shape) {
+  VT_CHECK(shape.size() >= 1, "LayerNorm: normalized_shape must not be empty");
   if (affine) {
-    weight = register_parameter("weight", ops::ones({d}));
-    bias = register_parameter("bias", ops::zeros({d}));
+    weight = register_parameter("weight", ops::ones(shape));
+    bias = register_parameter("bias", ops::zeros(shape));
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) { return ops::layer_norm(x, {dim}, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x) {
+  return ops::layer_norm(x, normalized_shape, weight, bias, eps);
+}
 
-std::string LayerNorm::extra_repr() const { return fmt::format("{}, eps={}", dim, eps); }
+std::string LayerNorm::extra_repr() const {
+  if (normalized_shape.size() == 1) return fmt::format("{}, eps={}", dim, eps);
+  return fmt::format("{}, eps={}", normalized_shape, eps);
+}
 
 Dropout::Dropout(double prob, Generator& gen) : p(prob), gen_(&gen) {
   VT_CHECK(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got {}", p);

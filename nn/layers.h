@@ -20,16 +20,19 @@ class Linear : public Module {
   int64_t in_features, out_features;
 };
 
-/// y = (x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight 1, bias 0)
+/// y = (x - mean) / sqrt(var + eps) * weight + bias over the last dim, or over the trailing dims
+/// of normalized_shape (weight, bias of that shape: 1 and 0)
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, bool elementwise_affine = true);
+  explicit LayerNorm(Dims normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
   Tensor weight, bias;
-  int64_t dim;
+  int64_t dim;  // normalized_shape's last size
   double eps;
+  Dims normalized_shape;  // {dim} for the first constructor
 };
 
 /// Training: zeroes each element with probability p and scales the rest by 1 / (1 - p).
