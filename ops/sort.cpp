@@ -131,7 +131,8 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, G
     Tensor u = rand({N, C}, gen, kFloat64, 0, 1, p.device());
     Tensor keys = div(p, neg(log1p(neg(u))));
     keys = where(eq(p, zero), full({}, -1, kFloat64, p.device()), keys);
-    samples = topk(keys, num_samples, 1).indices;
+    // One sample is the largest key (as PyTorch's argmax of the race): O(C), no sort.
+    samples = num_samples == 1 ? argmax(keys, 1, true) : topk(keys, num_samples, 1).indices;
   }
   return probs.dim() == 1 ? reshape(samples, {num_samples}) : samples;
 }

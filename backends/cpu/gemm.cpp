@@ -4,7 +4,7 @@
 // (stride 0) in its batch dims, so no copies are made. Many small products run in parallel over
 // the batch (OpenBLAS then runs single-threaded inside the OpenMP region); large ones use
 // OpenBLAS's own threads. Large float32 products go to Vitrine's own GEMM (sgemm.cpp), which
-// packs only a transposed B.
+// packs only a transposed B. One row against a large matrix runs as a GEMV.
 #include <cblas.h>
 
 #include "backends/cpu/cpu_backend.h"
@@ -15,6 +15,12 @@
 namespace vitrine::cpu {
 
 namespace {
+/// From this many weights (N K), a product with one row (M = 1: generating one token, one
+/// image's head) runs as a GEMV, which reads the matrix once in place; OpenBLAS's sgemm would
+/// first copy all of it into packed panels (most of word_language_model's time per generated
+/// word went to that copy of its 200 x 10000 decoder).
+constexpr int64_t kGemvMinWeight = int64_t{1} << 20;
+
 struct Layout {
   bool trans;
   int64_t ld;
@@ -74,6 +80,18 @@ void CpuBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool
       int64_t oa, ob;
       offsets(bi, oa, ob);
       T* cb = cp + bi * M * N;
+      if (M == 1 && N * K >= kGemvMinWeight) {  // one row against a large matrix: a GEMV
+        const int64_t inc_a = la.trans ? la.ld : 1;
+        const auto tr = lb.trans ? CblasNoTrans : CblasTrans;
+        const int64_t rows = lb.trans ? N : K, cols = lb.trans ? K : N;
+        if constexpr (std::is_same_v<T, float>)
+          cblas_sgemv(CblasRowMajor, tr, rows, cols, 1.0f, bp + ob, lb.ld, ap + oa, inc_a, beta, cb,
+                      1);
+        else
+          cblas_dgemv(CblasRowMajor, tr, rows, cols, 1.0, bp + ob, lb.ld, ap + oa, inc_a, beta, cb,
+                      1);
+        return;
+      }
       if constexpr (std::is_same_v<T, float>) {
         if (!small && own_sgemm(M, N, K, ap + oa, la.ld, la.trans, bp + ob, lb.ld, lb.trans, cb, N,
                                 accumulate))
