@@ -13,6 +13,8 @@
 #include "backends/threads.h"
 #include "models/vit.h"
 #include "nn/nn.h"
+#include "ops/conv_transpose.h"
+#include "ops/norms.h"
 #include "ops/ops.h"
 #include "ops/padding.h"
 #include "ops/recurrent.h"

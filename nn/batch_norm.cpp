@@ -13,6 +13,23 @@
 
 namespace vitrine::nn {
 
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> register_norm_state(Module& m,
+                                                                       int64_t num_features,
+                                                                       bool affine,
+                                                                       bool track_running_stats) {
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  if (affine) {
+    weight = m.register_parameter("weight", ops::ones({num_features}));
+    bias = m.register_parameter("bias", ops::zeros({num_features}));
+  }
+  if (track_running_stats) {
+    running_mean = m.register_buffer("running_mean", ops::zeros({num_features}));
+    running_var = m.register_buffer("running_var", ops::ones({num_features}));
+    num_batches_tracked = m.register_buffer("num_batches_tracked", ops::zeros({}, kInt64));
+  }
+  return {weight, bias, running_mean, running_var, num_batches_tracked};
+}
+
 BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, std::optional<double> momentum,
                          bool affine, bool track_running_stats)
     : BatchNorm2d("BatchNorm2d", num_features, eps, momentum, affine, track_running_stats) {}
@@ -28,15 +45,8 @@ BatchNorm2d::BatchNorm2d(const char* type, int64_t num_features, double eps,
   VT_CHECK(eps > 0, "{}: eps must be positive, got {}", type, eps);
   VT_CHECK(!momentum || (*momentum >= 0 && *momentum <= 1),
            "{}: momentum must be in [0, 1], got {}", type, momentum.value_or(0));
-  if (affine) {
-    weight = register_parameter("weight", ops::ones({num_features}));
-    bias = register_parameter("bias", ops::zeros({num_features}));
-  }
-  if (track_running_stats) {
-    running_mean = register_buffer("running_mean", ops::zeros({num_features}));
-    running_var = register_buffer("running_var", ops::ones({num_features}));
-    num_batches_tracked = register_buffer("num_batches_tracked", ops::zeros({}, kInt64));
-  }
+  std::tie(weight, bias, running_mean, running_var, num_batches_tracked) =
+      register_norm_state(*this, num_features, affine, track_running_stats);
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "nn/layers.h"
@@ -14,6 +15,15 @@ class ProcessGroup;
 }
 
 namespace vitrine::nn {
+
+/// A normalisation layer's state over num_features channels, registered on m as PyTorch's
+/// _NormBase does: weight (ones) and bias (zeros) when affine; running_mean (zeros), running_var
+/// (ones) and num_batches_tracked (int64 0) when track_running_stats. Undefined otherwise.
+/// In the order weight, bias, running_mean, running_var, num_batches_tracked (for std::tie).
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> register_norm_state(Module& m,
+                                                                       int64_t num_features,
+                                                                       bool affine,
+                                                                       bool track_running_stats);
 
 /// Per-channel normalisation of x [B, C, H, W] (ops::batch_norm):
 ///   training: the batch's statistics, and running = (1 - momentum) running + momentum batch

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "autograd/grad_mode.h"
+#include "nn/batch_norm.h"
 #include "ops/norms.h"
 #include "ops/ops.h"
 
@@ -57,15 +58,8 @@ InstanceNorm::InstanceNorm(const char* type, int spatial_dims, int64_t num_featu
   VT_CHECK(eps > 0, "{}: eps must be positive, got {}", type, eps);
   VT_CHECK(momentum >= 0 && momentum <= 1, "{}: momentum must be in [0, 1], got {}", type,
            momentum);
-  if (affine) {
-    weight = register_parameter("weight", ops::ones({num_features}));
-    bias = register_parameter("bias", ops::zeros({num_features}));
-  }
-  if (track_running_stats) {
-    running_mean = register_buffer("running_mean", ops::zeros({num_features}));
-    running_var = register_buffer("running_var", ops::ones({num_features}));
-    num_batches_tracked = register_buffer("num_batches_tracked", ops::zeros({}, kInt64));
-  }
+  std::tie(weight, bias, running_mean, running_var, num_batches_tracked) =
+      register_norm_state(*this, num_features, affine, track_running_stats);
 }
 
 Tensor InstanceNorm::forward(const Tensor& x) {
@@ -107,15 +101,8 @@ BatchNorm1d::BatchNorm1d(int64_t num_features, double eps, std::optional<double>
   VT_CHECK(eps > 0, "BatchNorm1d: eps must be positive, got {}", eps);
   VT_CHECK(!momentum || (*momentum >= 0 && *momentum <= 1),
            "BatchNorm1d: momentum must be in [0, 1], got {}", momentum.value_or(0));
-  if (affine) {
-    weight = register_parameter("weight", ops::ones({num_features}));
-    bias = register_parameter("bias", ops::zeros({num_features}));
-  }
-  if (track_running_stats) {
-    running_mean = register_buffer("running_mean", ops::zeros({num_features}));
-    running_var = register_buffer("running_var", ops::ones({num_features}));
-    num_batches_tracked = register_buffer("num_batches_tracked", ops::zeros({}, kInt64));
-  }
+  std::tie(weight, bias, running_mean, running_var, num_batches_tracked) =
+      register_norm_state(*this, num_features, affine, track_running_stats);
 }
 
 Tensor BatchNorm1d::forward(const Tensor& x) {
