@@ -76,7 +76,8 @@ void sort_rows(T* v, int64_t* idx, int64_t rows, int64_t cols, bool descending) 
 void Backend::cumsum(const Strided& x, const Strided& y, bool reverse) {
   VT_ASSERT(x.dtype == y.dtype && x.numel() == y.numel());
   std::vector<char> bytes = host_bytes(*this, x);
-  const auto [rows, cols] = rows_cols(x);
+  const auto rc = rows_cols(x);  // (not a structured binding: the lambda below reads them)
+  const int64_t rows = rc.first, cols = rc.second;
   dispatch_numeric(x.dtype, "cumsum", [&]<typename T>() {
     cumsum_rows(reinterpret_cast<T*>(bytes.data()), rows, cols, reverse);
   });
@@ -87,7 +88,8 @@ void Backend::sort(const Strided& x, const Strided& values, const Strided& indic
                    bool descending) {
   VT_ASSERT(x.dtype == values.dtype && indices.dtype == DType::Int64);
   std::vector<char> bytes = host_bytes(*this, x);
-  const auto [rows, cols] = rows_cols(x);
+  const auto rc = rows_cols(x);  // (not a structured binding: the lambda below reads them)
+  const int64_t rows = rc.first, cols = rc.second;
   std::vector<char> idx(static_cast<size_t>(x.numel()) * sizeof(int64_t));
   dispatch_numeric(x.dtype, "sort", [&]<typename T>() {
     sort_rows(reinterpret_cast<T*>(bytes.data()), reinterpret_cast<int64_t*>(idx.data()), rows,

@@ -93,7 +93,9 @@ void check_case(const std::string& name, DType dtype, double tol) {
   ops::sum(y * fixture_tensor(c["r"], dtype)).backward();
   check_close(x.grad(), fixture_tensor(c["grad"]).to_vector<double>(), tol, tol);
   const auto params = m->named_parameters();
-  for (const auto& [pname, p] : params) {
+  for (const auto& item : params) {
+    const auto& pname = item.first;
+    const auto& p = item.second;
     INFO(pname);
     check_close(p.grad(), fixture_tensor(c[pname + "_grad"]).to_vector<double>(), tol, tol);
   }

@@ -418,7 +418,9 @@ TEST_CASE("init: kaiming_uniform_ with mode and nonlinearity, the old signature 
 }
 
 TEST_CASE("init: householder_q is torch.linalg.qr's Q times sign(diag R)") {
-  for (const auto& [name, c] : fixture_json(kFile).at("qr").items()) {
+  for (const auto& item : fixture_json(kFile).at("qr").items()) {
+    const std::string name = item.key();
+    const auto& c = item.value();
     INFO(name);
     Tensor q = nn::init::householder_q(fixture_tensor(c["a"]));
     Tensor want = fixture_tensor(c["q"]);

@@ -82,7 +82,9 @@ void check_case(const std::string& name, DType dtype, double atol, double rtol) 
   check_close(x.grad(), fixture_tensor(c["grad"]).to_vector<double>(), atol, rtol);
   const auto params = m->named_parameters();
   CHECK(params.size() == c["param_grads"].size());
-  for (const auto& [pname, p] : params) {
+  for (const auto& item : params) {
+    const auto& pname = item.first;
+    const auto& p = item.second;
     INFO("parameter " << pname);
     REQUIRE(c["param_grads"].contains(pname));
     REQUIRE(p.grad().defined());
@@ -90,7 +92,9 @@ void check_case(const std::string& name, DType dtype, double atol, double rtol) 
   }
   const auto buffers = m->named_buffers();
   CHECK(buffers.size() == c["state_after"].size());
-  for (const auto& [bname, b] : buffers) {
+  for (const auto& item : buffers) {
+    const auto& bname = item.first;
+    const auto& b = item.second;
     INFO("buffer " << bname);
     REQUIRE(c["state_after"].contains(bname));
     check_close(b, fixture_tensor(c["state_after"][bname]).to_vector<double>(), atol, rtol);

@@ -111,7 +111,9 @@ void check_case(const std::string& name, DType dtype, bool fused) {
   check_close(x.grad(), fixture_tensor(c.at("input_grad"), dtype), tol, tol);
   if (h0.defined()) check_close(h0.grad(), fixture_tensor(c.at("h0_grad"), dtype), tol, tol);
   if (c0.defined()) check_close(c0.grad(), fixture_tensor(c.at("c0_grad"), dtype), tol, tol);
-  for (auto& [n, p] : m->named_parameters()) {
+  for (auto& item : m->named_parameters()) {
+    auto& n = item.first;
+    auto& p = item.second;
     INFO("gradient of " << n);
     check_close(p.grad(), fixture_tensor(c.at("param_grads").at(n), dtype), tol, tol);
   }

@@ -43,7 +43,9 @@ void load(nn::Module& m, const json& c, DType dtype, Tensors& inputs, Tensors& m
   load_fixture_state(m, c.at("params"));
   m.zero_grad();
   m.eval();
-  for (auto& [k, v] : c.at("inputs").items()) {
+  for (auto& item : c.at("inputs").items()) {
+    const std::string k = item.key();
+    auto& v = item.value();
     Tensor t = fixture_tensor(v, dtype);
     t.requires_grad_();
     inputs[k] = t;
@@ -55,14 +57,18 @@ void load(nn::Module& m, const json& c, DType dtype, Tensors& inputs, Tensors& m
 /// in float64 at 1e-10 and in float32 at 1e-5.
 void check_parity(nn::Module& m, const std::string& name, const Run& run) {
   const json& c = fixture_case(kFile, name);
-  for (auto [dtype, tol] : {std::pair{kFloat64, 1e-10}, std::pair{kFloat32, 1e-5}}) {
+  for (auto item : {std::pair{kFloat64, 1e-10}, std::pair{kFloat32, 1e-5}}) {
+    const auto dtype = item.first;
+    const auto tol = item.second;
     INFO(name << " in " << dtype_name(dtype));
     Tensors inputs, masks;
     load(m, c, dtype, inputs, masks);
     const Tensors outs = run(m, inputs, masks);
     CHECK(outs.size() == c.at("outputs").size());
     Tensor loss;
-    for (auto& [k, ref] : c.at("outputs").items()) {
+    for (auto& item : c.at("outputs").items()) {
+      const std::string k = item.key();
+      auto& ref = item.value();
       INFO("output " << k);
       const Tensor y = get(outs, k);
       REQUIRE(y.defined());
@@ -74,14 +80,18 @@ void check_parity(nn::Module& m, const std::string& name, const Run& run) {
       loss = loss.defined() ? loss + term : term;
     }
     loss.backward();
-    for (auto& [k, ref] : c.at("input_grads").items()) {
+    for (auto& item : c.at("input_grads").items()) {
+      const std::string k = item.key();
+      auto& ref = item.value();
       INFO("gradient of input " << k);
       REQUIRE(inputs.at(k).grad().defined());
       check_close(inputs.at(k).grad().to(kFloat64), fixture_tensor(ref), tol, tol);
     }
     const auto params = m.named_parameters();
     CHECK(params.size() == c.at("param_grads").size());
-    for (auto& [n, p] : params) {
+    for (auto& item : params) {
+      const std::string& n = item.first;
+      const Tensor& p = item.second;
       INFO("gradient of " << n);
       REQUIRE(p.grad().defined());
       check_close(p.grad().to(kFloat64), fixture_tensor(c.at("param_grads").at(n)), tol, tol);
@@ -200,7 +210,8 @@ TEST_CASE("transformer layers: float64 gradcheck of an encoder layer and a decod
   enc.to(kFloat64);
   const Tensor causal = nn::Transformer::generate_square_subsequent_mask(3, kFloat64);
   std::vector<Tensor> inputs{rand64({3, 2, 4}, 1)};
-  for (auto& [n, p] : enc.named_parameters()) {
+  for (auto& item : enc.named_parameters()) {
+    auto& p = item.second;
     NoGradGuard ng;
     p.copy_(p + 0.1 * rand64(p.shape(), 12).detach());
     inputs.push_back(p);
@@ -387,7 +398,9 @@ TEST_CASE(
   CHECK(t.encoder->norm != nullptr);
   CHECK(t.decoder->norm != nullptr);
   CHECK(t.decoder->layers->size() == 1);
-  for (auto& [n, p] : t.named_parameters()) {
+  for (auto& item : t.named_parameters()) {
+    const std::string& n = item.first;
+    const Tensor& p = item.second;
     INFO(n);
     if (p.dim() > 1) {
       const auto [fan_in, fan_out] = nn::init::fan_in_out(p);
