@@ -28,7 +28,7 @@
   X(PowScalar) /* y = x ^ alpha */                \
   X(Clamp)     /* y = min(max(x, alpha), beta) */ \
   X(AddScalar) /* y = x + alpha */                \
-  X(MulScalar) /* y = x * alpha */               \
+  X(MulScalar) /* y = x * alpha */                \
   X(Sin)                                          \
   X(Cos)                                          \
   X(Log1p) /* y = log(1 + x) */                   \

@@ -126,8 +126,8 @@ VT_SIMD_CLONES void log_softmax_row(const float* x, float* y, int64_t n) {
   float m = -__builtin_inff();
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
-  // A NaN is skipped by the max but propagates through the sum (exp_approx keeps it). The
-  // exponentials go through y (a loop that stores vectorises where one that sums them does not).
+    // A NaN is skipped by the max but propagates through the sum (exp_approx keeps it). The
+    // exponentials go through y (a loop that stores vectorises where one that sums them does not).
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = exp_approx(x[i] - m);
   float s = 0;
