@@ -62,6 +62,11 @@ std::string mode_repr(bool same, const std::string& mode) {
 
 }  // namespace
 
+Conv2dOptions& Conv2dOptions::padding(const char* same_or_valid) {
+  const ConvPadding p{std::string_view(same_or_valid)};
+  return padding(p.same ? kSame : kValid);
+}
+
 ConvPadding::ConvPadding(std::string_view s) {
   VT_CHECK(s == "same" || s == "valid",
            "Conv: invalid padding string '{}', should be one of 'valid' or 'same'", s);
@@ -146,27 +151,64 @@ std::string Conv1d::extra_repr() const {
   return s + mode_repr(same, padding_mode);
 }
 
-// ---- PaddedConv2d ----------------------------------------------------------------------------
+// ---- Conv2d (declared in nn/layers.h) -------------------------------------------------------
 
-PaddedConv2d::PaddedConv2d(const Conv2dOptions& o, std::string mode,
-                           std::optional<PaddingKind> kind, Generator& gen)
-    : Conv2d(kind ? Conv2dOptions(o).padding(0) : o, gen),
-      same(kind == PaddingKind::Same),
-      padding_mode(std::move(mode)) {
-  check_conv_args("Conv2d", in_channels, out_channels, groups, {kernel.first, kernel.second},
+Conv2d::Conv2d(int64_t in, int64_t out, Size2 k, Size2 s, Size2 pad, bool with_bias, Generator& gen)
+    : Conv2d(Conv2dOptions(in, out, k).stride(s).padding(pad).bias(with_bias), gen) {}
+
+Conv2d::Conv2d(const Conv2dOptions& o, Generator& gen)
+    : in_channels(o.in_),
+      out_channels(o.out_),
+      groups(o.groups_),
+      kernel(o.kernel_.pair()),
+      stride(o.stride_.pair()),
+      padding(o.padding_.pair()),
+      dilation(o.dilation_.pair()),
+      same(o.padding_kind_ == PaddingKind::Same),
+      padding_mode(o.padding_mode_) {
+  const int64_t in = in_channels, out = out_channels;
+  const Size2 k = o.kernel_;
+  VT_CHECK(in > 0 && out > 0 && k.h > 0 && k.w > 0,
+           "Conv2d: channels and kernel sizes must be positive (got {}, {}, {}x{})", in, out, k.h,
+           k.w);
+  VT_CHECK(stride.first > 0 && stride.second > 0 && padding.first >= 0 && padding.second >= 0 &&
+               dilation.first > 0 && dilation.second > 0,
+           "Conv2d: stride must be positive, padding non-negative and dilation positive (got "
+           "stride {}x{}, padding {}x{}, dilation {}x{})",
+           stride.first, stride.second, padding.first, padding.second, dilation.first,
+           dilation.second);
+  VT_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,
+           "Conv2d: groups must be positive and divide in_channels and out_channels (got groups "
+           "{}, {} in, {} out)",
+           groups, in, out);
+  check_conv_args("Conv2d", in, out, groups, {kernel.first, kernel.second},
                   {stride.first, stride.second}, {padding.first, padding.second},
                   {dilation.first, dilation.second}, same, padding_mode);
+  weight = register_parameter("weight", ops::empty({out, in / groups, k.h, k.w}));
+  init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
+  if (o.bias_) {
+    bias = register_parameter("bias", ops::empty({out}));
+    double bound = 1.0 / std::sqrt(static_cast<double>(in / groups * k.h * k.w));
+    init::uniform_(bias, -bound, bound, gen);
+  }
 }
 
-Tensor PaddedConv2d::forward(const Tensor& x) {
-  if (!same && padding_mode == "zeros") return Conv2d::forward(x);
+Tensor Conv2d::forward(const Tensor& x) {
+  if (!same && padding_mode == "zeros")
+    return ops::conv2d(x, weight, bias, stride, padding, dilation, groups);
   return padded_convolution(x, weight, bias, {kernel.first, kernel.second},
                             {stride.first, stride.second}, {padding.first, padding.second},
                             {dilation.first, dilation.second}, groups, same, padding_mode);
 }
 
-std::string PaddedConv2d::extra_repr() const {
-  return Conv2d::extra_repr() + mode_repr(same, padding_mode);
+std::string Conv2d::extra_repr() const {
+  std::string s = fmt::format("{}, {}, kernel={}x{}, stride={}x{}, padding={}x{}", in_channels,
+                              out_channels, kernel.first, kernel.second, stride.first,
+                              stride.second, padding.first, padding.second);
+  if (dilation != std::pair<int64_t, int64_t>{1, 1})
+    s += fmt::format(", dilation={}x{}", dilation.first, dilation.second);
+  if (groups != 1) s += fmt::format(", groups={}", groups);
+  return s + mode_repr(same, padding_mode);
 }
 
 // ---- ConvTranspose2d -------------------------------------------------------------------------

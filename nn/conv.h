@@ -1,7 +1,8 @@
-// The convolution layers besides Conv2d (nn/layers.h), as torch.nn: Conv1d, ConvTranspose1d,
-// ConvTranspose2d, and the padding="same" / "valid" and padding_mode of Conv1d and Conv2d
-// (ops/conv_transpose.h holds the ops). Arguments in torch.nn's order, with its names and
-// defaults; each also has an options class, as the PyTorch C++ API's torch::nn::Conv1dOptions.
+// The convolution layers besides Conv2d (declared in nn/layers.h, defined in conv.cpp), as
+// torch.nn: Conv1d, ConvTranspose1d, ConvTranspose2d, and the padding="same" / "valid" and
+// padding_mode of Conv1d and Conv2d (ops/conv_transpose.h holds the ops). Arguments in torch.nn's
+// order, with its names and defaults; each also has an options class, as the PyTorch C++ API's
+// torch::nn::Conv1dOptions.
 #pragma once
 #include <optional>
 #include <string>
@@ -12,10 +13,6 @@
 #include "nn/layers.h"
 
 namespace vitrine::nn {
-
-/// torch.nn.Conv*d's padding strings, as the PyTorch C++ API's torch::kSame and torch::kValid.
-enum class PaddingKind : unsigned char { Same, Valid };
-inline constexpr PaddingKind kSame = PaddingKind::Same, kValid = PaddingKind::Valid;
 
 /// A convolution's padding along one dim: a size, or "same" / "valid" (nn::kSame / nn::kValid,
 /// or the strings; anything else is an Error). "same" pads d (k - 1) in all, the odd one at the
@@ -138,23 +135,6 @@ class ConvTranspose1d : public Module {
   std::string extra_repr() const override;
   Tensor weight, bias;
   int64_t in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, dilation;
-};
-
-/// torch.nn.Conv2d with padding="same" / "valid" or a padding_mode other than "zeros": a Conv2d
-/// (the same parameters, names, init and type name, so a state dict or summary sees a Conv2d)
-/// whose forward pads first (padded_convolution). The options' padding is used unless padding
-/// is kSame or kValid: PaddedConv2d(Conv2dOptions(3, 8, 3).padding(1), "reflect") is PyTorch's
-/// Conv2d(3, 8, 3, padding=1, padding_mode="reflect"), PaddedConv2d(Conv2dOptions(3, 8, {3, 4}),
-/// "zeros", kSame) its Conv2d(3, 8, (3, 4), padding="same").
-class PaddedConv2d : public Conv2d {
- public:
-  explicit PaddedConv2d(const Conv2dOptions& options, std::string padding_mode = "zeros",
-                        std::optional<PaddingKind> padding = std::nullopt,
-                        Generator& gen = default_generator());
-  Tensor forward(const Tensor& x) override;
-  std::string extra_repr() const override;
-  bool same;
-  std::string padding_mode;
 };
 
 /// Conv1d's and Conv2d's forward with a padding mode or "same": x padded per dim as the layer

@@ -2,6 +2,8 @@
 // Parameter names follow PyTorch/timm ("weight", "bias") so foreign checkpoints map directly.
 #pragma once
 #include <concepts>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "nn/module.h"
@@ -124,15 +126,27 @@ struct Size2 {
   int64_t h, w;
 };
 
+/// torch.nn.Conv*d's padding strings, as the PyTorch C++ API's torch::kSame and torch::kValid.
+enum class PaddingKind : unsigned char { Same, Valid };
+inline constexpr PaddingKind kSame = PaddingKind::Same, kValid = PaddingKind::Valid;
+
 /// All of Conv2d's arguments, as the PyTorch C++ API's torch::nn::Conv2dOptions, with
 /// torch.nn.Conv2d's names and defaults: Conv2d(Conv2dOptions(32, 32, 3).padding(1).groups(32))
-/// is PyTorch's Conv2d(32, 32, 3, padding=1, groups=32) (a depthwise convolution).
+/// is PyTorch's Conv2d(32, 32, 3, padding=1, groups=32) (a depthwise convolution), and
+/// Conv2dOptions(3, 8, 3).padding("same").padding_mode("reflect") its Conv2d(3, 8, 3,
+/// padding="same", padding_mode="reflect").
 class Conv2dOptions {
  public:
   Conv2dOptions(int64_t in_channels, int64_t out_channels, Size2 kernel_size)
       : in_(in_channels), out_(out_channels), kernel_(kernel_size) {}
   Conv2dOptions& stride(Size2 s) { return stride_ = s, *this; }
-  Conv2dOptions& padding(Size2 p) { return padding_ = p, *this; }
+  Conv2dOptions& padding(Size2 p) { return padding_ = p, padding_kind_.reset(), *this; }
+  /// "same" (d (k - 1) in all per dim, the odd one at the right; stride 1 only) or "valid" (0).
+  Conv2dOptions& padding(PaddingKind k) { return padding_ = 0, padding_kind_ = k, *this; }
+  /// "same" or "valid"; any other string is an Error.
+  Conv2dOptions& padding(const char* same_or_valid);
+  /// "zeros", "reflect", "replicate" or "circular" (how the padding is filled)
+  Conv2dOptions& padding_mode(std::string m) { return padding_mode_ = std::move(m), *this; }
   Conv2dOptions& dilation(Size2 d) { return dilation_ = d, *this; }
   Conv2dOptions& groups(int64_t g) { return groups_ = g, *this; }
   Conv2dOptions& bias(bool b) { return bias_ = b, *this; }
@@ -140,13 +154,18 @@ class Conv2dOptions {
   Size2 kernel_, stride_ = 1, padding_ = 0, dilation_ = 1;
   int64_t groups_ = 1;
   bool bias_ = true;
+  std::optional<PaddingKind> padding_kind_;
+  std::string padding_mode_ = "zeros";
 };
 
 /// 2-D convolution (ops::conv2d), x [B, Cin, H, W] -> [B, Cout, OH, OW], weight [Cout, Cin /
 /// groups, kh, kw]; init as PyTorch (kaiming_uniform a = sqrt(5), bias U(-1/sqrt(fan_in), ..)
 /// with fan_in = Cin / groups kh kw). Arguments in torch.nn.Conv2d's order and with its
 /// defaults, each size an integer or a pair: Conv2d(3, 64, 3, 1, 1) is Conv2d(3, 64, {3, 3},
-/// {1, 1}, {1, 1}); dilation and groups through Conv2dOptions.
+/// {1, 1}, {1, 1}); dilation, groups, padding "same"/"valid" and padding_mode through
+/// Conv2dOptions. (Unlike torch.nn.Conv2d, the sixth positional argument is bias, not dilation.)
+/// With a padding_mode other than "zeros", or "same" padding, the input is padded first
+/// (padded_convolution, nn/conv.h) and convolved with padding 0, as torch.nn.Conv2d does.
 class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1,
@@ -158,6 +177,8 @@ class Conv2d : public Module {
   Tensor weight, bias;
   int64_t in_channels, out_channels, groups = 1;
   std::pair<int64_t, int64_t> kernel, stride, padding, dilation{1, 1};  // (height, width)
+  bool same = false;                                                    // padding="same"
+  std::string padding_mode = "zeros";  // "zeros", "reflect", "replicate" or "circular"
 };
 
 }  // namespace vitrine::nn

@@ -137,6 +137,12 @@ bool Module::has_forward_hooks_below() const {
   return false;
 }
 
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& child : children_) child.second->apply(fn);
+  fn(*this);
+  return *this;
+}
+
 std::shared_ptr<Module> Module::child(const std::string& name) const {
   for (const auto& [n, c] : children_)
     if (n == name) return c;

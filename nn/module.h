@@ -76,6 +76,10 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
   /// This module ("") and every descendant, with their prefixed names.
   std::vector<std::pair<std::string, Module*>> named_modules();
+  /// Calls fn on every descendant, then on this module (children before parents, as
+  /// torch.nn.Module.apply), and returns this module: DCGAN's `net.apply(weights_init)`, with
+  /// fn looking at type_name() or dynamic_cast-ing to the layer it initialises.
+  Module& apply(const std::function<void(Module&)>& fn);
   /// A child by name; throws Error naming the module and the children it has.
   std::shared_ptr<Module> child(const std::string& name) const;
   /// Parameters then buffers under their full names (what checkpoints store).

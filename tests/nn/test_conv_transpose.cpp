@@ -65,14 +65,14 @@ std::shared_ptr<nn::Module> make(const json& c) {
                                         bias, mode);
   }
   REQUIRE(m == "Conv2d");
-  std::optional<nn::PaddingKind> kind;
   nn::Conv2dOptions opt(in, out, size2(o, "kernel_size", 1));
   opt.stride(size2(o, "stride", 1)).dilation(size2(o, "dilation", 1)).groups(groups).bias(bias);
+  opt.padding_mode(mode);
   if (o.contains("padding") && o["padding"].is_string())
-    kind = o["padding"] == "same" ? nn::kSame : nn::kValid;
+    opt.padding(o["padding"].get<std::string>().c_str());
   else
     opt.padding(size2(o, "padding", 0));
-  return std::make_shared<nn::PaddedConv2d>(opt, mode, kind);
+  return std::make_shared<nn::Conv2d>(opt);
 }
 
 /// One case in dtype: output and every gradient against PyTorch's.
@@ -235,7 +235,7 @@ TEST_CASE("conv transpose: float64 gradchecks") {
     nn::Conv1d c1(3, 2, 4, 1, "same", 1, 1, true, mode);
     c1.to(kFloat64);
     check_grad([&](const std::vector<Tensor>& in) { return c1(in[0]); }, {rand64({2, 3, 7}, 10)});
-    nn::PaddedConv2d c2(nn::Conv2dOptions(2, 3, {3, 2}).padding({1, 2}).stride(2), mode);
+    nn::Conv2d c2(nn::Conv2dOptions(2, 3, {3, 2}).padding({1, 2}).stride(2).padding_mode(mode));
     c2.to(kFloat64);
     check_grad([&](const std::vector<Tensor>& in) { return c2(in[0]); },
                {rand64({1, 2, 5, 4}, 11)});
@@ -271,7 +271,8 @@ TEST_CASE("conv transpose: module shapes, parameters, init bounds and repr") {
         "4, 6, kernel_size=5, stride=1, groups=2, bias=False, padding=same, padding_mode=reflect");
   nn::Conv1d valid(nn::Conv1dOptions(2, 3, 3).padding("valid"));
   CHECK(valid(ops::zeros({1, 2, 7})).shape() == Dims{1, 3, 5});
-  nn::PaddedConv2d same(nn::Conv2dOptions(3, 4, {3, 4}).dilation(2), "circular", nn::kSame);
+  nn::Conv2d same(
+      nn::Conv2dOptions(3, 4, {3, 4}).dilation(2).padding("same").padding_mode("circular"));
   CHECK(same(ops::zeros({1, 3, 9, 10})).shape() == Dims{1, 4, 9, 10});
   CHECK(same.type_name() == "Conv2d");
   CHECK(same.named_parameters().size() == 2);
@@ -304,8 +305,12 @@ TEST_CASE("conv transpose: bad arguments name the op, what was given and what wa
                        "output_padding (1)");
   CHECK_ERROR_CONTAINS(nn::Conv1d(4, 4, 3, 2, "same"), "Conv1d", "padding='same'",
                        "strided convolutions", "stride [2]");
-  CHECK_ERROR_CONTAINS(nn::PaddedConv2d(nn::Conv2dOptions(4, 4, 3).stride(2), "zeros", nn::kSame),
+  CHECK_ERROR_CONTAINS(nn::Conv2d(nn::Conv2dOptions(4, 4, 3).stride(2).padding(nn::kSame)),
                        "Conv2d", "padding='same'");
+  CHECK_ERROR_CONTAINS(nn::Conv2d(nn::Conv2dOptions(4, 4, 3).padding("full")),
+                       "invalid padding string 'full'");
+  CHECK_ERROR_CONTAINS(nn::Conv2d(nn::Conv2dOptions(4, 4, 3).padding_mode("mirror")), "Conv2d",
+                       "padding_mode", "'mirror'");
   CHECK_ERROR_CONTAINS(nn::Conv1d(4, 4, 3, 1, "full"), "invalid padding string 'full'", "same");
   CHECK_ERROR_CONTAINS(nn::Conv1d(4, 4, 3, 1, 1, 1, 1, true, "mirror"), "padding_mode", "'mirror'",
                        "circular");

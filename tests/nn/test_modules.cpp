@@ -1,5 +1,6 @@
 // nn modules: registration and names, train/eval, freezing, init statistics, and PyTorch parity of
 // Linear, LayerNorm, Conv2d, MLP and attention (tests/fixtures/nn_modules.json, timm's formulas).
+#include <cmath>
 #include <fstream>
 
 #include "module_parity.h"
@@ -53,6 +54,30 @@ TEST_CASE("module: hierarchical names, parameters, buffers, state_dict") {
   CHECK_ERROR_CONTAINS(net.child("nope"), "Net", "no child module 'nope'", "blocks, head");
   CHECK(net.named_modules().size() == 1 + 1 + 2 * (1 + 1 + 4 + 1) + 1);
   CHECK(net.summary().find("total parameters: 667") != std::string::npos);
+}
+
+TEST_CASE("module: apply visits children before parents, as torch.nn.Module.apply") {
+  Net net;
+  std::vector<std::string> order;
+  nn::Module& self = net.apply([&](nn::Module& m) { order.push_back(m.type_name()); });
+  CHECK(&self == &net);
+  CHECK(order.size() == net.named_modules().size());
+  CHECK(order.back() == "Net");
+  CHECK(order[order.size() - 2] == "Linear");  // head, the last child
+  // DCGAN's weights_init: every Linear's weight drawn again, through dynamic_cast.
+  Generator gen(7);
+  int linears = 0;
+  net.apply([&](nn::Module& m) {
+    if (auto* l = dynamic_cast<nn::Linear*>(&m)) {
+      nn::init::normal_(l->weight, 0.0, 0.02, gen);
+      nn::init::zeros_(l->bias);
+      ++linears;
+    }
+  });
+  CHECK(linears == 2 * 2 + 1);  // qkv and proj per block, head
+  CHECK(ops::max(ops::abs(net.head->bias)).item() == 0.0);
+  const Tensor qkv = net.blocks->child("0")->named_parameters()[0].second;  // 8 x 24
+  CHECK(std::sqrt(ops::var(qkv).item()) == doctest::Approx(0.02).epsilon(0.3));
 }
 
 TEST_CASE("module: registration errors") {
