@@ -1,5 +1,5 @@
-// JSON files read with their faults located, and atomic file writes: temp file, rename (see
-// files.h).
+// JSON files read with their faults located, lines appended whole, stale temporaries removed
+// (see files.h).
 #include "tools/common/files.h"
 
 #include <fcntl.h>
@@ -21,26 +21,6 @@
 #include "nn/json.h"
 
 namespace vitrine::tools {
-
-void write_file_atomically(const std::string& path, std::string_view bytes) {
-  // The same folder as path, so that rename() replaces it in one step (never across devices).
-  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  VT_CHECK(f, "cannot write {}: cannot create {}: {}", path, tmp, std::strerror(errno));
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  const int write_errno = errno;
-  const bool closed = std::fclose(f) == 0;  // flushes: a full disk may show up only here
-  if (!written || !closed) {
-    const int e = written ? errno : write_errno;
-    std::remove(tmp.c_str());
-    fail("cannot write {}: {}", path, std::strerror(e));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    fail("cannot write {}: cannot rename {} to it: {}", path, tmp, std::strerror(e));
-  }
-}
 
 int write_all(int fd, std::string_view bytes) {
   size_t done = 0;

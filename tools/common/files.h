@@ -6,12 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/atomic_write.h"
+
 namespace vitrine::tools {
 
-/// Writes bytes to path atomically: to a temp file beside it (path + ".tmp-<pid>"), then renamed
-/// over path, so path holds either its old content or all of the new. The temp file is removed
-/// when anything fails. Errors (vitrine::Error) name path and the system's reason.
-void write_file_atomically(const std::string& path, std::string_view bytes);
+/// The library's atomic write (nn/atomic_write.h): a temp file beside path (path + ".tmp-<pid>"),
+/// renamed over it.
+using vitrine::write_file_atomically;
 
 /// Appends one line (a '\n' is added) to path, created when missing, checked: a failed or short
 /// write (a full disk, a file-size limit) truncates the file back to where it was, so it never

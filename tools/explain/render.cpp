@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "backends/error.h"
+#include "nn/data/png_encode.h"
 #include "ops/ops.h"
 #include "tools/common/files.h"
-#include "tools/common/png.h"
 #include "tools/explain/text.h"
 
 namespace vitrine::explain {
@@ -230,7 +230,7 @@ std::string encode_png(const Rgb8& image) {
   VT_CHECK(image.height > 0 && image.width > 0, "encode_png: the image is empty ({} x {})",
            image.height, image.width);
   check_rgb8(image, "encode_png");
-  return tools::encode_png(image.pixels.data(), image.width, image.height, 3, "encode_png");
+  return vitrine::encode_png(image.pixels.data(), image.width, image.height, 3, "encode_png");
 }
 
 void write_png(const std::string& path, const Rgb8& image) {

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "backends/error.h"
-#include "tools/common/png.h"
+#include "nn/data/png_encode.h"
 
 namespace vitrine::train {
 
@@ -61,7 +61,7 @@ EncodedImage confusion_matrix_png(const std::vector<std::vector<int64_t>>& confu
   }
   EncodedImage out;
   out.height = out.width = side;
-  out.png = tools::encode_png(rgb.data(), side, side, 3, "tensorboard: the confusion matrix");
+  out.png = encode_png(rgb.data(), side, side, 3, "tensorboard: the confusion matrix");
   return out;
 }
 

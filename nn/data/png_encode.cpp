@@ -1,9 +1,10 @@
-#include "tools/common/png.h"
+// PNG encoding with stb_image_write (see png_encode.h).
+#include "nn/data/png_encode.h"
 
 #include "backends/error.h"
 
 // stb_image_write's implementation, private to this file (STB_IMAGE_WRITE_STATIC), so that it
-// cannot clash with another copy in the same program (the tests have their own).
+// cannot clash with another copy in the same program (the tests and tools/demo have their own).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
 #pragma GCC diagnostic ignored "-Wsign-compare"
@@ -13,7 +14,7 @@
 #include <stb/stb_image_write.h>
 #pragma GCC diagnostic pop
 
-namespace vitrine::tools {
+namespace vitrine {
 
 std::string encode_png(const uint8_t* pixels, int64_t width, int64_t height, int channels,
                        const std::string& what) {
@@ -32,4 +33,4 @@ std::string encode_png(const uint8_t* pixels, int64_t width, int64_t height, int
   return png;
 }
 
-}  // namespace vitrine::tools
+}  // namespace vitrine
