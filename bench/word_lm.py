@@ -9,10 +9,12 @@ raw lines and `lscpu`, to --out (default bench/results/<date>-word-lm/).
 
     /usr/bin/python3 bench/word_lm.py [--rounds 5] [--threads 2] [--build build]
 """
-import argparse, datetime, json, os, statistics, subprocess, sys
+import argparse, datetime, os
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+import side_by_side as sbs
+
+HERE = sbs.HERE
+REPO = sbs.REPO
 CASES = [("LSTM", "train", 15), ("LSTM", "generate", 300), ("GRU", "train", 15),
          ("Transformer", "train", 15), ("Transformer", "generate", 100)]
 
@@ -27,49 +29,24 @@ def main():
         REPO, "bench", "results", f"{datetime.date.today()}-word-lm"))
     a = ap.parse_args()
     exe = os.path.join(a.build, "word_lm_bench")
-    subprocess.run(["g++", "-O2", "-std=c++20", f"-I{REPO}", f"-I{a.build}", "-isystem",
-                    "/usr/include/x86_64-linux-gnu/openblas-openmp",
-                    os.path.join(HERE, "word_lm.cpp"), "-o", exe, f"-L{a.build}", "-lvitrine",
-                    "-lfmt", f"-Wl,-rpath,{os.path.abspath(a.build)}"], check=True)
+    sbs.build(os.path.join(HERE, "word_lm.cpp"), exe, a.build)
     cases = CASES
     if a.cases:
         want = {tuple(c.split(":")) for c in a.cases.split(",")}
         cases = [c for c in CASES if (c[0], c[1]) in want]
-    runs = {}
-    raw = []
-    for r in range(a.rounds):
-        for model, what, steps in cases:
-            common = ["--model", model, "--what", what, "--steps", str(steps), "--threads",
-                      str(a.threads)]
-            cmds = [("vitrine", [exe] + common),
-                    ("pytorch", ["/usr/bin/python3", os.path.join(HERE, "word_lm_torch.py")] + common)]
-            if r % 2:
-                cmds.reverse()
-            for side, cmd in cmds:
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                line = json.loads(out.strip().splitlines()[-1])
-                raw.append(line)
-                runs.setdefault((model, what, side), []).append(line["tokens_per_s"])
-                print(json.dumps(line), flush=True)
-    rows = ["| model | what | Vitrine tokens/s | PyTorch tokens/s | ratio (medians) |",
-            "| --- | --- | ---: | ---: | ---: |"]
-    for model, what, _ in cases:
-        v = statistics.median(runs[(model, what, "vitrine")])
-        p = statistics.median(runs[(model, what, "pytorch")])
-        rows.append(f"| {model} | {what} | {v:.0f} | {p:.0f} | {v / p:.2f}x |")
-    table = "\n".join(rows)
+    runs = []
+    for model, what, steps in cases:
+        common = ["--model", model, "--what", what, "--steps", str(steps), "--threads",
+                  str(a.threads)]
+        runs.append((f"{model} | {what}", [exe] + common,
+                     ["/usr/bin/python3", os.path.join(HERE, "word_lm_torch.py")] + common))
+    medians, raw = sbs.run(runs, a.rounds, "tokens_per_s")
+    table = sbs.table([r[0] for r in runs], medians, ("model | what", "tokens/s"))
+    table = table.replace("| --- | ---: |", "| --- | --- | ---: |", 1)
     print(table)
-    os.makedirs(a.out, exist_ok=True)
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    with open(os.path.join(a.out, "README.md"), "w") as f:
-        f.write(f"# word_language_model speed, {datetime.date.today()}, commit {commit}\n\n"
-                f"`/usr/bin/python3 bench/word_lm.py --rounds {a.rounds} --threads {a.threads}`"
-                f"\n\nMedians over {a.rounds} alternating rounds, {a.threads} threads.\n\n"
-                f"{table}\n\n## Raw\n\n```\n" + "\n".join(json.dumps(x) for x in raw) +
-                f"\n```\n\n## lscpu\n\n```\n{lscpu}```\n")
-    print(f"wrote {a.out}/README.md")
+    sbs.write_record(a.out, "word_language_model speed",
+                     f"/usr/bin/python3 bench/word_lm.py --rounds {a.rounds} --threads {a.threads}",
+                     a.rounds, a.threads, table, raw)
 
 
 if __name__ == "__main__":
