@@ -23,9 +23,7 @@ class Net : public nn::Module {
   explicit Net(vt::Generator& gen) {
     rnn = register_module(
         "rnn", std::make_shared<nn::LSTM>(nn::RnnOptions(28, 64).batch_first(true), gen));
-    // PyTorch's BatchNorm1d(64) on [B, 64]: Vitrine has no BatchNorm1d; BatchNorm2d on
-    // [B, 64, 1, 1] takes the same statistics (per channel over the batch) and names.
-    batchnorm = register_module("batchnorm", std::make_shared<nn::BatchNorm2d>(64));
+    batchnorm = register_module("batchnorm", std::make_shared<nn::BatchNorm1d>(64));
     // The original's Dropout2d on a 2-D [B, 64] input zeroes single elements: plain dropout.
     dropout1 = register_module("dropout1", std::make_shared<nn::Dropout>(0.25, gen));
     dropout2 = register_module("dropout2", std::make_shared<nn::Dropout>(0.5, gen));
@@ -36,7 +34,7 @@ class Net : public nn::Module {
     Tensor rows = input.reshape({-1, 28, 28});      // [B, T = 28 rows, 28 pixels]
     Tensor output = rnn->forward(rows, {}).output;  // [B, 28, 64]
     output = output.select(1, output.size(1) - 1);  // the last step's output [B, 64]
-    output = (*batchnorm)(output.reshape({-1, 64, 1, 1})).reshape({-1, 64});
+    output = (*batchnorm)(output);
     output = (*dropout1)(output);
     output = ops::relu((*fc1)(output));    // [B, 32]
     output = (*fc2)((*dropout2)(output));  // [B, 10]
@@ -45,7 +43,7 @@ class Net : public nn::Module {
   std::string type_name() const override { return "Net"; }
 
   std::shared_ptr<nn::LSTM> rnn;
-  std::shared_ptr<nn::BatchNorm2d> batchnorm;
+  std::shared_ptr<nn::BatchNorm1d> batchnorm;
   std::shared_ptr<nn::Dropout> dropout1, dropout2;
   std::shared_ptr<nn::Linear> fc1, fc2;
 };

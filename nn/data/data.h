@@ -5,6 +5,7 @@
 #include "nn/data/dataset.h"
 #include "nn/data/idx.h"
 #include "nn/data/image_folder.h"
+#include "nn/data/image_grid.h"
 #include "nn/data/loader.h"
 #include "nn/data/open.h"
 #include "nn/data/pasted.h"
