@@ -79,7 +79,8 @@ Tensor kl_div(const Tensor& input, const Tensor& target, ops::Reduction reductio
 Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
                              double margin = 0, ops::Reduction reduction = ops::Reduction::Mean);
 
-/// ops::cross_entropy with fixed options: logits [N, C], int64 targets [N]
+/// ops::cross_entropy with fixed options: logits [N, C], int64 targets [N] (or [N, C, d1, ...]
+/// and [N, d1, ...])
 class CrossEntropyLoss : public Module {
  public:
   explicit CrossEntropyLoss(double label_smoothing = 0,

@@ -125,6 +125,25 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
       });
 }
 
+namespace {
+/// cross_entropy's per-target losses (target's shape) reduced.
+Tensor reduce_cross_entropy(const Tensor& loss, const Tensor& target, Reduction reduction,
+                            int64_t ignore_index) {
+  switch (reduction) {
+    case Reduction::None:
+      return loss;
+    case Reduction::Sum:
+      return sum(loss);
+    case Reduction::Mean: {
+      // As PyTorch: divide by the number of targets that are not ignore_index (NaN when none).
+      Tensor kept = ne(target, scalar(static_cast<double>(ignore_index), kInt64, target.device()));
+      return div(sum(loss), sum(to_dtype(kept, loss.dtype())));
+    }
+  }
+  return loss;
+}
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                      double label_smoothing, int64_t ignore_index) {
   check_float(logits, "cross_entropy");
@@ -135,8 +154,28 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   VT_CHECK(target.device() == logits.device(),
            "cross_entropy: logits and target are on different devices ({} and {})",
            logits.device().str(), target.device().str());
-  VT_CHECK(logits.dim() == 1 || logits.dim() == 2,
-           "cross_entropy: logits must have shape [N, C] or [C], got {}", logits.shape());
+  VT_CHECK(logits.dim() >= 1,
+           "cross_entropy: logits must have shape [N, C], [C] or [N, C, d1, ...], got {}",
+           logits.shape());
+  if (logits.dim() > 2) {
+    // [N, C, d1, ..., dk] with target [N, d1, ..., dk] (PyTorch's K-dimensional loss): the class
+    // dim moved last and the rest flattened, [N d1 ... dk, C], then the loss back in target's
+    // shape, reduced as for [N, C] (the mean over the non-ignored targets of all positions).
+    Dims want{logits.shape()[0]};
+    for (int64_t d = 2; d < logits.dim(); ++d) want.push_back(logits.shape()[d]);
+    VT_CHECK(target.shape() == want,
+             "cross_entropy: target shape {} does not match logits shape {} (expected target "
+             "shape {})",
+             target.shape(), logits.shape(), want);
+    const int64_t classes = logits.shape()[1];
+    Dims order{0};  // [N, d1, ..., dk, C]
+    for (int64_t d = 2; d < logits.dim(); ++d) order.push_back(d);
+    order.push_back(1);
+    const Tensor rows = permute(logits, order).reshape({-1, classes});
+    const Tensor flat =
+        cross_entropy(rows, target.reshape({-1}), Reduction::None, label_smoothing, ignore_index);
+    return reduce_cross_entropy(flat.reshape(want), target, reduction, ignore_index);
+  }
   const bool batched = logits.dim() == 2;
   const Dims want = batched ? Dims{logits.shape()[0]} : Dims{};
   VT_CHECK(target.shape() == want,
@@ -165,18 +204,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
                   return {no_double_backward(dlogits, "cross_entropy_backward", {logits, dloss})};
                 });
 
-  switch (reduction) {
-    case Reduction::None:
-      return loss;
-    case Reduction::Sum:
-      return sum(loss);
-    case Reduction::Mean: {
-      // As PyTorch: divide by the number of targets that are not ignore_index (NaN when none).
-      Tensor kept = ne(target, scalar(static_cast<double>(ignore_index), kInt64, target.device()));
-      return div(sum(loss), sum(to_dtype(kept, logits.dtype())));
-    }
-  }
-  return loss;
+  return reduce_cross_entropy(loss, target, reduction, ignore_index);
 }
 
 Tensor dropout(const Tensor& x, double p, bool train, Generator& gen) {

@@ -213,7 +213,9 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
                   const Tensor& bias, double eps = 1e-5);
 enum class Reduction { None, Mean, Sum };
 /// loss_n = -sum_c q_nc log softmax(logits_n)_c with q = (1 - s) onehot(target_n) + s / C;
-/// logits [N, C] (or [C]), target int64 [N]; mean divides by the count of non-ignored targets
+/// logits [N, C] (or [C]), target int64 [N]; or logits [N, C, d1, ..., dk] with target
+/// [N, d1, ..., dk] (a loss per position, PyTorch's K-dimensional case: a sequence model's
+/// [B, vocab, T]); mean divides by the count of non-ignored targets
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      Reduction reduction = Reduction::Mean, double label_smoothing = 0,
                      int64_t ignore_index = -100);

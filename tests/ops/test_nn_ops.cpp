@@ -255,6 +255,36 @@ TEST_CASE("cross_entropy: forward") {
   CHECK(n == 4);  // none, mean, sum, unbatched
 }
 
+TEST_CASE("cross_entropy: logits [N, C, d1, ...] and target [N, d1, ...], as PyTorch") {
+  int n = 0;
+  for (const json& c : fixtures()["cross_entropy_kdim"]) {
+    for (const DType dtype : {kFloat64, kFloat32}) {
+      const double tol = dtype == kFloat64 ? 1e-12 : 1e-5;
+      const std::string red = c["reduction"].get<std::string>();
+      CAPTURE(red);
+      Tensor logits = tensor_of(c["logits"], dtype).detach();
+      logits.requires_grad_();
+      Tensor loss = ops::cross_entropy(logits, tensor_of(c["target"], kInt64), reduction_of(red),
+                                       c["label_smoothing"].get<double>(),
+                                       c["ignore_index"].get<int64_t>());
+      CHECK(loss.shape() == dims_of(c["loss"]["shape"]));
+      check_close(loss, values_of(c["loss"]), tol, tol);
+      ops::sum(loss * tensor_of(c["r"], dtype)).backward();
+      check_close(logits.grad(), values_of(c["grad"]), tol, tol);
+    }
+    ++n;
+  }
+  CHECK(n == 4);
+  check_grad(
+      [](const std::vector<Tensor>& in) {
+        return ops::cross_entropy(in[0], ops::from_vector(std::vector<int64_t>{1, 0, 2, 2}, {2, 2}),
+                                  Reduction::Mean, 0.1);
+      },
+      {rand64({2, 3, 2}, 21)});
+  CHECK_ERROR_CONTAINS(ops::cross_entropy(ops::zeros({2, 3, 4}), ops::zeros({2, 3}, kInt64)),
+                       "cross_entropy", "target shape [2, 3]", "expected target shape [2, 4]");
+}
+
 TEST_CASE("cross_entropy: label smoothing and ignore_index") {
   int n = 0;
   for (const json& c : fixtures()["cross_entropy"]) {
