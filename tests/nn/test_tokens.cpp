@@ -115,7 +115,7 @@ TEST_CASE("tokens: llm.c's format is read back, detected by its magic, and writt
   CHECK(r[512] == token_at(0));
 }
 
-TEST_CASE("tokens: nanoGPT's raw .bin is the tokens; an empty file holds none") {
+TEST_CASE("tokens: nanoGPT's raw .bin is the tokens, and an empty file holds none") {
   TempDir dir;
   const std::vector<uint16_t> tok = test_tokens(1001);
   write_file(dir / "train.bin", raw_bytes(tok));
