@@ -264,9 +264,9 @@ TEST_CASE("cross_entropy: logits [N, C, d1, ...] and target [N, d1, ...], as PyT
       CAPTURE(red);
       Tensor logits = tensor_of(c["logits"], dtype).detach();
       logits.requires_grad_();
-      Tensor loss = ops::cross_entropy(logits, tensor_of(c["target"], kInt64), reduction_of(red),
-                                       c["label_smoothing"].get<double>(),
-                                       c["ignore_index"].get<int64_t>());
+      Tensor loss =
+          ops::cross_entropy(logits, tensor_of(c["target"], kInt64), reduction_of(red),
+                             c["label_smoothing"].get<double>(), c["ignore_index"].get<int64_t>());
       CHECK(loss.shape() == dims_of(c["loss"]["shape"]));
       check_close(loss, values_of(c["loss"]), tol, tol);
       ops::sum(loss * tensor_of(c["r"], dtype)).backward();
