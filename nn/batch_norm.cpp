@@ -136,4 +136,12 @@ std::string Embedding::extra_repr() const {
   return fmt::format("{}, {}", num_embeddings, embedding_dim);
 }
 
+void tie_weights(Linear& head, Embedding& emb) {
+  VT_CHECK(head.weight.shape() == emb.weight.shape(),
+           "tie_weights: the head's weight {} and the embedding's {} differ in shape (expected "
+           "Linear(dim, vocab) and Embedding(vocab, dim))",
+           head.weight.shape(), emb.weight.shape());
+  head.weight = head.set_parameter("weight", emb.weight);
+}
+
 }  // namespace vitrine::nn

@@ -98,4 +98,10 @@ class Embedding : public Module {
   int64_t num_embeddings, embedding_dim;
 };
 
+/// Weight tying (GPT-2's head and token embedding; PyTorch's `head.weight = emb.weight`): head's
+/// weight [vocab, dim] becomes emb's, one tensor under both names. parameters() lists it once,
+/// so an optimizer updates it once with the sum of both uses' gradients; state_dict() has it
+/// under both names, and loading either name sets both. head must be Linear(dim, vocab).
+void tie_weights(Linear& head, Embedding& emb);
+
 }  // namespace vitrine::nn

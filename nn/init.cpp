@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "autograd/grad_mode.h"
+#include "nn/batch_norm.h"
+#include "nn/layers.h"
 #include "ops/ops.h"
 
 namespace vitrine::nn::init {
@@ -202,6 +204,26 @@ void orthogonal_(const Tensor& t, double gain, Generator& gen) {
   Tensor q = householder_q(flat);
   if (rows < cols) q = ops::contiguous(ops::transpose(q, 0, 1));
   assign(t, ops::reshape(q * gain, t.shape()));
+}
+
+void gpt2_(Module& model, int64_t n_layer, Generator& gen) {
+  VT_CHECK(n_layer > 0, "init::gpt2_: n_layer must be positive, got {}", n_layer);
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* linear = dynamic_cast<Linear*>(m)) {
+      normal_(linear->weight, 0, 0.02, gen);
+      if (linear->bias.defined()) zeros_(linear->bias);
+    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
+      normal_(emb->weight, 0, 0.02, gen);
+    } else if (auto* ln = dynamic_cast<LayerNorm*>(m)) {
+      if (ln->weight.defined()) ones_(ln->weight);
+      if (ln->bias.defined()) zeros_(ln->bias);
+    }
+  }
+  const double std = 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer));
+  for (const auto& [name, p] : model.named_parameters()) {
+    const std::string suffix = "c_proj.weight";
+    if (name.size() >= suffix.size() && name.ends_with(suffix)) normal_(p, 0, std, gen);
+  }
 }
 
 }  // namespace vitrine::nn::init

@@ -6,6 +6,10 @@
 
 #include "autograd/tensor.h"
 
+namespace vitrine::nn {
+class Module;
+}
+
 namespace vitrine::nn::init {
 
 /// t ~ U(a, b)
@@ -50,6 +54,13 @@ void orthogonal_(const Tensor& t, double gain = 1, Generator& gen = default_gene
 /// multiplied by sign(diag R), as orthogonal_ does): a [m, n] with m >= n -> Q [m, n], float64 on
 /// the CPU. orthogonal_'s core; the same Q as torch.linalg.qr's times sign(diag R).
 Tensor householder_q(const Tensor& a);
+/// GPT-2's initialisation of a whole model (nanoGPT's _init_weights and its scaled projections):
+/// every Linear and Embedding weight ~ N(0, 0.02^2), every Linear bias 0, LayerNorm weight 1 and
+/// bias 0; then every parameter whose name ends in "c_proj.weight" (the projections that write
+/// into the residual stream) ~ N(0, (0.02 / sqrt(2 n_layer))^2). Modules are visited in
+/// registration order (a weight tied to two modules is drawn by each, the last draw kept, as
+/// nanoGPT's model.apply does).
+void gpt2_(Module& model, int64_t n_layer, Generator& gen = default_generator());
 /// The inverse error function (|x| < 1), to double precision.
 double erfinv(double x);
 

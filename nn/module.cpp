@@ -53,6 +53,18 @@ Tensor Module::register_parameter(const std::string& name, Tensor t, bool requir
   return t;
 }
 
+Tensor Module::set_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  for (auto& [n, p] : params_) {
+    if (n != name) continue;
+    VT_CHECK(t.defined(), "{}: set_parameter('{}') got an undefined tensor", type_name(), name);
+    if (!t.is_leaf()) t = t.detach();
+    if (requires_grad) t.requires_grad_(true);
+    p = t;
+    return t;
+  }
+  return register_parameter(name, std::move(t), requires_grad);
+}
+
 Tensor Module::register_buffer(const std::string& name, Tensor t) {
   check_name(name, "buffer", type_name());
   VT_CHECK(!has_name(params_, name) && !has_name(buffers_, name) && !has_name(children_, name),

@@ -55,6 +55,12 @@ class Module {
   // buffer of another module is then shared by the two (weight tying, convert_sync_batchnorm).
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor t);
+  /// PyTorch's `module.name = parameter`: the parameter called name becomes t (registered if
+  /// there was none), and the returned handle is what the member must hold. With another
+  /// module's parameter it ties the two, as GPT-2's head to its token embedding
+  /// (`head->weight = head->set_parameter("weight", wte->weight)`; nn::tie_weights does both):
+  /// one tensor, listed once by parameters() and under both names by state_dict().
+  Tensor set_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);

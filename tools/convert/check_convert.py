@@ -264,6 +264,52 @@ def python_checks(tmp):
     check(rc == 0 and config.get("image_size") == [32, 64], "with --image-size 32 64: 32x64")
 
 
+def gpt2_checks(tmp):
+    """GPT-2 in Hugging Face's layout (GPT2Model's names, Conv1D weights [in, out]), nanoGPT's
+    (Linear's layout, in a {"model": ...} container), a model.safetensors, an untied head."""
+    from checkpoint_read import load_safetensors
+    from convert import write_safetensors
+    path = lambda name: os.path.join(tmp, name)
+    g = torch.Generator().manual_seed(0)
+    C, V, P = 24, 30, 16
+    r = lambda *s: torch.randn(*s, generator=g) * 0.05
+    ours = {"transformer.wte.weight": r(V, C), "transformer.wpe.weight": r(P, C),
+            "transformer.ln_f.weight": 1 + r(C), "transformer.ln_f.bias": r(C)}
+    for i in range(2):
+        p = f"transformer.h.{i}."
+        ours.update({p + "ln_1.weight": 1 + r(C), p + "ln_1.bias": r(C),
+                     p + "attn.c_attn.weight": r(3 * C, C), p + "attn.c_attn.bias": r(3 * C),
+                     p + "attn.c_proj.weight": r(C, C), p + "attn.c_proj.bias": r(C),
+                     p + "ln_2.weight": 1 + r(C), p + "ln_2.bias": r(C),
+                     p + "mlp.c_fc.weight": r(4 * C, C), p + "mlp.c_fc.bias": r(4 * C),
+                     p + "mlp.c_proj.weight": r(C, 4 * C), p + "mlp.c_proj.bias": r(C)})
+    ours["lm_head.weight"] = ours["transformer.wte.weight"]
+    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    hf = {k[len("transformer."):]: (v.t().contiguous() if k.endswith(conv1d) else v)
+          for k, v in ours.items() if k.startswith("transformer.")}
+    hf["h.0.attn.masked_bias"] = torch.tensor(-1e4)
+    same = lambda f: all(torch.equal(load_safetensors(f)[k], v) for k, v in ours.items()) and \
+        set(load_safetensors(f)) == set(ours)
+    torch.save(hf, path("gpt2.bin"))
+    rc, out, err = convert(path("gpt2.bin"), path("g1.safetensors"))
+    check(rc == 1 and "--heads" in err, "GPT-2 of width 24 without --heads: refused, asks for it")
+    rc, out, err = convert(path("gpt2.bin"), path("g1.safetensors"), "--heads", "2")
+    check(rc == 0 and same(path("g1.safetensors")) and header(path("g1.safetensors"))[0] ==
+          {"vocab_size": V, "block_size": P, "n_layer": 2, "n_head": 2, "n_embd": C},
+          "GPT2Model (Hugging Face's layout): transposed, prefixed, tied head, config")
+    torch.save({"model": ours, "iter_num": 1}, path("nano.pt"))
+    rc, out, err = convert(path("nano.pt"), path("g2.safetensors"), "--heads", "2")
+    check(rc == 0 and same(path("g2.safetensors")), "nanoGPT's checkpoint: written as it is")
+    write_safetensors(path("model.safetensors"), hf, {"format": "pt"})
+    rc, out, err = convert(path("model.safetensors"), path("g3.safetensors"), "--heads", "2")
+    check(rc == 0 and same(path("g3.safetensors")), "a model.safetensors input")
+    untied = dict(ours, **{"lm_head.weight": ours["lm_head.weight"] + 1})
+    torch.save(untied, path("untied.bin"))
+    rc, out, err = convert(path("untied.bin"), path("g4.safetensors"), "--heads", "2")
+    check(rc == 1 and "untied head" in err and not os.path.exists(path("g4.safetensors")),
+          "an untied head: refused, nothing written")
+
+
 def explain(vitrine_explain, checkpoint, x, tmp, name):
     np.save(os.path.join(tmp, name + ".npy"), x.numpy())
     out = os.path.join(tmp, name + "_out")
@@ -332,6 +378,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         print("-- conversions (no Vitrine needed)")
         python_checks(tmp)
+        gpt2_checks(tmp)
         if not python_only:
             print(f"-- end to end, with {vitrine_explain}")
             if not os.path.exists(vitrine_explain):

@@ -22,7 +22,43 @@ IMAGE_KEYS = ("image_size", "img_size")
 
 # ---- reading the checkpoint ------------------------------------------------------------------
 
+SAFETENSORS_DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16,
+                      "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
+                      "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def load_safetensors(path):
+    """A .safetensors file (Hugging Face's model.safetensors) as a state dict."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ConvertError(f"{path}: cannot read: {e}")
+    if len(data) < 8:
+        raise ConvertError(f"{path}: too short for a safetensors file ({len(data)} bytes)")
+    n = int.from_bytes(data[:8], "little")
+    try:
+        header = json.loads(data[8:8 + n])
+    except ValueError as e:
+        raise ConvertError(f"{path}: the safetensors header is not JSON: {e}")
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = SAFETENSORS_DTYPES.get(entry.get("dtype"))
+        begin, end = entry["data_offsets"]
+        if dtype is None or 8 + n + end > len(data):
+            raise ConvertError(f"{path}: tensor {name!r}: dtype {entry.get('dtype')} or offsets "
+                               f"{entry['data_offsets']} that this reader cannot take")
+        raw = bytearray(data[8 + n + begin:8 + n + end])
+        out[name] = torch.frombuffer(raw, dtype=dtype).reshape(entry["shape"]) if raw else \
+            torch.empty(entry["shape"], dtype=dtype)
+    return out
+
+
 def load(path, unsafe):
+    if path.endswith(".safetensors"):
+        return load_safetensors(path)
     try:
         if unsafe:
             return torch.load(path, map_location="cpu")

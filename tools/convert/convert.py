@@ -6,6 +6,7 @@
     python3 tools/convert/convert.py finetuned.pth out.safetensors --head-key mlp_head.1
     python3 tools/convert/convert.py vit.pth vit.safetensors --config config.json   # no inference
     python3 tools/convert/convert.py lstm_lm.pt lstm_lm.safetensors --by-name   # any nn modules
+    python3 tools/convert/convert.py gpt2/pytorch_model.bin gpt2.safetensors    # GPT-2 (models::GPT)
 
 Needs torch (on Debian: apt install python3-torch, then run it with /usr/bin/python3). It is
 optional: nothing in Vitrine's build or tests imports it, and checkpoints already in safetensors
@@ -28,6 +29,12 @@ Transformer layers, ...): every tensor is written under its own name (after the 
 "_orig_mod." clean-up), with no ViT checks and no config; nn::load_checkpoint or
 nn::load_state_dict then loads it into the Vitrine model of the same structure, by name, and
 names every tensor that does not fit. docs/nn.md ("Weights from PyTorch") has an example.
+
+GPT-2 (Hugging Face's GPT2LMHeadModel / GPT2Model, or nanoGPT's): detected by its
+"h.N.attn.c_attn.weight" names; written in the names and layout of Vitrine's models::GPT, with
+its config (gpt2_names.py says what changes: Conv1D weights transposed, mask buffers dropped, the
+head tied to the embedding; n_head from --heads, a config.json beside the input, or GPT-2's own
+sizes). A .safetensors input (Hugging Face's model.safetensors) is read as well.
 
 Otherwise the naming is detected from the names: timm / DINO / DINOv2, torchvision or Hugging Face, the one
 that knows the most of them (as Vitrine's loader decides). Then:
@@ -112,6 +119,7 @@ import torch
 
 from checkpoint_read import (CONTAINER_KEYS, clean_names, find_state_dict, load, own_config,
                              read_config)
+from gpt2_names import convert_gpt2, is_gpt2
 from vit_config_infer import check_attention, checked_own_config, infer_config
 from vit_names import (HEAD_NAMES, NAMING_NAMES, ConvertError, _rows, check_names, naming_of,
                        place_head)
@@ -266,6 +274,30 @@ def main(argv=None):
                                    f"{', '.join(vit_only)} describe a Vision Transformer")
             size = write_safetensors(args.output, tensors, metadata)
             print(f"wrote {args.output}: {len(tensors)} tensors by name, {size} bytes of data")
+            for note in notes:
+                print(f"note: {note}", file=sys.stderr)
+            return 0
+        if is_gpt2(tensors):
+            vit_only = [flag for flag, given in (
+                ("--image-size", args.image_size), ("--head-key", args.head_key),
+                ("--init", args.init), ("--set", args.set)) if given]
+            if vit_only:
+                raise ConvertError(f"{args.input} is a GPT-2 checkpoint: {', '.join(vit_only)} "
+                                   f"describe a Vision Transformer")
+            try:
+                tensors, config, more, line = convert_gpt2(tensors, args.input, args.heads,
+                                                           args.eps)
+            except ConvertError as e:
+                raise ConvertError(f"{args.input}: {e}")
+            notes += more
+            if args.config:
+                config = read_config(args.config)
+            metadata["vitrine.config"] = json.dumps(config)
+            metadata["vitrine.model"] = "gpt"
+            size = write_safetensors(args.output, tensors, metadata)
+            print(line)
+            print(f"wrote {args.output}: {len(tensors)} tensors, {size} bytes of data, with "
+                  f"vitrine.config")
             for note in notes:
                 print(f"note: {note}", file=sys.stderr)
             return 0
