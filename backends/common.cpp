@@ -32,6 +32,54 @@ Strided Backend::as_dtype(const Strided& x, DType t, StoragePtr& keep) {
   return y;
 }
 
+namespace {
+/// y = act(x), with x and y of one dtype and shape (y may be x): the elementwise ops, SiLU as
+/// nn::SiLU computes it (x sigmoid(x)).
+void activation(Backend& be, Activation act, const Strided& x, const Strided& y) {
+  switch (act) {
+    case Activation::GELU:
+      return be.unary(UnaryOp::Gelu, x, y);
+    case Activation::GELUTanh:
+      return be.unary(UnaryOp::GeluTanh, x, y);
+    case Activation::ReLU:
+      return be.unary(UnaryOp::Relu, x, y);
+    case Activation::SiLU: {
+      StoragePtr keep = be.allocate(static_cast<size_t>(x.numel()) * dtype_size(x.dtype));
+      const Strided s{keep->data, x.dtype, x.shape, contiguous_strides(x.shape)};
+      be.unary(UnaryOp::Sigmoid, x, s);
+      return be.binary(BinaryOp::Mul, x, s, y);
+    }
+  }
+  VT_ASSERT(!"unknown activation");
+}
+
+/// c *= act'(pre), pre of c's dtype and shape.
+void activation_grad(Backend& be, Activation act, const Strided& pre, const Strided& c) {
+  switch (act) {
+    case Activation::GELU:
+      return be.binary(BinaryOp::GeluBackward, pre, c, c);
+    case Activation::GELUTanh:
+      return be.binary(BinaryOp::GeluTanhBackward, pre, c, c);
+    case Activation::ReLU:
+      return be.binary(BinaryOp::ReluBackward, pre, c, c);
+    case Activation::SiLU: {  // silu'(p) = s (1 + p (1 - s)),  s = sigmoid(p)
+      const size_t bytes = static_cast<size_t>(c.numel()) * dtype_size(c.dtype);
+      StoragePtr ks = be.allocate(bytes), kt = be.allocate(bytes);
+      const Dims strides = contiguous_strides(c.shape);
+      const Strided s{ks->data, c.dtype, c.shape, strides}, t{kt->data, c.dtype, c.shape, strides};
+      be.unary(UnaryOp::Sigmoid, pre, s);
+      be.unary(UnaryOp::MulScalar, s, t, -1);
+      be.unary(UnaryOp::AddScalar, t, t, 1);  // 1 - s
+      be.binary(BinaryOp::Mul, pre, t, t);
+      be.unary(UnaryOp::AddScalar, t, t, 1);  // 1 + p (1 - s)
+      be.binary(BinaryOp::Mul, s, t, t);
+      return be.binary(BinaryOp::Mul, c, t, c);
+    }
+  }
+  VT_ASSERT(!"unknown activation");
+}
+}  // namespace
+
 void Backend::gemm_fused(const Strided& a, const Strided& b, const Strided& c,
                          const GemmEpilogue& ep) {
   if (ep.bias) {
@@ -42,16 +90,16 @@ void Backend::gemm_fused(const Strided& a, const Strided& b, const Strided& c,
   }
   gemm(a, b, c, /*accumulate=*/ep.bias != nullptr);
   if (ep.add) binary(BinaryOp::Add, c, *ep.add, c);
-  if (ep.gelu_out && ep.gelu_out->dtype == c.dtype) unary(UnaryOp::Gelu, c, *ep.gelu_out);
+  if (ep.gelu_out && ep.gelu_out->dtype == c.dtype) activation(*this, ep.act, c, *ep.gelu_out);
   if (ep.gelu_out && ep.gelu_out->dtype != c.dtype) {  // computed in c's dtype, then rounded
     StoragePtr keep = allocate(static_cast<size_t>(c.numel()) * dtype_size(c.dtype));
     const Strided g{keep->data, c.dtype, c.shape, contiguous_strides(c.shape)};
-    unary(UnaryOp::Gelu, c, g);
+    activation(*this, ep.act, c, g);
     copy(g, *ep.gelu_out);
   }
   if (ep.gelu_pre) {
     StoragePtr keep;
-    binary(BinaryOp::GeluBackward, as_dtype(*ep.gelu_pre, c.dtype, keep), c, c);
+    activation_grad(*this, ep.act, as_dtype(*ep.gelu_pre, c.dtype, keep), c);
   }
   if (ep.a_row_sums) {
     Strided sums = *ep.a_row_sums;  // as [M, 1], the layout reduce writes

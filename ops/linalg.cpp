@@ -139,11 +139,11 @@ Tensor linear_16(const Tensor& x2, const Tensor& weight, const Tensor& bias, con
                 });
 }
 
-/// mlp_gelu on bfloat16 operands: x2 [M, K], w1 [H, K], w2 [N, H], y [M, N] float32. fc1's
-/// epilogue writes GELU's output as fc2's bfloat16 operand and the pre-activation as bfloat16
-/// (what GELU's backward reads); the backward's first product writes dpre and its copy.
-Tensor mlp_gelu_16(const Tensor& x2, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-                   const Tensor& b2, const Tensor& r2, bool keep) {
+/// mlp on bfloat16 operands: x2 [M, K], w1 [H, K], w2 [N, H], y [M, N] float32. fc1's epilogue
+/// writes the activation's output as fc2's bfloat16 operand and the pre-activation as bfloat16
+/// (what the activation's backward reads); the backward's first product writes dpre and its copy.
+Tensor mlp_16(const Tensor& x2, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+              const Tensor& b2, const Tensor& r2, Activation act_fn, bool keep, const char* op) {
   const int64_t M = x2.size(0), H = w1.size(0), N = w2.size(0);
   const Tensor x16 = bf16_copy(x2), w1_16 = bf16_weight(w1), w2_16 = bf16_weight(w2);
   Tensor pre = empty_on(x2, {M, H}, kFloat32);  // float32 only while the epilogue reads it
@@ -157,6 +157,7 @@ Tensor mlp_gelu_16(const Tensor& x2, const Tensor& w1, const Tensor& b1, const T
     Backend::GemmEpilogue e1, e2;
     e1.bias = epilogue_view(b1, kb1, b1s);
     e1.gelu_out = &acts;
+    e1.act = act_fn;
     e1.c_copy = keep ? &pres : nullptr;
     e2.bias = epilogue_view(b2, kb2, b2s);
     e2.add = epilogue_view(r2, kr, rs);
@@ -165,28 +166,30 @@ Tensor mlp_gelu_16(const Tensor& x2, const Tensor& w1, const Tensor& b1, const T
     be.gemm_fused(acts, w2_16.mT().strided(), y.strided(), e2);
   }
   pre = Tensor();
-  return record(y, "mlp_gelu", {x2, w1, b1, w2, b2, r2},
-                [x16, w1_16, w2_16, pre16, act16](const Tensor& dy, const Needs& n) -> Grads {
-                  check_no_graph("mlp_gelu");
-                  const Tensor dy16 = bf16_copy(plain(dy));
-                  Grads g(6);
-                  std::tie(g[3], g[4]) = weight_bias_grads_16(dy16, act16, n[3], n[4]);
-                  if (n[5]) g[5] = dy;
-                  if (n[0] || n[1] || n[2]) {
-                    const int64_t M = dy16.size(0), H = w2_16.size(1);
-                    Tensor dpre = empty_on(dy16, {M, H}, kFloat32);
-                    Tensor dpre16 = empty_on(dy16, {M, H}, kBFloat16);
-                    const Strided ps = pre16.strided(), cs = dpre16.strided();
-                    Backend::GemmEpilogue e;
-                    e.gelu_pre = &ps;
-                    e.c_copy = &cs;
-                    dy16.backend().gemm_fused(dy16.strided(), w2_16.strided(), dpre.strided(), e);
-                    dpre = Tensor();
-                    if (n[0]) g[0] = input_grad_16(dpre16, w1_16);
-                    std::tie(g[1], g[2]) = weight_bias_grads_16(dpre16, x16, n[1], n[2]);
-                  }
-                  return g;
-                });
+  return record(
+      y, op, {x2, w1, b1, w2, b2, r2},
+      [x16, w1_16, w2_16, pre16, act16, act_fn, op](const Tensor& dy, const Needs& n) -> Grads {
+        check_no_graph(op);
+        const Tensor dy16 = bf16_copy(plain(dy));
+        Grads g(6);
+        std::tie(g[3], g[4]) = weight_bias_grads_16(dy16, act16, n[3], n[4]);
+        if (n[5]) g[5] = dy;
+        if (n[0] || n[1] || n[2]) {
+          const int64_t M = dy16.size(0), H = w2_16.size(1);
+          Tensor dpre = empty_on(dy16, {M, H}, kFloat32);
+          Tensor dpre16 = empty_on(dy16, {M, H}, kBFloat16);
+          const Strided ps = pre16.strided(), cs = dpre16.strided();
+          Backend::GemmEpilogue e;
+          e.gelu_pre = &ps;
+          e.act = act_fn;
+          e.c_copy = &cs;
+          dy16.backend().gemm_fused(dy16.strided(), w2_16.strided(), dpre.strided(), e);
+          dpre = Tensor();
+          if (n[0]) g[0] = input_grad_16(dpre16, w1_16);
+          std::tie(g[1], g[2]) = weight_bias_grads_16(dpre16, x16, n[1], n[2]);
+        }
+        return g;
+      });
 }
 
 /// a: [..., M, K], b: [..., K, N] (both at least 2-D) -> [batch..., M, N].
@@ -268,17 +271,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
   return out.reshape(rows.out_shape);
 }
 
-Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-                const Tensor& b2, const Tensor& residual) {
-  const char* op = "mlp_gelu";
+namespace {
+/// mlp and mlp_gelu, named op in errors and in the graph (op_backward: its backward's node, a
+/// literal, which the node keeps).
+Tensor mlp_as(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+              const Tensor& b2, Activation act_fn, const Tensor& residual, const char* op,
+              const char* op_backward) {
   check_float(x, op);
   check_same(x, w1, op);
   check_same(x, w2, op);
   VT_CHECK(w1.dim() == 2 && w2.dim() == 2 && x.dim() >= 1 && x.size(-1) == w1.size(1) &&
                w2.size(1) == w1.size(0),
-           "mlp_gelu: input shape {} does not fit fc1's weight {} and fc2's weight {} (expected "
+           "{}: input shape {} does not fit fc1's weight {} and fc2's weight {} (expected "
            "x [..., in], w1 [hidden, in], w2 [out, hidden])",
-           x.shape(), w1.shape(), w2.shape());
+           op, x.shape(), w1.shape(), w2.shape());
   const int64_t K = w1.size(1), H = w1.size(0), N = w2.size(0);
   check_bias(x, b1, H, op, "b1");
   check_bias(x, b2, N, op, "b2");
@@ -286,10 +292,10 @@ Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
   const int64_t M = rows.M;
   const Tensor r2 = residual_rows(x, residual, rows, op);
   Tensor x2 = x.reshape({M, K});
-  // Without a backward, GELU overwrites the pre-activation (nothing keeps it).
+  // Without a backward, the activation overwrites the pre-activation (nothing keeps it).
   const bool keep = any_requires_grad({x2, w1, b1, w2, b2, r2});
   if (bf16_operands(x) && M > 0)
-    return mlp_gelu_16(x2, w1, b1, w2, b2, r2, keep).reshape(rows.out_shape);
+    return mlp_16(x2, w1, b1, w2, b2, r2, act_fn, keep, op).reshape(rows.out_shape);
   Tensor pre = empty_on(x, {M, H}, x.dtype());
   Tensor act = keep ? empty_on(x, {M, H}, x.dtype()) : pre;
   Tensor y = empty_on(x, {M, N}, x.dtype());
@@ -300,34 +306,48 @@ Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
     Backend::GemmEpilogue e1, e2;
     e1.bias = epilogue_view(b1, kb1, b1s);
     e1.gelu_out = &acts;
+    e1.act = act_fn;
     e2.bias = epilogue_view(b2, kb2, b2s);
     e2.add = epilogue_view(r2, kr, rs);
     Backend& be = x.backend();
     be.gemm_fused(gemm_operand(x2).strided(), gemm_operand(w1.mT()).strided(), pre.strided(), e1);
     be.gemm_fused(acts, gemm_operand(w2.mT()).strided(), y.strided(), e2);
   }
-  Tensor out = record(y, "mlp_gelu", {x2, w1, b1, w2, b2, r2},
-                      [sx = save(x2), sw1 = save(w1), sw2 = save(w2), spre = save(pre),
-                       sact = save(act)](const Tensor& dy, const Needs& n) -> Grads {
-                        Grads g(6);
-                        std::tie(g[3], g[4]) = weight_bias_grads(dy, sact.get(), n[3], n[4]);
-                        if (n[5]) g[5] = dy;
-                        if (n[0] || n[1] || n[2]) {
-                          const Tensor &x = sx.get(), &w1 = sw1.get(), &w2 = sw2.get(),
-                                       &pre = spre.get();
-                          Tensor dpre = empty_on(pre, pre.shape(), pre.dtype());
-                          const Strided ps = pre.strided();
-                          Backend::GemmEpilogue e;
-                          e.gelu_pre = &ps;
-                          pre.backend().gemm_fused(gemm_operand(dy).strided(),
-                                                   gemm_operand(w2).strided(), dpre.strided(), e);
-                          dpre = no_double_backward(dpre, "mlp_gelu_backward", {dy, x, w1, w2});
-                          if (n[0]) g[0] = matmul(dpre, w1);
-                          std::tie(g[1], g[2]) = weight_bias_grads(dpre, x, n[1], n[2]);
-                        }
-                        return g;
-                      });
+  Tensor out =
+      record(y, op, {x2, w1, b1, w2, b2, r2},
+             [sx = save(x2), sw1 = save(w1), sw2 = save(w2), spre = save(pre), sact = save(act),
+              act_fn, op_backward](const Tensor& dy, const Needs& n) -> Grads {
+               Grads g(6);
+               std::tie(g[3], g[4]) = weight_bias_grads(dy, sact.get(), n[3], n[4]);
+               if (n[5]) g[5] = dy;
+               if (n[0] || n[1] || n[2]) {
+                 const Tensor &x = sx.get(), &w1 = sw1.get(), &w2 = sw2.get(), &pre = spre.get();
+                 Tensor dpre = empty_on(pre, pre.shape(), pre.dtype());
+                 const Strided ps = pre.strided();
+                 Backend::GemmEpilogue e;
+                 e.gelu_pre = &ps;
+                 e.act = act_fn;
+                 pre.backend().gemm_fused(gemm_operand(dy).strided(), gemm_operand(w2).strided(),
+                                          dpre.strided(), e);
+                 dpre = no_double_backward(dpre, op_backward, {dy, x, w1, w2});
+                 if (n[0]) g[0] = matmul(dpre, w1);
+                 std::tie(g[1], g[2]) = weight_bias_grads(dpre, x, n[1], n[2]);
+               }
+               return g;
+             });
   return out.reshape(rows.out_shape);
+}
+
+}  // namespace
+
+Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                const Tensor& b2, const Tensor& residual) {
+  return mlp_as(x, w1, b1, w2, b2, Activation::GELU, residual, "mlp_gelu", "mlp_gelu_backward");
+}
+
+Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+           Activation act, const Tensor& residual) {
+  return mlp_as(x, w1, b1, w2, b2, act, residual, "mlp", "mlp_backward");
 }
 
 }  // namespace vitrine::ops

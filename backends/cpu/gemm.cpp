@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/sgemm.h"
+#include "backends/cpu/simd.h"
 #include "backends/gemm_info.h"
 
 namespace vitrine::cpu {
@@ -118,9 +119,12 @@ void CpuBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c
   const auto plain_rows = [](const Strided* t) {  // [M, N] with unit column stride
     return t == nullptr || (t->shape.size() == 2 && t->strides[1] == 1);
   };
-  if (c.dtype == DType::Float32 && a.dtype == c.dtype && b.dtype == c.dtype &&
-      c.shape.size() == 2 && a.shape.size() == 2 && plain_rows(ep.add) && plain_rows(ep.gelu_out) &&
-      plain_rows(ep.gelu_pre) && !ep.c_copy) {
+  const auto f32 = [](const Strided* t) { return t == nullptr || t->dtype == DType::Float32; };
+  const bool plain = c.dtype == DType::Float32 && a.dtype == c.dtype && b.dtype == c.dtype &&
+                     c.shape.size() == 2 && a.shape.size() == 2 && plain_rows(ep.add) &&
+                     plain_rows(ep.gelu_out) && plain_rows(ep.gelu_pre) && f32(ep.gelu_out) &&
+                     f32(ep.gelu_pre) && !ep.c_copy;
+  if (plain) {
     const int64_t M = c.shape[0], N = c.shape[1], K = a.shape[1];
     if (M > 0 && N > 0 && K > 0) {
       const Layout la = layout_of(a, M, K), lb = layout_of(b, K, N);
@@ -133,13 +137,30 @@ void CpuBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c
       se.ld_gelu = ld(ep.gelu_out);
       se.gelu_pre = ep.gelu_pre ? ep.gelu_pre->ptr<float>() : nullptr;
       se.ld_pre = ld(ep.gelu_pre);
+      se.act = ep.act;
       se.a_row_sums = ep.a_row_sums ? ep.a_row_sums->ptr<float>() : nullptr;
       if (own_sgemm(M, N, K, a.ptr<float>(), la.ld, la.trans, b.ptr<float>(), lb.ld, lb.trans,
                     c.ptr<float>(), N, false, se))
         return;
     }
   }
-  Backend::gemm_fused(a, b, c, ep);
+  if (!plain || (!ep.gelu_out && !ep.gelu_pre)) return Backend::gemm_fused(a, b, c, ep);
+  // OpenBLAS's product (a CPU without AVX-512, or a shape the own GEMM declines) with the bias,
+  // residual and row sums, then the activation's step in one pass over the rows, by the own
+  // GEMM's epilogue kernels (simd::activation): the same values as there.
+  GemmEpilogue rest = ep;
+  rest.gelu_out = rest.gelu_pre = nullptr;
+  Backend::gemm_fused(a, b, c, rest);
+  const int64_t M = c.shape[0], N = c.shape[1];
+  float* cp = c.ptr<float>();
+  parallel_for(M, N, [&](int64_t m) {
+    float* cr = cp + m * N;
+    if (ep.gelu_out)
+      simd::activation(ep.act, cr, ep.gelu_out->ptr<float>() + m * ep.gelu_out->strides[0], N);
+    if (ep.gelu_pre)
+      simd::activation_backward(ep.act, ep.gelu_pre->ptr<float>() + m * ep.gelu_pre->strides[0], cr,
+                                cr, N);
+  });
 }
 
 }  // namespace vitrine::cpu

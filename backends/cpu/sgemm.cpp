@@ -271,13 +271,15 @@ constexpr std::array<std::array<std::array<Kernel, kMR>, 2>, 2> kKernels = {
 constexpr std::array<std::array<Kernel, kMR>, 2> kRowKernels = {
     {kernel_row<false, false, true>(), kernel_row<false, true, true>()}};
 
-/// The epilogue's GELU steps on rows [i, i + mr), columns [n0, n1) of C, once they are final.
+/// The epilogue's activation steps (ep.act) on rows [i, i + mr), columns [n0, n1) of C, once
+/// they are final.
 void gelu_epilogue(const SgemmEpilogue& ep, int64_t i, int mr, int64_t n0, int64_t n1, float* c,
                    int64_t ldc) {
   for (int64_t r = i; r < i + mr; ++r) {
     float* cr = c + r * ldc + n0;
-    if (ep.gelu_out) simd::gelu(cr, ep.gelu_out + r * ep.ld_gelu + n0, n1 - n0);
-    if (ep.gelu_pre) simd::gelu_backward(ep.gelu_pre + r * ep.ld_pre + n0, cr, cr, n1 - n0);
+    if (ep.gelu_out) simd::activation(ep.act, cr, ep.gelu_out + r * ep.ld_gelu + n0, n1 - n0);
+    if (ep.gelu_pre)
+      simd::activation_backward(ep.act, ep.gelu_pre + r * ep.ld_pre + n0, cr, cr, n1 - n0);
   }
 }
 

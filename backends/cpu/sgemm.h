@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "backends/backend.h"  // Activation
+
 namespace vitrine::cpu {
 
 /// Which float32 products own_sgemm takes, decided once per process:
@@ -47,9 +49,10 @@ bool openblas_kernels_current(std::string_view core, bool avx512);
 /// What own_sgemm does to C as it writes it, beyond the product (a fused "epilogue"):
 ///   C[m][n] = (A B)[m][n] + bias[n] + add[m][n]          (each term when given)
 /// and then, once a block of C is final (after the last depth slice), while it is in cache:
-///   gelu_out[m][n] = gelu(C[m][n])                      (fc1 and its exact GELU; may be C)
-///   C[m][n] *= gelu'(gelu_pre[m][n])                    (the gradient at fc1's output from the
-///                                                        one at GELU's output, dy W2)
+///   gelu_out[m][n] = act(C[m][n])                       (fc1 and its activation, the exact
+///                                                        GELU unless act says; may be C)
+///   C[m][n] *= act'(gelu_pre[m][n])                     (the gradient at fc1's output from the
+///                                                        one at the activation's, dy W2)
 /// With a bias or an add, accumulate is ignored (the tile starts from them instead of from C).
 struct SgemmEpilogue {
   const float* bias = nullptr;  // [N]
@@ -59,6 +62,7 @@ struct SgemmEpilogue {
   int64_t ld_gelu = 0;
   const float* gelu_pre = nullptr;  // gelu_pre[m * ld_pre + n]
   int64_t ld_pre = 0;
+  Activation act = Activation::GELU;  // what gelu_out and gelu_pre compute (simd::activation)
   /// Also a_row_sums[m] = sum_k A[m][k] ([M]; A transposed only, else the product is declined):
   /// a linear layer's bias gradient, summed as its weight gradient dy^T x reads dy.
   float* a_row_sums = nullptr;

@@ -29,6 +29,58 @@ VT_SIMD_CLONES void gelu_backward_portable(const float* x, const float* dy, floa
   }
 }
 
+namespace {
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;  // sqrt(2 / pi)
+constexpr float kGeluC = 0.044715f;
+/// x clamped to [-20, 20], where the tanh GELU's u is already +-301 (tanh u is +-1 in float from
+/// |u| = 9 on): x^3 then never overflows.
+inline float clamp20(float x) { return x < -20.0f ? -20.0f : (x > 20.0f ? 20.0f : x); }
+}  // namespace
+
+VT_SIMD_CLONES void gelu_tanh(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i], c = clamp20(v);
+    const float u = kSqrt2OverPi * (c + kGeluC * c * c * c);
+    y[i] = v / (1.0f + exp_approx(-2.0f * u));  // -0 below -20, v above 20
+  }
+}
+
+VT_SIMD_CLONES void gelu_tanh_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float c = clamp20(x[i]), c2 = c * c;
+    const float u = kSqrt2OverPi * (c + kGeluC * c2 * c);
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluC * c2);
+    // e^-2u at most e^80 (1 - s = e s stays finite; s is already below 2e-35 there)
+    const float w = -2.0f * u;
+    const float e = exp_approx(w < 80.0f ? w : 80.0f);
+    const float s = 1.0f / (1.0f + e);
+    dx[i] = dy[i] * (s * (1.0f + 2.0f * c * du * (e * s)));
+  }
+}
+
+VT_SIMD_CLONES void relu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+VT_SIMD_CLONES void relu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+VT_SIMD_CLONES void silu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + exp_approx(-x[i]));
+}
+
+VT_SIMD_CLONES void silu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    // x at least -80: e^-x stays finite (so does 1 - s = e s), and x (1 - s) never overflows;
+    // below, the gradient is under 2e-33 either way.
+    const float v = x[i] < -80.0f ? -80.0f : x[i];
+    const float e = exp_approx(-v);
+    const float s = 1.0f / (1.0f + e);
+    dx[i] = dy[i] * (s * (1.0f + v * (e * s)));
+  }
+}
+
 // The AVX-512 kernels exist where gelu_avx512.cpp compiles them (x86-64, GCC or Clang).
 #if defined(__x86_64__) && defined(__GNUC__)
 #define VT_GELU_AVX512 1
@@ -49,6 +101,32 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   if (kAvx512) return gelu_backward_avx512(x, dy, dx, n);
 #endif
   gelu_backward_portable(x, dy, dx, n);
+}
+
+void activation(Activation act, const float* x, float* y, int64_t n) {
+  switch (act) {
+    case Activation::GELU:
+      return gelu(x, y, n);
+    case Activation::GELUTanh:
+      return gelu_tanh(x, y, n);
+    case Activation::ReLU:
+      return relu(x, y, n);
+    case Activation::SiLU:
+      return silu(x, y, n);
+  }
+}
+
+void activation_backward(Activation act, const float* x, const float* dy, float* dx, int64_t n) {
+  switch (act) {
+    case Activation::GELU:
+      return gelu_backward(x, dy, dx, n);
+    case Activation::GELUTanh:
+      return gelu_tanh_backward(x, dy, dx, n);
+    case Activation::ReLU:
+      return relu_backward(x, dy, dx, n);
+    case Activation::SiLU:
+      return silu_backward(x, dy, dx, n);
+  }
 }
 
 // The v16 helpers are inline and internal, so no call ever crosses an ABI boundary with them.

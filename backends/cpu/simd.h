@@ -12,6 +12,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "backends/backend.h"  // Activation
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define VT_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -82,6 +84,26 @@ void gelu_portable(const float* x, float* y, int64_t n);
 void gelu_backward_portable(const float* x, const float* dy, float* dx, int64_t n);
 void gelu_avx512(const float* x, float* y, int64_t n);
 void gelu_backward_avx512(const float* x, const float* dy, float* dx, int64_t n);
+/// The other activations of a fused MLP (backend.h's Activation), portable loops only (each
+/// compiled for AVX-512, AVX2 and the baseline):
+///   gelu_tanh  y = x (1 + tanh u) / 2 = x sigmoid(2u),  u = sqrt(2/pi) (x + 0.044715 x^3)
+///              (sigmoid's form needs no tanh and loses nothing to 1 + tanh u near -1)
+///              dx = dy s (1 + 2 x u' (1 - s)),  s = sigmoid(2u),  u' = sqrt(2/pi) (1 + 3 0.044715
+///              x^2)
+///   relu       y = x > 0 ? x : 0                  dx = x > 0 ? dy : 0
+///   silu       y = x sigmoid(x) = x / (1 + e^-x)   dx = dy s (1 + x (1 - s)),  s = sigmoid(x)
+/// 1 - s is computed as e s (e = e^-z); x is clamped where the functions have saturated (the
+/// tanh GELU's u beyond |x| = 20, SiLU's gradient below -80), so that nothing overflows.
+void gelu_tanh(const float* x, float* y, int64_t n);
+void gelu_tanh_backward(const float* x, const float* dy, float* dx, int64_t n);
+void relu(const float* x, float* y, int64_t n);
+void relu_backward(const float* x, const float* dy, float* dx, int64_t n);
+void silu(const float* x, float* y, int64_t n);
+void silu_backward(const float* x, const float* dy, float* dx, int64_t n);
+/// y = act(x) and dx = dy act'(x) by act: the kernels above, or gelu and gelu_backward (the own
+/// GEMM's epilogue and CpuBackend::gemm_fused's rows). y may be x, dx may be dy.
+void activation(Activation act, const float* x, float* y, int64_t n);
+void activation_backward(Activation act, const float* x, const float* dy, float* dx, int64_t n);
 /// y = softmax(scale x) row by row, over `rows` rows of n (scale > 0): e^{scale (x - max)} / sum.
 /// y may be x (in place, as attention does with its scores).
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n, float scale);

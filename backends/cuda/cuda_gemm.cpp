@@ -1,11 +1,39 @@
 // The CUDA backend's matrix products (the class: cuda_backend.h): cuBLAS for row-major products
 // (as column-major ones with the operands swapped), batched and gridded; the float32 precisions;
 // the bfloat16 operands of linear layers on cuBLASLt with epilogues (lt_gemm.h), docs/cuda.md.
+#include <cstdlib>
+#include <string_view>
+
 #include "backends/cuda/cuda_backend.h"
 #include "backends/env_switch.h"
 #include "backends/gpu_paths.h"
 
 namespace vitrine::cuda {
+
+static_assert(static_cast<int>(Activation::GELU) == kActGelu &&
+              static_cast<int>(Activation::GELUTanh) == kActGeluTanh &&
+              static_cast<int>(Activation::ReLU) == kActRelu &&
+              static_cast<int>(Activation::SiLU) == kActSilu);
+
+namespace {
+/// Whether the epilogue kernels apply ep's activation themselves: the exact GELU always (it has
+/// run on GPUs); the tanh GELU, ReLU and SiLU of ops::mlp only under VITRINE_CUDA_FUSED_ACT=1
+/// until a GPU run has passed them (docs/cuda.md). Otherwise Backend::gemm_fused's default steps
+/// run (the product, then the elementwise ops one pass each): slower, and right.
+bool epilogue_act(const Backend::GemmEpilogue& ep) {
+  if (ep.act == Activation::GELU || (!ep.gelu_out && !ep.gelu_pre)) return true;
+  static const bool on = [] {
+    const char* v = std::getenv("VITRINE_CUDA_FUSED_ACT");
+    const std::string_view s = v ? v : "";
+    VT_CHECK(s.empty() || s == "0" || s == "1",
+             "VITRINE_CUDA_FUSED_ACT: '{}' is not a switch value (expected 1 to fuse the tanh "
+             "GELU, ReLU and SiLU into the products' epilogues, or 0 not to)",
+             s);
+    return s == "1";
+  }();
+  return on;
+}
+}  // namespace
 
 void CudaBackend::gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) {
   const int nd = c.shape.size();
@@ -28,6 +56,10 @@ void CudaBackend::gemm(const Strided& a, const Strided& b, const Strided& c, boo
 
 void CudaBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c,
                              const GemmEpilogue& ep) {
+  if (!epilogue_act(ep)) {
+    Backend::gemm_fused(a, b, c, ep);
+    return;
+  }
   if (bf16_into_f32(a, c) && b.dtype == a.dtype) {
     gemm_fused_16(a, b, c, ep);
     return;
@@ -54,7 +86,7 @@ void CudaBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& 
                      ep.bias ? ep.bias->data : nullptr, ep.add ? ep.add->data : nullptr,
                      ep.add ? ep.add->strides[0] : 0, ep.gelu_out ? ep.gelu_out->data : nullptr,
                      ep.gelu_pre ? ep.gelu_pre->data : nullptr,
-                     ep.gelu_pre ? ep.gelu_pre->strides[0] : 0, stream_),
+                     ep.gelu_pre ? ep.gelu_pre->strides[0] : 0, static_cast<int>(ep.act), stream_),
                  "gemm epilogue", c.dtype);
   if (ep.a_row_sums) {
     Strided sums = *ep.a_row_sums;  // as [M, 1], the layout reduce writes
@@ -117,7 +149,7 @@ void CudaBackend::gemm_fused_16(const Strided& a, const Strided& b, const Stride
                    static_cast<Dt>(ep.gelu_out ? ep.gelu_out->dtype : DType::Float32),
                    ep.gelu_pre ? ep.gelu_pre->data : nullptr,
                    static_cast<Dt>(ep.gelu_pre ? ep.gelu_pre->dtype : DType::Float32), pre_ld,
-                   ep.c_copy ? ep.c_copy->data : nullptr, stream_),
+                   ep.c_copy ? ep.c_copy->data : nullptr, static_cast<int>(ep.act), stream_),
                "gemm epilogue (bfloat16 operands)", c.dtype);
 }
 

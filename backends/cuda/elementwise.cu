@@ -558,9 +558,57 @@ cudaError_t copy(const View& src, const View& dst, cudaStream_t stream) {
 }
 
 namespace {
-/// Output i of gemm_epilogue (m = i / N, n = i % N), with the same Gelu and GeluBackward as the
-/// elementwise ops, so that a fused layer rounds as its unfused steps do.
-template <typename T>
+/// The epilogues' act(v) and dy act'(p), by the elementwise ops' functions, so that a fused layer
+/// rounds as its unfused steps do (SiLU as Backend::gemm_fused's default steps: sigmoid, then
+/// the products, 1 - s as -s + 1).
+template <int Act, typename T>
+__device__ T act_out(T v) {
+  if constexpr (Act == kActGelu) {
+    return UnaryFn<Unary::Gelu, T>{}(v);
+  } else if constexpr (Act == kActGeluTanh) {
+    return UnaryFn<Unary::GeluTanh, T>{}(v);
+  } else if constexpr (Act == kActRelu) {
+    return UnaryFn<Unary::Relu, T>{}(v);
+  } else {
+    static_assert(Act == kActSilu);
+    return fmul(v, UnaryFn<Unary::Sigmoid, T>{}(v));
+  }
+}
+template <int Act, typename T>
+__device__ T act_grad(T p, T dy) {
+  if constexpr (Act == kActGelu) {
+    return BinaryFn<Binary::GeluBackward, T>{}(p, dy);
+  } else if constexpr (Act == kActGeluTanh) {
+    return BinaryFn<Binary::GeluTanhBackward, T>{}(p, dy);
+  } else if constexpr (Act == kActRelu) {
+    return BinaryFn<Binary::ReluBackward, T>{}(p, dy);
+  } else {
+    static_assert(Act == kActSilu);  // s (1 + p (1 - s)),  s = sigmoid(p)
+    const T s = UnaryFn<Unary::Sigmoid, T>{}(p);
+    return fmul(dy, fmul(s, fadd(fmul(p, fadd(-s, T(1))), T(1))));
+  }
+}
+
+/// Runs f.template operator()<Act>() for the act code (kernels.cuh); cudaErrorInvalidValue for
+/// another value.
+template <typename F>
+cudaError_t dispatch_act(int act, F&& f) {
+  switch (act) {
+    case kActGelu:
+      return f.template operator()<kActGelu>();
+    case kActGeluTanh:
+      return f.template operator()<kActGeluTanh>();
+    case kActRelu:
+      return f.template operator()<kActRelu>();
+    case kActSilu:
+      return f.template operator()<kActSilu>();
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+/// Output i of gemm_epilogue (m = i / N, n = i % N).
+template <typename T, int Act>
 __global__ void gemm_epilogue_kernel(T* c, int64_t M, int64_t N, const T* bias, const T* add,
                                      int64_t add_ld, T* gelu_out, const T* pre, int64_t pre_ld) {
   const int64_t total = M * N, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -570,8 +618,8 @@ __global__ void gemm_epilogue_kernel(T* c, int64_t M, int64_t N, const T* bias, 
     T v = c[i];
     if (bias) v = v + bias[n];
     if (add) v = v + add[m * add_ld + n];
-    const T g = gelu_out ? UnaryFn<Unary::Gelu, T>{}(v) : T(0);
-    if (pre) v = BinaryFn<Binary::GeluBackward, T>{}(pre[m * pre_ld + n], v);
+    const T g = gelu_out ? act_out<Act>(v) : T(0);
+    if (pre) v = act_grad<Act>(pre[m * pre_ld + n], v);
     c[i] = v;
     if (gelu_out) gelu_out[i] = g;  // after c: gelu_out may be c
   }
@@ -580,21 +628,24 @@ __global__ void gemm_epilogue_kernel(T* c, int64_t M, int64_t N, const T* bias, 
 
 cudaError_t gemm_epilogue(Dt dtype, void* c, int64_t M, int64_t N, const void* bias,
                           const void* add, int64_t add_ld, void* gelu_out, const void* pre,
-                          int64_t pre_ld, cudaStream_t stream) {
+                          int64_t pre_ld, int act, cudaStream_t stream) {
   if (M * N == 0) return cudaSuccess;
-  return dispatch_float(dtype, [&]<typename T>() {  // float32, float64; else invalid
-    gemm_epilogue_kernel<T><<<blocks_for(M * N), kThreads, 0, stream>>>(
-        static_cast<T*>(c), M, N, static_cast<const T*>(bias), static_cast<const T*>(add), add_ld,
-        static_cast<T*>(gelu_out), static_cast<const T*>(pre), pre_ld);
-    return cudaGetLastError();
+  return dispatch_act(act, [&]<int Act>() {
+    return dispatch_float(dtype, [&]<typename T>() {  // float32, float64; else invalid
+      gemm_epilogue_kernel<T, Act><<<blocks_for(M * N), kThreads, 0, stream>>>(
+          static_cast<T*>(c), M, N, static_cast<const T*>(bias), static_cast<const T*>(add), add_ld,
+          static_cast<T*>(gelu_out), static_cast<const T*>(pre), pre_ld);
+      return cudaGetLastError();
+    });
   });
 }
 
 namespace {
-/// gemm_epilogue for a float32 c whose GELU operands and copy may be bfloat16 (the bfloat16
-/// operands of linear layers): one block per row (a grid-stride loop over rows), threads over
-/// its columns, so that no thread divides. gelu_out, pre and c_copy are float32 when their flag
-/// says so, else bfloat16 (uint16_t bits, rounded to nearest even as every conversion here).
+/// gemm_epilogue for a float32 c whose activation operands and copy may be bfloat16 (the
+/// bfloat16 operands of linear layers): one block per row (a grid-stride loop over rows), threads
+/// over its columns, so that no thread divides. gelu_out, pre and c_copy are float32 when their
+/// flag says so, else bfloat16 (uint16_t bits, rounded to nearest even as every conversion here).
+template <int Act>
 __global__ void gemm_epilogue_mixed_kernel(float* c, int64_t M, int64_t N, const float* bias,
                                            const float* add, int64_t add_ld, void* gelu_out,
                                            bool gelu_f32, const void* pre, bool pre_f32,
@@ -605,11 +656,11 @@ __global__ void gemm_epilogue_mixed_kernel(float* c, int64_t M, int64_t N, const
       float v = row[n];
       if (bias) v = v + bias[n];
       if (add) v = v + add[m * add_ld + n];
-      const float g = gelu_out ? UnaryFn<Unary::Gelu, float>{}(v) : 0.0f;
+      const float g = gelu_out ? act_out<Act>(v) : 0.0f;
       if (pre) {
         const float p = pre_f32 ? static_cast<const float*>(pre)[m * pre_ld + n]
                                 : bf16_to_float(static_cast<const uint16_t*>(pre)[m * pre_ld + n]);
-        v = BinaryFn<Binary::GeluBackward, float>{}(p, v);
+        v = act_grad<Act>(p, v);
       }
       row[n] = v;
       if (c_copy) c_copy[m * N + n] = float_to_bf16(v);
@@ -626,7 +677,8 @@ __global__ void gemm_epilogue_mixed_kernel(float* c, int64_t M, int64_t N, const
 
 cudaError_t gemm_epilogue_mixed(float* c, int64_t M, int64_t N, const float* bias, const float* add,
                                 int64_t add_ld, void* gelu_out, Dt gelu_dt, const void* pre,
-                                Dt pre_dt, int64_t pre_ld, void* c_copy, cudaStream_t stream) {
+                                Dt pre_dt, int64_t pre_ld, void* c_copy, int act,
+                                cudaStream_t stream) {
   if (M * N == 0) return cudaSuccess;
   if ((gelu_out && gelu_dt != Dt::F32 && gelu_dt != Dt::BF16) ||
       (pre && pre_dt != Dt::F32 && pre_dt != Dt::BF16) ||
@@ -634,10 +686,12 @@ cudaError_t gemm_epilogue_mixed(float* c, int64_t M, int64_t N, const float* bia
     return cudaErrorInvalidValue;
   const int threads = N >= 1024 ? 512 : 256;
   const int64_t blocks = std::min<int64_t>(M, 65535);
-  gemm_epilogue_mixed_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-      c, M, N, bias, add, add_ld, gelu_out, gelu_dt == Dt::F32, pre, pre_dt == Dt::F32, pre_ld,
-      static_cast<uint16_t*>(c_copy));
-  return cudaGetLastError();
+  return dispatch_act(act, [&]<int Act>() {
+    gemm_epilogue_mixed_kernel<Act><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+        c, M, N, bias, add, add_ld, gelu_out, gelu_dt == Dt::F32, pre, pre_dt == Dt::F32, pre_ld,
+        static_cast<uint16_t*>(c_copy));
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t fill(const View& dst, double value, cudaStream_t stream) {

@@ -101,20 +101,25 @@ cudaError_t unary(Unary op, const View& x, const View& y, double alpha, double b
                   cudaStream_t stream);
 /// y = a op b; a, b any strides (0 on broadcast dims), y contiguous.
 cudaError_t binary(Binary op, const View& a, const View& b, const View& y, cudaStream_t stream);
+/// The epilogues' activation act: backend.h's Activation by value (the host checks that they
+/// agree): the exact GELU, the tanh GELU, ReLU, SiLU (x sigmoid(x), as nn::SiLU's two ops).
+constexpr int kActGelu = 0, kActGeluTanh = 1, kActRelu = 2, kActSilu = 3;
 /// The epilogue of a product c [M, N] (contiguous, float32 or float64), backend.h's GemmEpilogue
 /// in its order, in one pass (each pointer may be null):
 ///   v = c + bias[n] + add[m, n]        bias [N]; add rows of stride add_ld
-///   gelu_out[m, n] = gelu(v)           contiguous, may be c
-///   c[m, n] = v * gelu'(pre[m, n])     pre rows of stride pre_ld (else c = v)
+///   gelu_out[m, n] = act(v)            contiguous, may be c
+///   c[m, n] = v * act'(pre[m, n])      pre rows of stride pre_ld (else c = v)
+/// act other than kActGelu: cudaErrorInvalidValue when out of range.
 cudaError_t gemm_epilogue(Dt dtype, void* c, int64_t M, int64_t N, const void* bias,
                           const void* add, int64_t add_ld, void* gelu_out, const void* pre,
-                          int64_t pre_ld, cudaStream_t stream);
-/// gemm_epilogue for a float32 c [M, N] (contiguous) with GELU operands of their own dtypes
+                          int64_t pre_ld, int act, cudaStream_t stream);
+/// gemm_epilogue for a float32 c [M, N] (contiguous) with activation operands of their own dtypes
 /// (float32 or bfloat16), and c_copy: the final c as bfloat16 [M, N] (null: none). bias, add as
 /// gemm_epilogue's (null when the product already added them).
 cudaError_t gemm_epilogue_mixed(float* c, int64_t M, int64_t N, const float* bias, const float* add,
                                 int64_t add_ld, void* gelu_out, Dt gelu_dt, const void* pre,
-                                Dt pre_dt, int64_t pre_ld, void* c_copy, cudaStream_t stream);
+                                Dt pre_dt, int64_t pre_ld, void* c_copy, int act,
+                                cudaStream_t stream);
 /// y = cond ? a : b.
 cudaError_t where(const View& cond, const View& a, const View& b, const View& y,
                   cudaStream_t stream);

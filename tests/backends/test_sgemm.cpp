@@ -23,12 +23,38 @@ struct Case {
   // The rest of the epilogue: 1 a residual R (C = A B (+ bias) + R), 2 GELU into G (G = gelu(C),
   // C kept), 3 GELU's gradient (C = (A B) gelu'(P)), 4 A's row sums beside C (A transposed).
   int epilogue = 0;
+  Activation act = Activation::GELU;  // what epilogues 2 and 3 apply
 };
 
-double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
-double gelu_grad_ref(double x) {
-  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
-         x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+/// act(x) and act'(x) in double (GELUTanh: PyTorch's tanh formula).
+double act_ref(Activation act, double x) {
+  const double u = std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x);
+  switch (act) {
+    case Activation::GELUTanh:
+      return 0.5 * x * (1 + std::tanh(u));
+    case Activation::ReLU:
+      return x > 0 ? x : 0;
+    case Activation::SiLU:
+      return x / (1 + std::exp(-x));
+    default:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+  }
+}
+double act_grad_ref(Activation act, double x) {
+  const double t = std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x));
+  const double s = 1 / (1 + std::exp(-x));
+  switch (act) {
+    case Activation::GELUTanh:
+      return 0.5 * (1 + t) +
+             0.5 * x * (1 - t * t) * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * x * x);
+    case Activation::ReLU:
+      return x > 0 ? 1 : 0;
+    case Activation::SiLU:
+      return s * (1 + x * (1 - s));
+    default:
+      return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+             x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+  }
 }
 
 /// Runs one case; returns the largest |own - reference| / (1 + |reference|), or -1 when the
@@ -54,6 +80,7 @@ double run_case(const Case& t, uint32_t seed) {
   if (t.epilogue == 1) ep.add = extra.data(), ep.ld_add = lde;
   if (t.epilogue == 2) ep.gelu_out = g.data(), ep.ld_gelu = lde;
   if (t.epilogue == 3) ep.gelu_pre = extra.data(), ep.ld_pre = lde;
+  ep.act = t.act;
   std::vector<float> sums(t.M, 9.0f);
   if (t.epilogue == 4) ep.a_row_sums = sums.data();
   const bool starts_from_c = t.accumulate && !t.bias && t.epilogue != 1;
@@ -72,9 +99,10 @@ double run_case(const Case& t, uint32_t seed) {
       }
       const double got = c[m * ldc + n];
       if (t.epilogue == 2) {  // G = gelu(C), from the C that was written (C is checked too)
-        worst = std::max(worst, std::abs(g[m * lde + n] - gelu_ref(got)) / (1 + std::abs(got)));
+        worst =
+            std::max(worst, std::abs(g[m * lde + n] - act_ref(t.act, got)) / (1 + std::abs(got)));
       }
-      if (t.epilogue == 3) ref *= gelu_grad_ref(extra[m * lde + n]);
+      if (t.epilogue == 3) ref *= act_grad_ref(t.act, extra[m * lde + n]);
       if (t.epilogue == 4 && n == 0) {
         double sum = 0;
         for (int64_t k = 0; k < t.K; ++k) sum += a[k * lda + m];
@@ -123,6 +151,14 @@ TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumul
       {128, 128, 640, false, false, 0, false, true, 4},
       {128, 96, 300, true, false, 0, true, false, 2},
       {128, 96, 300, false, false, 0, false, false, 3},
+      // the other activations of ops::mlp: fc1's (bias, weight transposed, two slices) and the
+      // gradient at its output (B in place, short panel)
+      {97, 588, 300, true, false, 1, true, false, 2, Activation::GELUTanh},
+      {73, 130, 520, false, false, 3, false, false, 3, Activation::GELUTanh},
+      {97, 588, 300, true, false, 1, true, false, 2, Activation::ReLU},
+      {73, 130, 520, false, false, 3, false, false, 3, Activation::ReLU},
+      {97, 588, 300, true, false, 1, true, false, 2, Activation::SiLU},
+      {73, 130, 520, false, false, 3, false, false, 3, Activation::SiLU},
   };
   uint32_t seed = 1;
   for (const Case& t : cases) {
@@ -134,6 +170,7 @@ TEST_CASE("own sgemm: every tile edge, both layouts of A and B, strides, accumul
     CAPTURE(t.bias);
     CAPTURE(t.a_trans);
     CAPTURE(t.epilogue);
+    CAPTURE(static_cast<int>(t.act));
     const double err = run_case(t, seed++);
     if (!own_gemm_on()) {
       CHECK(err == -1);  // declined: OpenBLAS takes it

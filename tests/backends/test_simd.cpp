@@ -2,6 +2,7 @@
 // header states, the edge cases (0 below the normal range, inf, NaN), and the row kernels that use
 // it (GELU forward and backward, softmax forward and backward).
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -69,6 +70,71 @@ TEST_CASE("simd: gelu and its backward against the exact formulas in double") {
   INFO("gelu " << worst_y << ", backward " << worst_dx);
   CHECK(worst_y < 3e-7);
   CHECK(worst_dx < 1e-6);
+}
+
+TEST_CASE("simd: the tanh GELU, ReLU and SiLU and their gradients against double") {
+  // PyTorch's formulas (torch.nn.functional.gelu(approximate='tanh'), relu, silu), in double.
+  const auto u = [](double v) { return std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v); };
+  const auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  struct Ref {
+    vitrine::Activation act;
+    std::function<double(double)> f, df;
+  };
+  const std::vector<Ref> refs = {
+      // (x (1 + tanh u) / 2 as x / (1 + e^-2u): in double too, 1 + tanh u loses all its digits
+      // to cancellation from x = -8 on, where the value is still a normal float)
+      {vitrine::Activation::GELUTanh, [&](double v) { return v / (1 + std::exp(-2 * u(v))); },
+       [&](double v) {
+         const double t = std::tanh(u(v));
+         return 0.5 * (1 + t) +
+                0.5 * v * (1 - t * t) * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * v * v);
+       }},
+      {vitrine::Activation::ReLU, [](double v) { return v > 0 ? v : 0.0; },
+       [](double v) { return v > 0 ? 1.0 : 0.0; }},
+      {vitrine::Activation::SiLU, [&](double v) { return v * sig(v); },
+       [&](double v) { return sig(v) * (1 + v * (1 - sig(v))); }},
+  };
+  std::vector<float> x = grid(-20.0f, 20.0f, 40001);
+  for (float v :
+       {0.0f, -0.0f, 1e-30f, -1e-30f, -50.0f, 50.0f, -90.0f, 90.0f, 1e20f, -1e20f, 3e38f, -3e38f})
+    x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (const Ref& r : refs) {
+    INFO("activation " << static_cast<int>(r.act));
+    std::vector<float> y(n), dy(n), dx(n);
+    for (int64_t i = 0; i < n; ++i) dy[i] = 0.5f + static_cast<float>(i % 7) / 4;
+    simd::activation(r.act, x.data(), y.data(), n);
+    simd::activation_backward(r.act, x.data(), dy.data(), dx.data(), n);
+    double worst_y = 0, worst_dx = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double ry = r.f(x[i]), rd = dy[i] * r.df(x[i]);
+      REQUIRE(std::isfinite(y[i]));
+      REQUIRE(std::isfinite(dx[i]));
+      // as the exact GELU's bound above: relative to 1 + |x| (in the negative tails the value
+      // is e^-2u x or e^-x x, whose relative error grows with |u| from u's rounding alone, as
+      // PyTorch's float32 does, where 1 + tanh u even cancels)
+      worst_y = std::max(worst_y, std::abs(y[i] - ry) / (1 + std::abs(x[i])));
+      worst_dx = std::max(worst_dx, std::abs(dx[i] - rd) / (1 + std::abs(rd)));
+    }
+    INFO("worst error " << worst_y << ", backward " << worst_dx);
+    CHECK(worst_y < 3e-7);
+    CHECK(worst_dx < 1e-6);
+    // in place, as the GEMM's epilogue calls them (y = x, dx = dy)
+    std::vector<float> a(x), d(dy);
+    simd::activation(r.act, a.data(), a.data(), n);
+    simd::activation_backward(r.act, x.data(), d.data(), d.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      CHECK(a[i] == y[i]);
+      CHECK(d[i] == dx[i]);
+    }
+  }
+  // NaN stays NaN in the GELUs and SiLU (ReLU gives 0, as the relu op here does)
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float y = 0;
+  simd::gelu_tanh(&nan, &y, 1);
+  CHECK(std::isnan(y));
+  simd::silu(&nan, &y, 1);
+  CHECK(std::isnan(y));
 }
 
 TEST_CASE("simd: the AVX-512 GELU kernels against double, with tails, edge values and in place") {
