@@ -7,9 +7,10 @@
 // and attention dropout applies to them) while q, k and v are still read in place.
 // When nothing asks for the probabilities, attention first offers the backend its flash attention
 // (backend.h flash_attention: the GPU's FlashAttention-2, backends/cuda/flash_attention.cu), which
-// keeps each row's log-sum-exp instead of the N x N probabilities; a backend without one (the
-// CPU) declines and the materialised path runs. scaled_dot_product_attention does the same
-// (causal or not) when q, k and v are the parts of one qkv tensor, read in place.
+// keeps each row's log-sum-exp instead of the N x N probabilities (the CPU's:
+// backends/cpu/flash_attention.cpp, which declines the shapes where the materialised path is
+// faster); where the backend declines, the materialised path runs. scaled_dot_product_attention
+// does the same (causal or not) when q, k and v are the parts of one qkv tensor, read in place.
 #include <cmath>
 #include <limits>
 
@@ -43,13 +44,17 @@ void check_qkv(const Tensor& qkv, int64_t heads, const char* op) {
   check_qkv_shape(qkv, heads, op);
 }
 
+/// The log-sum-exp's dtype: float64 for float64 qkv (the CPU's kernels, so that a gradcheck sees
+/// exact derivatives), else float32 (what the GPU's kernels read and write).
+DType lse_dtype(const Tensor& qkv) { return qkv.dtype() == kFloat64 ? kFloat64 : kFloat32; }
+
 /// Flash attention (backend.h's flash_attention) into out [B, N, D], when the backend has it for
 /// qkv (false otherwise, out untouched): no probabilities are kept, only each row's log-sum-exp,
 /// from which the backward recomputes them.
 bool flash(const Tensor& qkv, int64_t heads, double scale, bool causal, Tensor& out) {
   const int64_t B = qkv.size(0), N = qkv.size(1);
   const Tensor x = plain(qkv);
-  Tensor lse = empty_on(qkv, {B, heads, N}, kFloat32);
+  Tensor lse = empty_on(qkv, {B, heads, N}, lse_dtype(qkv));
   if (!qkv.backend().flash_attention(view5(x, heads), scale, causal, out.strided(), lse.strided()))
     return false;
   // The output is saved through a detached alias (its own node would be a cycle); lse is no
@@ -101,7 +106,7 @@ Tensor flash_parts(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
   if (!qkv_parts(q, k, v, x)) return Tensor();
   const int64_t B = q.size(0), H = q.size(1), N = q.size(2), E = q.size(3);
   Tensor out = empty_on(q, {B, N, H * E}, q.dtype());
-  Tensor lse = empty_on(q, {B, H, N}, kFloat32);
+  Tensor lse = empty_on(q, {B, H, N}, lse_dtype(q));
   if (!q.backend().flash_attention(x, scale, causal, out.strided(), lse.strided())) return Tensor();
   out = record(
       out, "flash_attention", {q, k, v},

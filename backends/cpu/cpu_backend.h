@@ -77,6 +77,12 @@ class CpuBackend final : public Backend {
                                 const Strided& dprobs, const Strided& dqkv) override;
   void attention_probs_backward(const Strided& qkv, const Strided& probs, const Strided& dprobs,
                                 double scale, const Strided& dqkv) override;
+  // flash_attention.cpp
+  bool flash_attention(const Strided& qkv, double scale, bool causal, const Strided& out,
+                       const Strided& lse) override;
+  bool flash_attention_backward(const Strided& qkv, const Strided& out, const Strided& dout,
+                                const Strided& lse, double scale, bool causal,
+                                const Strided& dqkv) override;
   // conv.cpp
   void im2col(const Strided& x, const Strided& cols, const ConvGeometry& g) override;
   // conv_batched.cpp
