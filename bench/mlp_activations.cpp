@@ -2,9 +2,10 @@
 // composition it replaces (linear, activation, linear, + residual: one op and one pass each), at
 // a GPT block's MLP shapes: x [4 * 256, 384], hidden 1536, the block's residual added. Forward
 // and backward (every input and parameter requires grad), float32, medians of `rounds` timed runs
-// after two warm-ups, for each activation (the tanh GELU is GPT-2's):
-//   g++ -O2 -std=c++20 -I. -Ibuild bench/mlp_activations.cpp -o /tmp/mlp_act -Lbuild -lvitrine \
-//       -lfmt
+// after two warm-ups (fused and plain alternating), for each activation (the tanh GELU is
+// GPT-2's):
+//   g++ -O2 -std=c++20 -I. -Ibuild bench/mlp_activations.cpp -o /tmp/mlp_act -Lbuild -lvitrine
+//       -lfmt   (one line)
 //   LD_LIBRARY_PATH=build /tmp/mlp_act 15
 #include <algorithm>
 #include <chrono>
@@ -56,28 +57,29 @@ int main(int argc, char** argv) {
                            leaves[3], leaves[4]) +
                leaves[5];
       };
-      double t[4];
-      int k = 0;
-      for (const auto& f : {std::function<Tensor()>(fused), std::function<Tensor()>(plain)}) {
-        std::vector<double> fwd, both;
-        for (int r = 0; r < rounds + 2; ++r) {
+      // The two alternate round by round (and which goes first), so that a busy machine's
+      // slow spells fall on both alike.
+      const std::function<Tensor()> fns[2] = {fused, plain};
+      std::vector<double> fwd[2], both[2];
+      for (int r = 0; r < rounds + 2; ++r) {
+        for (int j = 0; j < 2; ++j) {
+          const int k = (r + j) % 2;
           for (Tensor& l : leaves) l.set_grad(Tensor());
           auto t0 = std::chrono::steady_clock::now();
           Tensor y;
           {
             NoGradGuard no_grad;
-            y = f();
+            y = fns[k]();
           }
           const double tf = ms_since(t0);
           t0 = std::chrono::steady_clock::now();
-          y = f();
+          y = fns[k]();
           y.backward(dy);
           const double tb = ms_since(t0);
-          if (r >= 2) fwd.push_back(tf), both.push_back(tb);
+          if (r >= 2) fwd[k].push_back(tf), both[k].push_back(tb);
         }
-        t[k++] = median(fwd);
-        t[k++] = median(both);
       }
+      const double t[4] = {median(fwd[0]), median(both[0]), median(fwd[1]), median(both[1])};
       std::printf("%-10s %10.2f %10.2f %10.2f %10.2f %8.2f\n", nn::activation_name(act).c_str(),
                   t[0], t[1], t[2], t[3], t[3] / t[1]);
     }
