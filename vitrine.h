@@ -11,6 +11,7 @@
 #include "backends/matmul_precision.h"
 #include "backends/memory_stats.h"
 #include "backends/threads.h"
+#include "models/gpt.h"
 #include "models/vit.h"
 #include "nn/nn.h"
 #include "ops/conv_transpose.h"

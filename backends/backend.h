@@ -70,6 +70,11 @@ inline bool gemm_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, bool
 
 enum class InterpMode : uint8_t { Nearest, Bilinear, Bicubic };
 
+/// The activation of a fused MLP (ops::mlp, Backend::GemmEpilogue's gelu_out and gelu_pre):
+///   GELU: x Phi(x) (erf, torch's approximate='none')   GELUTanh: torch's approximate='tanh'
+///   ReLU: max(x, 0)                                     SiLU: x sigmoid(x)
+enum class Activation : uint8_t { GELU, GELUTanh, ReLU, SiLU };
+
 /// How output pixel coordinates map to input coordinates (PyTorch's rules).
 struct InterpGeometry {
   InterpMode mode;
@@ -161,6 +166,8 @@ class Backend {
     const Strided* gelu_pre = nullptr;
     const Strided* a_row_sums = nullptr;
     const Strided* c_copy = nullptr;
+    /// The function gelu_out applies and whose derivative gelu_pre multiplies by.
+    Activation act = Activation::GELU;
   };
   /// c = a @ b, then the epilogue ep (a [M, K] and b [K, N] as gemm's, c [M, N] contiguous): a
   /// linear layer is gemm_fused with a bias. This default runs the steps one pass after another

@@ -151,6 +151,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 /// not differentiable again.
 Tensor mlp_gelu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
                 const Tensor& b2, const Tensor& residual = Tensor());
+/// The same MLP with another activation act (backend.h's Activation: GELU as mlp_gelu, the tanh
+/// GELU of GPT-2, ReLU, SiLU): y = act(x W1^T + b1) W2^T + b2 (+ residual), act and its
+/// gradient applied as the products are written, as mlp_gelu's.
+Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+           Activation act, const Tensor& residual = Tensor());
 
 // ---- shape (shape.cpp): views share storage where strides allow ---------------------------
 /// Same elements, new shape (one dim may be -1); a view when strides allow, else a copy.

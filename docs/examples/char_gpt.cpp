@@ -1,8 +1,8 @@
 // A complete Vitrine program: a character-level GPT trained on Vitrine's own documentation.
-// Token and position embeddings, pre-norm transformer blocks with causal self-attention, a head
-// tied to the token embedding, AdamW with a warm-up + cosine schedule and gradient clipping; it
-// prints the train and validation loss as it learns, samples text from a prompt, and saves the
-// model. docs/nn.md walks through it; the test suite builds it and runs a short training
+// models::GPT (GPT-2's layout, tied head, GPT-2's init) at a small size, AdamW with a warm-up +
+// cosine schedule and gradient clipping; it prints the train and validation loss as it learns,
+// samples text from a prompt with GPT::generate (key/value cache, temperature, top-k), and saves
+// the model. docs/nn.md walks through it; the test suite builds it and runs a short training
 // (ctest -R examples/char_gpt).
 //   example_char_gpt [--steps 1500] [--seed 0] [--data docs/] [--prompt "..."] [--help]
 #include <vitrine.h>
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <ranges>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,73 +27,12 @@ using vt::Tensor;
 
 // ---- the model --------------------------------------------------------------------------------
 
-struct GPTConfig {
-  int64_t vocab_size = 0;   // set from the data
-  int64_t block_size = 64;  // the longest context the model sees
-  int64_t dim = 128, layers = 4, heads = 4;
-  double dropout = 0;
-};
-
-// One transformer block, pre-norm as GPT-2: each branch reads a normalised copy of the residual
-// stream and adds its result back to it. x: [B, T, dim] -> [B, T, dim].
-class Block : public nn::Module {
- public:
-  Block(const GPTConfig& c, vt::Generator& gen) {
-    ln1 = register_module("ln1", std::make_shared<nn::LayerNorm>(c.dim));
-    attn =
-        register_module("attn", std::make_shared<nn::MultiheadSelfAttention>(
-                                    c.dim, c.heads, /*qkv_bias=*/true, c.dropout, c.dropout, gen));
-    ln2 = register_module("ln2", std::make_shared<nn::LayerNorm>(c.dim));
-    mlp =
-        register_module("mlp", std::make_shared<nn::MLP>(c.dim, 4 * c.dim, c.dim, c.dropout, gen));
-  }
-  Tensor forward(const Tensor& x) override {
-    // is_causal: position t attends to positions 0..t only, so the prediction of the character
-    // after t cannot look at it.
-    Tensor h = x + attn->forward((*ln1)(x), /*attn_mask=*/Tensor(), /*is_causal=*/true);
-    return h + (*mlp)((*ln2)(h));
-  }
-  std::string type_name() const override { return "Block"; }
-
-  std::shared_ptr<nn::LayerNorm> ln1, ln2;
-  std::shared_ptr<nn::MultiheadSelfAttention> attn;
-  std::shared_ptr<nn::MLP> mlp;
-};
-
-// idx int64 [B, T] (T <= block_size) -> logits [B, T, vocab_size]: row t scores every character
-// as the one that follows idx[:, t].
-class GPT : public nn::Module {
- public:
-  GPT(const GPTConfig& c, vt::Generator& gen) : config(c) {
-    wte = register_module("wte", std::make_shared<nn::Embedding>(c.vocab_size, c.dim, gen));
-    wpe = register_module("wpe", std::make_shared<nn::Embedding>(c.block_size, c.dim, gen));
-    blocks = register_module("blocks", std::make_shared<nn::Sequential>());
-    for (int64_t i = 0; i < c.layers; ++i) blocks->push_back(std::make_shared<Block>(c, gen));
-    ln_f = register_module("ln_f", std::make_shared<nn::LayerNorm>(c.dim));
-    // Weight tying (GPT-2): the output head is the token embedding read backwards, logits = h
-    // wte^T. Registering the same tensor as lm_head.weight keeps GPT-2's names in the state dict;
-    // named_parameters() lists a shared tensor once, so the optimizer updates it once.
-    lm_head = register_module("lm_head", std::make_shared<nn::Module>());
-    lm_head->register_parameter("weight", wte->weight);
-    // Embeddings start at N(0, 1) as PyTorch's; a GPT starts them small (GPT-2: N(0, 0.02)), so
-    // the tied head's first logits are near 0 and the first loss near ln(vocab_size).
-    nn::init::normal_(wte->weight, 0, 0.02, gen);
-    nn::init::normal_(wpe->weight, 0, 0.02, gen);
-  }
-  Tensor forward(const Tensor& idx) override {
-    const int64_t T = idx.size(1);
-    Tensor x = (*wte)(idx) + (*wpe)(ops::arange(T));  // [B, T, dim] + [T, dim]
-    x = (*ln_f)((*blocks)(x));
-    return ops::linear(x, wte->weight);  // x wte^T: [B, T, vocab_size]
-  }
-  std::string type_name() const override { return "GPT"; }
-
-  GPTConfig config;
-  std::shared_ptr<nn::Embedding> wte, wpe;
-  std::shared_ptr<nn::Sequential> blocks;
-  std::shared_ptr<nn::LayerNorm> ln_f;
-  std::shared_ptr<nn::Module> lm_head;
-};
+// models::GPT is GPT-2 (models/gpt.h): token and position embeddings, pre-norm blocks of causal
+// self-attention and an MLP with the tanh GELU, a final LayerNorm and a head tied to the token
+// embedding, initialised as GPT-2. Here it is small: 4 blocks, width 128, 4 heads, a context of
+// 64 characters, and a vocabulary of the text's distinct bytes.
+using vt::models::GPT;
+using vt::models::GPTConfig;
 
 // ---- the data ---------------------------------------------------------------------------------
 
@@ -154,10 +94,7 @@ std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t ba
   return {ops::from_vector(x, {batch, T}), ops::from_vector(y, {batch, T})};
 }
 
-Tensor loss_of(GPT& model, const Tensor& x, const Tensor& y) {
-  Tensor logits = model(x);
-  return ops::cross_entropy(logits.reshape({-1, model.config.vocab_size}), y.reshape({-1}));
-}
+Tensor loss_of(GPT& model, const Tensor& x, const Tensor& y) { return model.loss(x, y); }
 
 // The mean loss over `batches` fixed windows (the same ones at every call: a fresh generator with
 // the same seed), in eval mode and without a graph.
@@ -177,50 +114,28 @@ double estimate_loss(GPT& model, const std::vector<int64_t>& data, int64_t batch
 
 // ---- sampling ---------------------------------------------------------------------------------
 
-// Extends the prompt by n characters, one at a time: the logits of the last position, divided by
-// the temperature, restricted to the top_k largest (0: all), softmax, then a draw from gen.
+// Extends the prompt by n characters with GPT::generate: the logits of the last position divided
+// by the temperature, restricted to the top_k largest (0: all), softmax, one draw; the key/value
+// cache makes each character one position's work.
 std::string sample(GPT& model, const Vocab& vocab, const std::string& prompt, int64_t n,
-                   double temperature, int64_t top_k, vt::Generator& gen) {
-  vt::NoGradGuard no_grad;
-  model.eval();
-  std::vector<int64_t> ids = vocab.encode(prompt);
-  std::string out = prompt;
-  for (int64_t i = 0; i < n; ++i) {
-    // The last block_size characters are the context (the model knows no later positions).
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), model.config.block_size);
-    std::vector<int64_t> context(ids.end() - T, ids.end());
-    Tensor logits = model(ops::from_vector(context, {1, T})).select(0, 0).select(0, T - 1);
-    std::vector<double> p = (logits * (1.0 / temperature)).to_vector<double>();  // [vocab_size]
-    if (top_k > 0 && top_k < static_cast<int64_t>(p.size())) {
-      std::vector<double> sorted = p;
-      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
-                       std::greater<>());
-      for (double& v : p)
-        if (v < sorted[top_k - 1]) v = -INFINITY;
-    }
-    const double max = *std::max_element(p.begin(), p.end());
-    double sum = 0;
-    for (double& v : p) sum += (v = std::exp(v - max));
-    // Inverse-CDF draw: the first id whose cumulative probability passes u.
-    const double u = ops::rand({1}, gen, vt::kFloat64).item() * sum;
-    int64_t next = static_cast<int64_t>(p.size()) - 1;
-    double cumulative = 0;
-    for (size_t c = 0; c < p.size(); ++c)
-      if ((cumulative += p[c]) > u) {
-        next = static_cast<int64_t>(c);
-        break;
-      }
-    ids.push_back(next);
-    out += static_cast<char>(vocab.chars[next]);
-  }
-  model.train();
-  return out;
+                   double temperature, int64_t top_k, uint64_t seed) {
+  const std::vector<int64_t> ids = vocab.encode(prompt);
+  vt::models::GenerateOptions options;
+  options.max_new_tokens = n, options.temperature = temperature, options.top_k = top_k;
+  options.seed = seed;
+  const Tensor out =
+      model.generate(ops::from_vector(ids, {1, static_cast<int64_t>(ids.size())}), options);
+  std::string text = prompt;
+  for (int64_t id : out.to_vector<int64_t>() | std::views::drop(ids.size()))
+    text += static_cast<char>(vocab.chars[static_cast<size_t>(id)]);
+  return text;
 }
 
 // ---- training ---------------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
   GPTConfig config;
+  config.block_size = 64, config.n_layer = 4, config.n_head = 4, config.n_embd = 128;
   int64_t steps = 1500, batch = 32, eval_every = 100, eval_batches = 8, sample_chars = 400,
           top_k = 0;
   uint64_t seed = 0;
@@ -237,9 +152,9 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_dir, "folder whose *.md files are the text")->capture_default_str();
   app.add_option("--batch", batch, "windows per step")->capture_default_str();
   app.add_option("--block", config.block_size, "window length (context)")->capture_default_str();
-  app.add_option("--dim", config.dim, "embedding width")->capture_default_str();
-  app.add_option("--layers", config.layers, "transformer blocks")->capture_default_str();
-  app.add_option("--heads", config.heads, "attention heads")->capture_default_str();
+  app.add_option("--dim", config.n_embd, "embedding width")->capture_default_str();
+  app.add_option("--layers", config.n_layer, "transformer blocks")->capture_default_str();
+  app.add_option("--heads", config.n_head, "attention heads")->capture_default_str();
   app.add_option("--dropout", config.dropout, "dropout in attention and MLP")
       ->capture_default_str();
   app.add_option("--lr", lr, "peak learning rate (AdamW)")->capture_default_str();
@@ -279,8 +194,8 @@ int main(int argc, char** argv) {
     for (const auto& [name, p] : model.named_parameters()) counted += p.same(model.wte->weight);
     if (counted != 1) vt::fail("char_gpt: the tied weight is listed {} times, not once", counted);
     std::printf("model: %ld blocks, dim %ld, %ld heads, context %ld: %ld parameters\n",
-                static_cast<long>(config.layers), static_cast<long>(config.dim),
-                static_cast<long>(config.heads), static_cast<long>(config.block_size),
+                static_cast<long>(config.n_layer), static_cast<long>(config.n_embd),
+                static_cast<long>(config.n_head), static_cast<long>(config.block_size),
                 static_cast<long>(model.num_parameters()));
 
     // AdamW, weight decay on the matrices only; lr warms up over 5% of the steps, then a cosine
@@ -312,21 +227,18 @@ int main(int argc, char** argv) {
       opt.step();
     }
 
-    vt::Generator sample_gen(seed + 3);
     std::printf("\nsample (temperature %.2f%s):\n%s\n", temperature,
                 top_k > 0 ? fmt::format(", top-k {}", top_k).c_str() : "",
-                sample(model, vocab, prompt, sample_chars, temperature, top_k, sample_gen).c_str());
+                sample(model, vocab, prompt, sample_chars, temperature, top_k, seed + 3).c_str());
 
-    // The checkpoint keeps the config and the vocabulary (as byte values), so that the file alone
-    // rebuilds the model and decodes its output.
+    // The checkpoint keeps the config (models::load_gpt rebuilds the model from the file alone)
+    // and the vocabulary as byte values (vitrine.vocab), to decode its output.
     if (!out_path.empty()) {
       nn::Metadata meta;
-      nn::set_metadata_json(meta, nn::kConfigKey,
-                            {{"vocab", std::vector<int>(vocab.chars.begin(), vocab.chars.end())},
-                             {"block_size", config.block_size},
-                             {"dim", config.dim},
-                             {"layers", config.layers},
-                             {"heads", config.heads}});
+      nn::set_metadata_json(meta, nn::kConfigKey, model.config.to_json());
+      meta["vitrine.model"] = "gpt";
+      nn::set_metadata_json(meta, "vitrine.vocab",
+                            std::vector<int>(vocab.chars.begin(), vocab.chars.end()));
       nn::save_checkpoint(out_path, model, meta);
       std::printf("saved %s\n", out_path.c_str());
     }

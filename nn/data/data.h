@@ -9,4 +9,5 @@
 #include "nn/data/loader.h"
 #include "nn/data/open.h"
 #include "nn/data/pasted.h"
+#include "nn/data/tokens.h"
 #include "nn/data/transforms.h"
