@@ -92,6 +92,38 @@ TEST_CASE("mlp: float64 gradcheck for each activation, with and without biases a
   }
 }
 
+TEST_CASE("mlp: Backend::gemm_fused's default steps compute each activation as the CPU's do") {
+  // The default (one elementwise op per step) is what CUDA runs for the tanh GELU, ReLU and SiLU
+  // unless VITRINE_CUDA_FUSED_ACT=1; the CPU's own path applies simd.h's kernels to the rows.
+  Generator g(7);
+  const Tensor a = ops::randn({60, 24}, g), b = ops::randn({24, 40}, g) * 0.3,
+               pre = ops::randn({60, 40}, g) * 2;
+  for (Activation act : kActs) {
+    INFO(nn::activation_name(act));
+    Tensor c1 = ops::empty({60, 40}), c2 = ops::empty({60, 40});
+    Tensor o1 = ops::empty({60, 40}), o2 = ops::empty({60, 40});
+    Backend& be = a.backend();
+    const Strided s1 = o1.strided(), s2 = o2.strided(), ps = pre.strided();
+    Backend::GemmEpilogue e1, e2;  // fc1's: act(c) written beside c
+    e1.gelu_out = &s1;
+    e2.gelu_out = &s2;
+    e1.act = e2.act = act;
+    be.gemm_fused(a.strided(), b.strided(), c1.strided(), e1);
+    be.Backend::gemm_fused(a.strided(), b.strided(), c2.strided(), e2);
+    check_close(c1, c2, 1e-6, 1e-6);
+    check_close(o1, o2, 1e-6, 1e-6);
+    check_close(o2, act_ops(act, c2), 1e-6, 1e-6);
+    Backend::GemmEpilogue d1, d2;  // the backward's: c *= act'(pre)
+    d1.gelu_pre = d2.gelu_pre = &ps;
+    d1.act = d2.act = act;
+    be.gemm_fused(a.strided(), b.strided(), c1.strided(), d1);
+    be.Backend::gemm_fused(a.strided(), b.strided(), c2.strided(), d2);
+    check_close(c1, c2, 1e-5, 1e-5);
+    Tensor p = pre.detach().requires_grad_();  // (a b) act'(pre) by autograd through the module
+    check_close(c2, grad({ops::sum(act_ops(act, p) * ops::matmul(a, b))}, {p})[0], 1e-5, 1e-5);
+  }
+}
+
 TEST_CASE("mlp: bad shapes name the op, and a second derivative is refused") {
   Tensor x = ops::zeros({2, 4}), w1 = ops::zeros({6, 4}), w2 = ops::zeros({3, 6});
   CHECK_ERROR_CONTAINS(ops::mlp(x, ops::zeros({6, 5}), Tensor(), w2, Tensor(), Activation::ReLU),
