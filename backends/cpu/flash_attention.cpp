@@ -519,13 +519,14 @@ void set_flash_mode(FlashMode mode) { g_mode.store(static_cast<int>(mode)); }
 
 bool flash_wanted(int64_t N, int64_t Dh, bool causal) {
   // Measured on an AMD EPYC (Zen 1: AVX2, no AVX-512), float32, forward + backward, one thread's
-  // CPU time, B 4, 6 heads of 64 unless said (bench/flash_attention.cpp; docs/performance.md):
+  // CPU time, B 4, 6 heads of 64 unless said (bench/flash_attention.cpp; docs/performance.md,
+  // "Flash attention on the CPU"):
   //   causal (against sdpa's composition with its T x T tensors): flash at every T, 8 to 1024
-  //     (T=64: 4.8 against 7.0 ms; T=256: 42 against 130)
+  //     (T=64: 4.7 against 5.5 ms; T=256: 40 against 128; T=1024, B 1: 119 against 270)
   //   full (against backends/cpu/attention.cpp): the materialised kernel at a ViT's token counts
-  //     (fmnist N=50, cifar10 N=65, ViT-S/16 N=197: by 5 to 15%, its backward being a product
-  //     shorter), flash from N=224 up (224: 43 against 63 ms; 256: 56 against 110); between 100
-  //     and 197 each wins somewhere, and the ViT's side is kept.
+  //     (cifar10 N=65: 17.3 against 19.0 ms; ViT-S/16 N=197: 30.9 against 35.9; fmnist N=50
+  //     within the noise), its backward being a product shorter; flash from about 200 tokens
+  //     (N=224: 43 against 63; N=256: 55 against 111), where the N x N tensors leave the caches.
   // The materialised kernel was measured on OpenBLAS; where Vitrine's own AVX-512 GEMM runs it
   // (gemm_policy() not Off) it is faster, and full attention stays materialised there. Without
   // the AVX2 kernels (another CPU, or a head dim that is not a multiple of 8) the portable loops

@@ -187,6 +187,28 @@ TEST_CASE("flash attention (CPU): float64 gradcheck through sdpa and ops::attent
   check_grad(attn, {rand64({2, 6, 24}, 602)});
 }
 
+TEST_CASE("flash attention (CPU): the same bits on 1 thread and on 2") {
+  // Every output and gradient element is written by one task in one order of summation.
+  const Tensor base = rand64({3, 130, 3 * 2 * 32}, 800).detach().to(kFloat32);
+  const Tensor dy = rand64({3, 2, 130, 32}, 801).detach().to(kFloat32);
+  const FlashModeGuard on(FlashMode::On);
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    Run one, two;
+    {
+      Threads t(1);
+      one = sdpa_on_parts(base, 2, causal, dy);
+    }
+    {
+      Threads t(2);
+      two = sdpa_on_parts(base, 2, causal, dy);
+    }
+    CHECK(one.flash);
+    CHECK(one.out.to_vector<float>() == two.out.to_vector<float>());
+    CHECK(one.grad.to_vector<float>() == two.grad.to_vector<float>());
+  }
+}
+
 TEST_CASE("flash attention (CPU): the mode switch and the automatic rule") {
   const Tensor base = rand64({2, 64, 3 * 2 * 64}, 700).detach().to(kFloat32);
   const Tensor dy = rand64({2, 2, 64, 64}, 701).detach().to(kFloat32);
