@@ -17,14 +17,32 @@ void assign(const Tensor& t, const Tensor& values) {
   NoGradGuard ng;
   Tensor(t).copy_(values.to(t.dtype()));
 }
+
+/// assign(t, draw(shape)) in chunks of 2^20 elements when t is contiguous: draw(n) gives the next
+/// n values as float64 [n] (its generator advances by n, so the chunks hold the values of one
+/// draw of the whole). A [50257, 768] embedding then needs an 8 MB temporary, not 300 MB that
+/// the allocator's cache would keep.
+template <typename Draw>
+void assign_chunked(const Tensor& t, Draw draw) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  const int64_t n = t.numel();
+  if (n <= kChunk || !t.is_contiguous()) return assign(t, draw(t.shape()));
+  NoGradGuard ng;
+  const Tensor flat = t.view({n});
+  for (int64_t start = 0; start < n; start += kChunk) {
+    const int64_t m = std::min(kChunk, n - start);
+    Tensor(flat.narrow(0, start, m)).copy_(draw(Dims{m}).to(t.dtype()));
+  }
+}
 }  // namespace
 
 void uniform_(const Tensor& t, double a, double b, Generator& gen) {
-  assign(t, ops::rand(t.shape(), gen, kFloat64, a, b));
+  assign_chunked(t, [&](const Dims& shape) { return ops::rand(shape, gen, kFloat64, a, b); });
 }
 
 void normal_(const Tensor& t, double mean, double std, Generator& gen) {
-  assign(t, ops::randn(t.shape(), gen, kFloat64) * std + mean);
+  assign_chunked(t,
+                 [&](const Dims& shape) { return ops::randn(shape, gen, kFloat64) * std + mean; });
 }
 
 double erfinv(double x) {

@@ -225,6 +225,19 @@ VT_SIMD_CLONES void log_softmax_backward_row(const float* y, const float* dy, fl
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] - exp_approx(y[i]) * s;
 }
 
+VT_SIMD_CLONES double exp_shifted_row(const float* x, float* e, int64_t n, float* max) {
+  float m = -__builtin_inff();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) e[i] = exp_approx(x[i] - m);
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(e[i]);
+  *max = m;
+  return s;
+}
+
 VT_SIMD_CLONES void layer_norm_row(const float* x, const float* w, const float* b, float eps,
                                    float* y, float* mean, float* rstd, int64_t n) {
   float s = 0;

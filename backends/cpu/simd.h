@@ -113,6 +113,9 @@ void softmax_backward_row(const float* y, const float* dy, float* dx, int64_t n)
 void log_softmax_row(const float* x, float* y, int64_t n);
 /// dx = dy - e^y sum(dy) over one row of n (y = log_softmax(x)).
 void log_softmax_backward_row(const float* y, const float* dy, float* dx, int64_t n);
+/// m = max(x), e_i = e^{x_i - m} over one row of n; returns sum_i e_i, summed in double lanes
+/// (cross entropy's log-sum-exp over a 50257-word vocabulary). *max receives m.
+double exp_shifted_row(const float* x, float* e, int64_t n, float* max);
 
 /// One row of layer norm with weight and bias: mean, rstd = 1 / sqrt(var + eps) (biased var,
 /// two passes), y = (x - mean) rstd w + b.

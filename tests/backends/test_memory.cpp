@@ -23,6 +23,17 @@ TEST_CASE("memory_stats: the CPU allocator counts blocks in use, the peak and th
   CHECK(memory_stats(kCPU).peak == memory_stats(kCPU).current);
 }
 
+TEST_CASE("memory_stats: a block over 32 MiB goes back to the system when freed, not the cache") {
+  const MemoryStats start = memory_stats(kCPU);
+  {
+    Tensor big = ops::zeros({10 << 20}, kFloat32);  // 40 MiB
+    CHECK(memory_stats(kCPU).current >= start.current + (40u << 20));
+  }
+  const MemoryStats after = memory_stats(kCPU);
+  CHECK(after.current == start.current);
+  CHECK(after.cached == start.cached);
+}
+
 TEST_CASE("set_float32_matmul_precision: highest, high or medium, anything else an error") {
   CHECK(get_float32_matmul_precision() == "highest");
   CHECK(float32_matmul_precision() == MatmulPrecision::Highest);
