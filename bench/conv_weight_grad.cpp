@@ -1,14 +1,27 @@
+// The weight gradient of a convolution on the CPU, ConvAlgorithm::Auto (which takes the direct
+// tiles of backends/cpu/conv_direct.cpp where they run) against Implicit (the implicit GEMM, the
+// path before them), on ResNet-8's layers for Fashion-MNIST: the backward of a convolution whose
+// weight alone wants a gradient, the two alternating run by run in one process, medians in ms.
+// The record it made: bench/results/2026-11-28-direct-weight-grad/ (issue 47; it was dw_ab.cpp
+// there).
+//   g++ -O2 -std=c++20 -I. -Ibuild bench/conv_weight_grad.cpp -o /tmp/cwg -Lbuild -lvitrine -lfmt
+//   LD_LIBRARY_PATH=build /tmp/cwg [repeats = 9] [threads = 2] [batch = 128]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <vector>
+
 #include "backends/conv_algorithm.h"
 #include "vitrine.h"
+
 using namespace vitrine;
 static double med(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2] * 1e3;
 }
-int main(int argc, char** argv) {
+static void run(int argc, char** argv) {
   set_num_threads(argc > 2 ? atoi(argv[2]) : 2);
   int reps = argc > 1 ? atoi(argv[1]) : 9;
   int B = argc > 3 ? atoi(argv[3]) : 128;
@@ -39,4 +52,13 @@ int main(int argc, char** argv) {
                 sh.cout, sh.hw, sh.hw, sh.k, sh.s, med(a), med(b), med(b) / med(a));
   }
   std::printf("total direct %.2f before %.2f\n", ta, tb);
+}
+
+int main(int argc, char** argv) {
+  try {
+    run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }
