@@ -71,7 +71,8 @@ namespace {
 /// block serves only its own size class, so cached large blocks add up: a GPT-2 step's logits,
 /// their gradient and the embedding's gradient (50 to 200 MB each, in several classes) kept 700
 /// MB of RSS beyond what tensors held. Faulting a 200 MB block in again costs tens of
-/// milliseconds, against seconds of the computation that fills it.
+/// milliseconds, against seconds of the computation that fills it. (At 64 MiB, GPT-2's T = 64
+/// step kept two 56 MB logits blocks: 962 MiB of RSS against PyTorch's 991, 864 at 32.)
 constexpr size_t kMinCached = size_t{1} << 16;
 constexpr size_t kMaxCachedBlock = size_t{32} << 20;
 constexpr size_t kMaxCached = size_t{2} << 30;

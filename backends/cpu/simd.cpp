@@ -1,7 +1,7 @@
 // The row kernels of simd.h, each compiled for AVX-512, AVX2 and the baseline.
 #include "backends/cpu/simd.h"
 
-#include "backends/cpu/sgemm.h"  // cpu_has_avx512
+#include "backends/cpu/cpu_features.h"
 
 #include <cmath>
 
@@ -38,6 +38,7 @@ inline float clamp20(float x) { return x < -20.0f ? -20.0f : (x > 20.0f ? 20.0f 
 }  // namespace
 
 VT_SIMD_CLONES void gelu_tanh(const float* x, float* y, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i], c = clamp20(v);
     const float u = kSqrt2OverPi * (c + kGeluC * c * c * c);
@@ -46,6 +47,7 @@ VT_SIMD_CLONES void gelu_tanh(const float* x, float* y, int64_t n) {
 }
 
 VT_SIMD_CLONES void gelu_tanh_backward(const float* x, const float* dy, float* dx, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float c = clamp20(x[i]), c2 = c * c;
     const float u = kSqrt2OverPi * (c + kGeluC * c2 * c);
@@ -59,18 +61,22 @@ VT_SIMD_CLONES void gelu_tanh_backward(const float* x, const float* dy, float* d
 }
 
 VT_SIMD_CLONES void relu(const float* x, float* y, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 VT_SIMD_CLONES void relu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 VT_SIMD_CLONES void silu(const float* x, float* y, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + exp_approx(-x[i]));
 }
 
 VT_SIMD_CLONES void silu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     // x at least -80: e^-x stays finite (so does 1 - s = e s), and x (1 - s) never overflows;
     // below, the gradient is under 2e-33 either way.
