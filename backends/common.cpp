@@ -6,6 +6,7 @@
 
 #include "backends/backend.h"
 #include "backends/conv_algorithm.h"
+#include "backends/env_switch.h"
 #include "backends/generator.h"
 #include "backends/matmul_precision.h"
 
@@ -311,10 +312,8 @@ ConvAlgorithm conv_from(std::string_view name, const char* where) {
       where, name);
 }
 std::atomic<ConvAlgorithm>& conv_setting() {
-  static std::atomic<ConvAlgorithm> a{[] {
-    const char* env = std::getenv("VITRINE_CONV");
-    return env ? conv_from(env, "VITRINE_CONV") : ConvAlgorithm::Auto;
-  }()};
+  static std::atomic<ConvAlgorithm> a{
+      [] { return conv_from(env_value("VITRINE_CONV", "auto"), "VITRINE_CONV"); }()};
   return a;
 }
 }  // namespace

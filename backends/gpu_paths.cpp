@@ -5,8 +5,10 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
+#include "backends/env_switch.h"
 #include "backends/error.h"
 
 namespace vitrine {
@@ -53,7 +55,8 @@ bool gpu_path_enabled(GpuPath path) {
   std::atomic<int>& s = g_state[index(path)];
   int on = s.load(std::memory_order_relaxed);
   if (on < 0) {
-    on = gpu_path_setting(path, std::getenv(gpu_path_info(path).variable)) ? 1 : 0;
+    const std::string value(env_value(gpu_path_info(path).variable));  // "" when unset: default
+    on = gpu_path_setting(path, value.c_str()) ? 1 : 0;
     int unset = -1;  // a set_gpu_path_enabled in between wins
     if (!s.compare_exchange_strong(unset, on)) on = unset;
   }

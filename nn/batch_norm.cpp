@@ -74,10 +74,21 @@ Tensor BatchNorm2d::normalize(const Tensor& x, const ops::BatchNormSync& sync, b
   return ops::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, m, eps, sync);
 }
 
-bool BatchNorm2d::fused_relu = env_switch_on("VITRINE_FUSED_BN_RELU");
+// Constant-initialised: nothing is read from the environment at start-up. VITRINE_FUSED_BN_RELU
+// is read when a batch norm first asks (fuses_relu), and its 0 turns the fusion off whatever
+// fused_relu says, so that an A/B run's setting holds for the whole process.
+bool BatchNorm2d::fused_relu = true;
+
+namespace {
+/// fused_relu, unless the environment's VITRINE_FUSED_BN_RELU=0 turns the fusion off.
+bool fuses_relu() {
+  static const bool env = env_switch_on("VITRINE_FUSED_BN_RELU");
+  return env && BatchNorm2d::fused_relu;
+}
+}  // namespace
 
 bool BatchNorm2d::foldable() const {
-  return fused_relu && !is_training() && !GradMode::is_enabled() && track_running_stats &&
+  return fuses_relu() && !is_training() && !GradMode::is_enabled() && track_running_stats &&
          running_mean.defined() && !replaced_by_ && !has_forward_hooks() &&
          typeid(*this) == typeid(BatchNorm2d);
 }
@@ -109,7 +120,7 @@ std::pair<Tensor, Tensor> fuse_conv_bn_weights(const Tensor& conv_w, const Tenso
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
   // A subclass (SyncBatchNorm) or a replaced module: through forward, which they override.
-  if (!fused_relu || replaced_by_ || has_forward_hooks() || typeid(*this) != typeid(BatchNorm2d))
+  if (!fuses_relu() || replaced_by_ || has_forward_hooks() || typeid(*this) != typeid(BatchNorm2d))
     return ops::relu(residual.defined() ? (*this)(x) + residual : (*this)(x));
   VT_CHECK(x.dim() == 4, "BatchNorm2d: expected x [B, C, H, W], got shape {}", x.shape());
   return normalize(x, {}, true, residual);

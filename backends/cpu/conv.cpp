@@ -16,8 +16,8 @@
 
 #include "backends/cpu/conv_window.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/loops.h"
-#include "backends/cpu/sgemm.h"  // cpu_has_avx512
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "backends/conv_algorithm.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/thread_pool.h"

@@ -45,6 +45,7 @@
 
 #include "backends/conv_algorithm.h"
 #include "backends/cpu/conv_window.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/simd.h"
 #include "backends/cpu/thread_pool.h"

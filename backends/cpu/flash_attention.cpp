@@ -56,9 +56,11 @@
 #include "backends/cpu/flash_attention.h"
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/loops.h"
-#include "backends/cpu/sgemm.h"
+#include "backends/cpu/sgemm.h"  // gemm_policy
 #include "backends/cpu/simd.h"
+#include "backends/env_switch.h"
 
 namespace vitrine::cpu {
 
@@ -98,11 +100,6 @@ void tile_gemm_plain(int64_t M, int64_t n, int64_t K, const T* a, int64_t am, in
 }
 
 #if VT_FLASH_X86
-bool cpu_has_avx2_fma() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
 /// The micro-kernel: an MR x (8 NV) block of C in MR * NV registers, over the whole depth K.
 template <int MR, int NV>
 __attribute__((target("avx2,fma"))) inline void micro_avx2(int64_t K, const float* a, int64_t am,
@@ -496,8 +493,7 @@ namespace {
 std::atomic<int> g_mode{-1};
 
 FlashMode mode_from_env() {
-  const char* v = std::getenv("VITRINE_CPU_FLASH_ATTENTION");
-  const std::string_view s = v ? v : "auto";
+  const std::string_view s = env_value("VITRINE_CPU_FLASH_ATTENTION", "auto");
   VT_CHECK(s == "0" || s == "1" || s == "auto",
            "VITRINE_CPU_FLASH_ATTENTION: expected 0 (off), 1 (on) or auto, got '{}'", s);
   return s == "0" ? FlashMode::Off : s == "1" ? FlashMode::On : FlashMode::Auto;

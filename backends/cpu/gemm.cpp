@@ -8,6 +8,7 @@
 #include <cblas.h>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/simd.h"
@@ -170,7 +171,8 @@ namespace vitrine {
 CpuGemmInfo cpu_gemm_info() {
   CpuGemmInfo info;
   info.openblas_core = openblas_get_corename();
-  info.openblas_current = cpu::openblas_kernels_current(info.openblas_core, cpu::cpu_has_avx512());
+  info.avx512 = cpu::cpu_has_avx512();
+  info.openblas_current = cpu::openblas_kernels_current(info.openblas_core, info.avx512);
   switch (cpu::gemm_policy()) {
     case cpu::GemmPolicy::Off:
       info.own_gemm = "none (no AVX-512, or VITRINE_GEMM=openblas)";
@@ -184,6 +186,11 @@ CpuGemmInfo cpu_gemm_info() {
       break;
   }
   return info;
+}
+
+bool cpu_own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
+                   const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc) {
+  return cpu::own_sgemm(M, N, K, a, lda, a_trans, b, ldb, b_trans, c, ldc, false);
 }
 
 }  // namespace vitrine

@@ -29,9 +29,11 @@
 #include <string_view>
 #include <utility>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/simd.h"
 #include "backends/cpu/thread_pool.h"
+#include "backends/env_switch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -52,15 +54,6 @@ bool openblas_kernels_current(std::string_view core, bool avx512) {
     if (is(set)) return true;
   // The AVX2 sets are current only where there is nothing wider to run.
   return !avx512 && (is("haswell") || is("zen"));
-}
-
-bool cpu_has_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") != 0;
-#else
-  return false;
-#endif
 }
 
 GemmPolicy gemm_policy_for(std::string_view env, bool avx512, std::string_view openblas_core) {
@@ -342,8 +335,7 @@ void run_units(int64_t u0, int64_t u1, int64_t M, int64_t N, int64_t K, const fl
 
 GemmPolicy gemm_policy() {
   static const GemmPolicy policy = [] {
-    const char* env = std::getenv("VITRINE_GEMM");
-    return gemm_policy_for(env != nullptr ? env : "", cpu_has_avx512(), openblas_get_corename());
+    return gemm_policy_for(env_value("VITRINE_GEMM"), cpu_has_avx512(), openblas_get_corename());
   }();
   return policy;
 }

@@ -10,7 +10,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "backends/backend.h"  // Activation
+#include "backends/backend.h"           // Activation
+#include "backends/cpu/cpu_features.h"  // cpu_has_avx512, for gemm_policy_for's callers
 
 namespace vitrine::cpu {
 
@@ -28,8 +29,6 @@ GemmPolicy gemm_policy();
 /// SmallWeights when OpenBLAS's kernels are current for an AVX-512 CPU, All when they are a
 /// fallback (Prescott on an Emerald Rapids Xeon, Haswell on a Zen 5).
 GemmPolicy gemm_policy_for(std::string_view env, bool avx512, std::string_view openblas_core);
-/// Whether this CPU runs AVX-512 (AVX512F), as the loader's ifuncs see it.
-bool cpu_has_avx512();
 
 /// The first n of 16 lanes as an AVX-512 mask's bits (all for n >= 16, none for n <= 0): the own
 /// GEMM's and the direct convolutions' masked loads and stores of a row's end.

@@ -206,31 +206,6 @@ VT_SIMD_CLONES void softmax_backward_row(const float* y, const float* dy, float*
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] * (dy[i] - s);
 }
 
-VT_SIMD_CLONES void log_softmax_row(const float* x, float* y, int64_t n) {
-  float m = -__builtin_inff();
-#pragma omp simd reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
-    // A NaN is skipped by the max but propagates through the sum (exp_approx keeps it). The
-    // exponentials go through y (a loop that stores vectorises where one that sums them does not).
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = exp_approx(x[i] - m);
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += y[i];
-  const float shift = m + std::log(s);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
-}
-
-VT_SIMD_CLONES void log_softmax_backward_row(const float* y, const float* dy, float* dx,
-                                             int64_t n) {
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += dy[i];
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] - exp_approx(y[i]) * s;
-}
-
 VT_SIMD_CLONES double exp_shifted_row(const float* x, float* e, int64_t n, float* max) {
   float m = -__builtin_inff();
 #pragma omp simd reduction(max : m)
@@ -242,6 +217,25 @@ VT_SIMD_CLONES double exp_shifted_row(const float* x, float* e, int64_t n, float
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(e[i]);
   *max = m;
   return s;
+}
+
+VT_SIMD_CLONES void log_softmax_row(const float* x, float* y, int64_t n) {
+  // A NaN is skipped by the max but propagates through the sum (exp_approx keeps it). The
+  // exponentials go through y (a loop that stores vectorises where one that sums them does not).
+  float m = 0;
+  const double s = exp_shifted_row(x, y, n, &m);
+  const float shift = m + static_cast<float>(std::log(s));
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
+}
+
+VT_SIMD_CLONES void log_softmax_backward_row(const float* y, const float* dy, float* dx,
+                                             int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += dy[i];
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] - exp_approx(y[i]) * s;
 }
 
 VT_SIMD_CLONES void layer_norm_row(const float* x, const float* w, const float* b, float eps,

@@ -23,8 +23,7 @@ namespace {
 bool epilogue_act(const Backend::GemmEpilogue& ep) {
   if (ep.act == Activation::GELU || (!ep.gelu_out && !ep.gelu_pre)) return true;
   static const bool on = [] {
-    const char* v = std::getenv("VITRINE_CUDA_FUSED_ACT");
-    const std::string_view s = v ? v : "";
+    const std::string_view s = env_value("VITRINE_CUDA_FUSED_ACT");
     VT_CHECK(s.empty() || s == "0" || s == "1",
              "VITRINE_CUDA_FUSED_ACT: '{}' is not a switch value (expected 1 to fuse the tanh "
              "GELU, ReLU and SiLU into the products' epilogues, or 0 not to)",

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "backends/env_switch.h"
 #include "backends/generator.h"
 
 namespace vitrine::nn::data {
@@ -51,8 +52,8 @@ std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> split(
 }
 
 std::string fashion_mnist_dir() {
-  const char* env = std::getenv("VITRINE_FASHION_MNIST");
-  return env && *env ? env : "/usr/share/datasets/fashion-mnist";
+  const std::string_view env = env_value("VITRINE_FASHION_MNIST");
+  return env.empty() ? "/usr/share/datasets/fashion-mnist" : std::string(env);
 }
 
 }  // namespace vitrine::nn::data

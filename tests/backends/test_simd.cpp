@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "backends/cpu/sgemm.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/simd.h"
 #include "test_util.h"
 

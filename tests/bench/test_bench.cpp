@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/sgemm.h"
 #include "backends/cpu/thread_wait.h"
 #include "models/resnet.h"

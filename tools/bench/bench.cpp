@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "autograd/grad_mode.h"
-#include "backends/cpu/sgemm.h"
+#include "backends/gemm_info.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
 
@@ -150,7 +150,7 @@ __attribute__((target("avx512f"))) float fma_chains(int64_t iters) {
 
 double fma_peak_gflops(int threads) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (!cpu::cpu_has_avx512() || threads < 1) return 0;
+  if (!cpu_gemm_info().avx512 || threads < 1) return 0;
   constexpr int64_t kIters = 5'000'000;  // about 0.05 s at 2.5 GHz
   double best = 0;
   for (int r = 0; r < 3; ++r) {  // the best of three: a peak, not a moment of a busy host
@@ -196,8 +196,8 @@ double own_sgemm_gflops(const Product& p, int64_t repeats, int64_t steps) {
   const int64_t lda = p.a_trans ? p.M : p.K, ldb = p.b_trans ? p.K : p.N;
   bool taken = true;
   const auto call = [&] {
-    taken = cpu::own_sgemm(p.M, p.N, p.K, a.data(), lda, p.a_trans, b.data(), ldb, p.b_trans,
-                           c.data(), p.N, false);
+    taken = cpu_own_sgemm(p.M, p.N, p.K, a.data(), lda, p.a_trans, b.data(), ldb, p.b_trans,
+                          c.data(), p.N);
   };
   call();
   if (!taken) return 0;

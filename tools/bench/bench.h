@@ -71,9 +71,9 @@ struct Product {
 ///   dx       dy W    [rows, in]  = [rows, out] [out, in]
 ///   dW       dy^T x  [out, in]   = [out, rows] [rows, in]   (A transposed)
 std::vector<Product> block_products(const models::ViTConfig& c, int64_t batch);
-/// The own GEMM's (backends/cpu/sgemm.h) best GFLOP/s on p, on the pool's threads: the fastest
-/// of `repeats` timings of `steps` calls, after one untimed call. 0 when it does not take the
-/// product (no AVX-512, VITRINE_GEMM=openblas, a shape or weight it is not made for).
+/// The own GEMM's (cpu_own_sgemm, backends/gemm_info.h) best GFLOP/s on p, on the pool's threads:
+/// the fastest of `repeats` timings of `steps` calls, after one untimed call. 0 when it does not
+/// take the product (no AVX-512, VITRINE_GEMM=openblas, a shape or weight it is not made for).
 double own_sgemm_gflops(const Product& p, int64_t repeats = 7, int64_t steps = 20);
 
 /// The resident set now and its peak so far (getrusage), in MiB.

@@ -29,6 +29,9 @@
 #include "nn/nn.h"
 #include "ops/ops.h"
 #include "tools/bench/bench.h"
+// The tools' libraries, each through its installed public API (CMakeLists.txt's install rules):
+// vitrine::tools_common's files.h, vitrine::explain's explain.h (the methods, timed by --what
+// explain) and vitrine::train's config.h (a model spec from a config and --set overrides).
 #include "tools/common/files.h"
 #include "tools/explain/explain.h"
 #include "tools/train/config.h"
