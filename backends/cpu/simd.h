@@ -109,7 +109,7 @@ void activation_backward(Activation act, const float* x, const float* dy, float*
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n, float scale);
 /// dx = y (dy - sum(dy y)) over one row of n.
 void softmax_backward_row(const float* y, const float* dy, float* dx, int64_t n);
-/// y = x - max - log(sum e^{x - max}) over one row of n (the sum in float SIMD lanes).
+/// y = x - max - log(sum e^{x - max}) over one row of n (exp_shifted_row's sum, in double lanes).
 void log_softmax_row(const float* x, float* y, int64_t n);
 /// dx = dy - e^y sum(dy) over one row of n (y = log_softmax(x)).
 void log_softmax_backward_row(const float* y, const float* dy, float* dx, int64_t n);
