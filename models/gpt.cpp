@@ -61,7 +61,10 @@ GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
              j["preset"].dump());
     c = preset(j["preset"].get<std::string>());
   }
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named copies, not structured bindings: clang 14 cannot capture those in the lambdas.
+    const std::string key = item.key();
+    const nlohmann::json& value = item.value();
     auto integer = [&](int64_t& field) {
       VT_CHECK(value.is_number_integer(), "GPTConfig: \"{}\" must be an integer, got {}", key,
                value.dump());

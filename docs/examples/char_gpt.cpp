@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <ranges>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -126,8 +125,9 @@ std::string sample(GPT& model, const Vocab& vocab, const std::string& prompt, in
   const Tensor out =
       model.generate(ops::from_vector(ids, {1, static_cast<int64_t>(ids.size())}), options);
   std::string text = prompt;
-  for (int64_t id : out.to_vector<int64_t>() | std::views::drop(ids.size()))
-    text += static_cast<char>(vocab.chars[static_cast<size_t>(id)]);
+  const std::vector<int64_t> all = out.to_vector<int64_t>();
+  for (size_t i = ids.size(); i < all.size(); ++i)
+    text += static_cast<char>(vocab.chars[static_cast<size_t>(all[i])]);
   return text;
 }
 

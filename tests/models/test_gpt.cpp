@@ -57,7 +57,9 @@ TEST_CASE("GPT: logits, loss and every gradient equal Hugging Face's GPT-2 (PyTo
   CHECK(loss.item() == doctest::Approx(fx["loss"].get<double>()).epsilon(1e-5));
   loss.backward();
   int checked = 0;
-  for (const auto& [name, p] : model->named_parameters()) {
+  for (const auto& named : model->named_parameters()) {
+    const std::string& name = named.first;
+    const Tensor& p = named.second;
     INFO(name);
     REQUIRE(p.grad().defined());
     CHECK(rel_err(p.grad(), find("grad." + name)) < 1e-5);
