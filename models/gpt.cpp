@@ -157,9 +157,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& residual, KVC
       for (int64_t i = 0; i < T; ++i)
         for (int64_t j = L + i + 1; j < S; ++j)
           mask[static_cast<size_t>(i * S + j)] = -std::numeric_limits<float>::infinity();
-      y = ops::scaled_dot_product_attention(q, keys, values,
-                                            ops::from_vector(mask, {T, S}).to(x.dtype()), p, false,
-                                            std::nullopt, *gen);
+      y = ops::scaled_dot_product_attention(
+          q, keys, values, ops::from_vector(mask, {T, S}).to(x.dtype()).to(x.device()), p, false,
+          std::nullopt, *gen);
     }
   }
   y = y.transpose(1, 2).reshape({B, T, C});
