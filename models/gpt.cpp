@@ -10,6 +10,7 @@
 #include "nn/init.h"
 #include "nn/state.h"
 #include "ops/ops.h"
+#include "ops/sequence.h"
 
 namespace vitrine::models {
 
@@ -152,14 +153,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& residual, KVC
       y = ops::scaled_dot_product_attention(q, keys, values, Tensor(), p, false, std::nullopt,
                                             *gen);
     } else {
-      // Query i (position L + i) sees keys j <= L + i: an additive mask [T, S].
-      std::vector<float> mask(static_cast<size_t>(T * S), 0.0f);
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = L + i + 1; j < S; ++j)
-          mask[static_cast<size_t>(i * S + j)] = -std::numeric_limits<float>::infinity();
-      y = ops::scaled_dot_product_attention(
-          q, keys, values, ops::from_vector(mask, {T, S}).to(x.dtype()).to(x.device()), p, false,
-          std::nullopt, *gen);
+      // Query i (position L + i) sees keys j <= L + i: an additive mask [T, S], -inf above
+      // diagonal L.
+      const Tensor mask = ops::triu(
+          ops::full({T, S}, -std::numeric_limits<double>::infinity(), x.dtype(), x.device()),
+          L + 1);
+      y = ops::scaled_dot_product_attention(q, keys, values, mask, p, false, std::nullopt, *gen);
     }
   }
   y = y.transpose(1, 2).reshape({B, T, C});
