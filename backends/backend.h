@@ -199,6 +199,17 @@ class Backend {
   virtual void layer_norm_backward(const Strided& x, const Strided& w, const Strided& mean,
                                    const Strided& rstd, const Strided& dy, const Strided& dx,
                                    const Strided& dw, const Strided& db) = 0;
+  /// RMS norm over the last dim (ops::rms_norm): x, y [R, C]; w [C] (data null: none); rstd [R],
+  /// x's dtype:  rstd[r] = 1 / sqrt(mean_c x[r, c]^2 + eps),  y = x rstd w
+  /// This default composes reduce, unary and binary (backends/rms_norm_default.cpp); a backend
+  /// may fuse it into one pass over the row (the CPU does).
+  virtual void rms_norm(const Strided& x, const Strided& w, double eps, const Strided& y,
+                        const Strided& rstd);
+  /// Its backward from dy [R, C], with xhat = x rstd and g = dy w (dy when w is absent):
+  ///   dx = rstd (g - xhat mean_c(g xhat)),  dw = sum_r dy xhat
+  /// each written only when its data is non-null.
+  virtual void rms_norm_backward(const Strided& x, const Strided& w, const Strided& rstd,
+                                 const Strided& dy, const Strided& dx, const Strided& dw);
   /// logits: [N, C], target: int64 [N]; loss: [N] (0 where target == ignore_index).
   virtual void cross_entropy(const Strided& logits, const Strided& target, int64_t ignore_index,
                              double label_smoothing, const Strided& loss) = 0;

@@ -45,6 +45,11 @@ class CpuBackend final : public Backend {
   void layer_norm_backward(const Strided& x, const Strided& w, const Strided& mean,
                            const Strided& rstd, const Strided& dy, const Strided& dx,
                            const Strided& dw, const Strided& db) override;
+  // rms_norm.cpp
+  void rms_norm(const Strided& x, const Strided& w, double eps, const Strided& y,
+                const Strided& rstd) override;
+  void rms_norm_backward(const Strided& x, const Strided& w, const Strided& rstd, const Strided& dy,
+                         const Strided& dx, const Strided& dw) override;
   // batch_norm.cpp
   void batch_norm_stats(const Strided& x, const Strided& mean, const Strided& var) override;
   void batch_norm_backward_reduce(const Strided& x, const Strided& mean, const Strided& dy,
