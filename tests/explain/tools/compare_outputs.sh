@@ -22,30 +22,33 @@ run() {
   exe=$(realpath "$exe")
   cd "$out"  # relative paths: the logs and reports name them
   local common=(--samples 2 --steps 4 --am-steps 3 --threshold 0.5)
-  local all=all,activation-max,qkv
+  # The methods by name, not "all": a method added later must not change these outputs.
+  local all=attention,rollout,grad-rollout,chefer,gradcam,saliency,smoothgrad,integrated-gradients
+  local any=gradcam,saliency,smoothgrad,integrated-gradients
   # A ViT on grey pictures: every method with the defaults, then with other options.
   "$exe" --checkpoint random:fmnist --seed 3 "$images/grey.png" "$images/dino_301x203.png" \
-    --method "$all" "${common[@]}" --out "vit" >"vit.log"
+    --method "$all,activation-max,qkv" "${common[@]}" --out "vit" >"vit.log"
   "$exe" --checkpoint random:fmnist --seed 4 "$images/dino_301x203.png" \
-    --method "$all" "${common[@]}" --resize factor:0.2 --crop topleft --pos-interp dino --upsample nearest \
-    --layer 1 --head 1 --head-fusion max --discard-ratio 0.5 --ig-method trapezoid \
-    --baseline blur --sigma 0.3 --patch 1,2 --neuron 5 --jitter 2 --l2 0.01 --target 3 \
+    --method "$all,activation-max,qkv" "${common[@]}" --resize factor:0.2 --crop topleft \
+    --pos-interp dino --upsample nearest --layer 1 --head 1 --head-fusion max --discard-ratio 0.5 \
+    --ig-method trapezoid --baseline blur --sigma 0.3 --patch 1,2 --neuron 5 --jitter 2 --l2 0.01 \
+    --target 3 \
     --out "vit_options" >"vit_options.log"
   "$exe" --checkpoint random:fmnist --seed 3 "$images/grey.png" "$images/dino_301x203.png" \
-    --evaluate --samples 2 --steps 3 --sanity-count 1 --out "vit_evaluate" \
+    --evaluate --method "$all" --samples 2 --steps 3 --sanity-count 1 --out "vit_evaluate" \
     >"vit_evaluate.log"
   "$exe" --checkpoint random:fmnist --seed 3 "$images/dino_301x203.png" \
-    --evaluate --resize factor:0.2 --pos-interp dino --samples 2 --steps 3 --sanity-count 1 \
-    --out "vit_evaluate_dino" >"vit_evaluate_dino.log"
+    --evaluate --method "$all" --resize factor:0.2 --pos-interp dino --samples 2 --steps 3 \
+    --sanity-count 1 --out "vit_evaluate_dino" >"vit_evaluate_dino.log"
   if /usr/bin/python3 -c "import torch, torchvision" 2>/dev/null; then
     /usr/bin/python3 "$here/make_compare_resnet.py" "resnet.safetensors"
     "$exe" --checkpoint "resnet.safetensors" "$images/baseline_420.jpg" "$images/grey.png" \
-      --method all "${common[@]}" --out "resnet" >"resnet.log"
+      --method "$any" "${common[@]}" --out "resnet" >"resnet.log"
     "$exe" --checkpoint "resnet.safetensors" "$images/baseline_420.jpg" "$images/grey.png" \
-      --method all "${common[@]}" --gradcam-layer layer3 --cell 8 --ig-method trapezoid \
+      --method "$any" "${common[@]}" --gradcam-layer layer3 --cell 8 --ig-method trapezoid \
       --baseline blur --upsample nearest --out "resnet_options" >"resnet_options.log"
     "$exe" --checkpoint "resnet.safetensors" "$images/baseline_420.jpg" "$images/grey.png" \
-      --evaluate --samples 2 --steps 3 --sanity-count 1 --out "resnet_evaluate" \
+      --evaluate --method "$any" --samples 2 --steps 3 --sanity-count 1 --out "resnet_evaluate" \
       >"resnet_evaluate.log"
     rm "resnet.safetensors"
   else
