@@ -2,9 +2,11 @@
 // own *_backward kernels) and dropout (written with ops). The fused kernels reduce over the last
 // dim of contiguous tensors, so an op moves its dim there first. The gradients that a fused
 // backward kernel returns are not differentiable again: they carry a node that refuses double
-// backward (create_graph through them is an error, not a silent zero).
+// backward (create_graph through them is an error, not a silent zero); layer_norm's backward
+// under create_graph is a composition of ops instead, so it has second derivatives.
 #include <algorithm>
 
+#include "ops/batch_tree.h"
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
@@ -47,6 +49,26 @@ Strided flat_view(const Tensor& t) {
 
 /// The kernel view of an optional operand (data == nullptr when t is undefined).
 Strided optional_view(const Tensor& t) { return t.defined() ? flat_view(t) : Strided(); }
+
+/// layer_norm's gradients as ops (differentiable again: create_graph), x and dy viewed as
+/// [R, C]:  xhat = (x - mean) rstd, g = dy w,
+///   dx = rstd (g - mean_C(g) - xhat mean_C(g xhat)),  dw = sum_R dy xhat,  db = sum_R dy
+Grads layer_norm_grads(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t rows,
+                       int64_t cols, const Dims& normalized_shape, double eps, const Needs& needs) {
+  const Tensor x2 = reshape(x, {rows, cols}), dy2 = reshape(dy, {rows, cols});
+  const Tensor xc = sub(x2, mean(x2, {1}, true));
+  const Tensor rstd = rsqrt(add(mean(mul(xc, xc), {1}, true), eps));
+  const Tensor xhat = mul(xc, rstd);
+  Grads out(3);
+  if (needs[0]) {
+    const Tensor g = w.defined() ? mul(dy2, reshape(w, {cols})) : dy2;
+    const Tensor inner = sub(sub(g, mean(g, {1}, true)), mul(xhat, mean(mul(g, xhat), {1}, true)));
+    out[0] = reshape(mul(rstd, inner), x.shape());
+  }
+  if (needs[1]) out[1] = reshape(sum(mul(dy2, xhat), {0}), normalized_shape);
+  if (needs[2]) out[2] = reshape(sum(dy2, {0}), normalized_shape);
+  return out;
+}
 
 /// softmax (or log_softmax) over the last dim of a contiguous tensor by the fused kernel.
 Tensor softmax_last(const Tensor& xt, bool log) {
@@ -106,18 +128,51 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
 
   return record(
       y, "layer_norm", {x, weight, bias},
-      [sx = save(x), sw = save(weight), mu, rstd, rows, cols, normalized_shape](
+      [sx = save(x), sw = save(weight), mu, rstd, rows, cols, normalized_shape, eps](
           const Tensor& dy, const Needs& needs) -> Grads {
         const Tensor& x = sx.get();
         const Tensor& w = sw.get();
+        if (GradMode::is_enabled())
+          return layer_norm_grads(x, w, dy, rows, cols, normalized_shape, eps, needs);
         Tensor xc = plain(x), dyc = plain(dy), wc = plain(w);
         Tensor dx = needs[0] ? empty_on(x, x.shape(), x.dtype()) : Tensor();
         Tensor dw = needs[1] ? empty_on(x, normalized_shape, x.dtype()) : Tensor();
         Tensor db = needs[2] ? empty_on(x, normalized_shape, x.dtype()) : Tensor();
-        x.backend().layer_norm_backward(rows_view(xc, rows, cols), optional_view(wc), mu.strided(),
-                                        rstd.strided(), rows_view(dyc, rows, cols),
-                                        dx.defined() ? rows_view(dx, rows, cols) : Strided(),
-                                        optional_view(dw), optional_view(db));
+        // dw and db sum over the rows: in the batch's fixed tree (ops/batch_tree.h) when the rows
+        // are x's dim 0 entries (x [B, ..., normalized_shape]); dx alone on the whole batch.
+        const int64_t items = x.dim() > normalized_shape.size() ? x.size(0) : 1;
+        if ((dw.defined() || db.defined()) && rows % std::max<int64_t>(items, 1) == 0 &&
+            detail::use_batch_tree(x, items)) {
+          const int64_t per = rows / items;
+          std::vector<Dims> shapes;
+          if (dw.defined()) shapes.push_back(normalized_shape);
+          if (db.defined()) shapes.push_back(normalized_shape);
+          const auto sums = detail::batch_tree_sum(
+              x, items, shapes, x.dtype(),
+              [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
+                const int64_t r0 = begin * per, n = count * per;
+                const auto part = [&](int i) { return flat_view(parts[i]); };
+                x.backend().layer_norm_backward(
+                    rows_view(narrow(xc.reshape({rows, cols}), 0, r0, n), n, cols),
+                    optional_view(wc), narrow(mu, 0, r0, n).strided(),
+                    narrow(rstd, 0, r0, n).strided(),
+                    rows_view(narrow(dyc.reshape({rows, cols}), 0, r0, n), n, cols), Strided(),
+                    dw.defined() ? part(0) : Strided(),
+                    db.defined() ? part(dw.defined() ? 1 : 0) : Strided());
+              });
+          if (dw.defined()) dw = sums[0];
+          if (db.defined()) db = sums[dw.defined() ? 1 : 0];
+          if (dx.defined())
+            x.backend().layer_norm_backward(rows_view(xc, rows, cols), optional_view(wc),
+                                            mu.strided(), rstd.strided(),
+                                            rows_view(dyc, rows, cols), rows_view(dx, rows, cols),
+                                            Strided(), Strided());
+        } else {
+          x.backend().layer_norm_backward(rows_view(xc, rows, cols), optional_view(wc),
+                                          mu.strided(), rstd.strided(), rows_view(dyc, rows, cols),
+                                          dx.defined() ? rows_view(dx, rows, cols) : Strided(),
+                                          optional_view(dw), optional_view(db));
+        }
         auto refuse = [&](const Tensor& g) {
           return g.defined() ? no_double_backward(g, "layer_norm_backward", {x, w, dy}) : g;
         };

@@ -34,6 +34,13 @@ Tensor instance_norm(const Tensor& x, const Tensor& running_mean = Tensor(),
 Tensor rms_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight = Tensor(),
                 std::optional<double> eps = std::nullopt);
 
+/// Whether rms_norm and group_norm run on their fused kernels (Backend::rms_norm, and batch
+/// norm's statistics and channel_affine for group_norm) or as the compositions of ops they are
+/// checked against (layer_norm's kernel and elementwise ops for group_norm). On by default; the
+/// environment's VITRINE_FUSED_NORMS=0 turns it off; set_fused_norms overrides both (an A/B).
+bool fused_norms();
+void set_fused_norms(bool on);
+
 /// torch.finfo(dtype).eps: 2^-23 for float32, 2^-52 for float64, 2^-7 bfloat16, 2^-10 float16.
 double finfo_eps(DType dtype);
 
