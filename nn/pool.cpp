@@ -18,7 +18,29 @@ MaxPool2d::MaxPool2d(Size2 k, std::optional<Size2> s, Size2 p)
 
 Tensor MaxPool2d::forward(const Tensor& x) { return ops::max_pool2d(x, kernel, stride, padding); }
 
+ops::ValuesIndices MaxPool2d::forward_with_indices(const Tensor& x) {
+  return ops::max_pool2d_with_indices(x, kernel, stride, padding);
+}
+
 std::string MaxPool2d::extra_repr() const {
+  return fmt::format("kernel_size={}, stride={}, padding={}", pair_repr(kernel), pair_repr(stride),
+                     pair_repr(padding));
+}
+
+MaxUnpool2d::MaxUnpool2d(Size2 k, std::optional<Size2> s, Size2 p)
+    : kernel(k.pair()), stride(s.value_or(k).pair()), padding(p.pair()) {}
+
+Tensor MaxUnpool2d::forward(const Tensor& x, const Tensor& indices, const Dims& output_size) {
+  return ops::max_unpool2d(x, indices, kernel, stride, padding, output_size);
+}
+
+Tensor MaxUnpool2d::forward(const Tensor&) {
+  fail(
+      "MaxUnpool2d: forward needs the indices that MaxPool2d::forward_with_indices returned: "
+      "call forward(x, indices) or forward(x, indices, output_size)");
+}
+
+std::string MaxUnpool2d::extra_repr() const {
   return fmt::format("kernel_size={}, stride={}, padding={}", pair_repr(kernel), pair_repr(stride),
                      pair_repr(padding));
 }

@@ -1,9 +1,10 @@
-// Pooling layers and Flatten, as torch.nn names them: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d.
-// Each is its op (ops/pool.cpp) with the sizes kept; none has parameters.
+// Pooling layers and Flatten, as torch.nn names them: MaxPool2d, MaxUnpool2d, AvgPool2d,
+// AdaptiveAvgPool2d. Each is its op (ops/pool.cpp) with the sizes kept; none has parameters.
 #pragma once
 #include <optional>
 
 #include "nn/layers.h"
+#include "ops/pool.h"
 
 namespace vitrine::nn {
 
@@ -14,7 +15,26 @@ class MaxPool2d : public Module {
   explicit MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt,
                      Size2 padding = 0);
   Tensor forward(const Tensor& x) override;
+  /// PyTorch's MaxPool2d(..., return_indices=True)(x): the maxima and their flat indices per
+  /// plane (ops::max_pool2d_with_indices), what MaxUnpool2d takes.
+  ops::ValuesIndices forward_with_indices(const Tensor& x);
   std::string type_name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+  std::pair<int64_t, int64_t> kernel, stride, padding;
+};
+
+/// The inverse of MaxPool2d (ops::max_unpool2d): x [B, C, H, W] or [C, H, W] and the indices
+/// MaxPool2d::forward_with_indices gave -> zeros of [B, C, OH, OW] with x's values at the indices,
+/// OH = (H - 1) s - 2 p + k unless output_size ([OH, OW] or [B, C, OH, OW]) says otherwise.
+/// stride defaults to the kernel, as PyTorch's.
+class MaxUnpool2d : public Module {
+ public:
+  explicit MaxUnpool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt,
+                       Size2 padding = 0);
+  Tensor forward(const Tensor& x, const Tensor& indices, const Dims& output_size = {});
+  /// An error: MaxUnpool2d needs the indices (forward(x, indices)).
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "MaxUnpool2d"; }
   std::string extra_repr() const override;
   std::pair<int64_t, int64_t> kernel, stride, padding;
 };

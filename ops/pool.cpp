@@ -10,9 +10,13 @@
 // Stacking the k_h k_w slices on a new dim 2 gives the windows [B, C, k_h k_w, OH, OW]; max over
 // that dim is max pooling (its gradient goes to the first maximum in the window's row-major
 // order, as PyTorch's max_pool2d, because ops::max(x, dim) sends it to the first index), the mean
-// is average pooling.
+// is average pooling. max_pool2d_with_indices also returns where each maximum is (flat h W + w per
+// plane), and max_unpool2d writes values back at such indices (a scatter; its gradient a gather).
+#include "ops/pool.h"
+
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "ops/helpers.h"
 
@@ -69,6 +73,30 @@ Tensor padded(const Tensor& x, const Window& w, double value) {
   return pad(x, {w.pw, w.pw, w.ph, w.ph}, value);
 }
 
+/// The maxima of x [B, C, H, W] with, when a gradient is wanted, a node scattering dy onto their
+/// flat indices per plane (gather's gradient; no window copies).
+Tensor record_max_pool(const Tensor& values, const Tensor& index, const Tensor& x) {
+  const Dims in = x.shape();
+  const int64_t planes = in[0] * in[1];
+  return record(
+      values, "max_pool2d", {x},
+      [in, planes, si = save(reshape(index, {planes, -1}))](const Tensor& dy,
+                                                            const Needs&) -> Grads {
+        const Tensor d2 = reshape(dy.contiguous(), {planes, -1});
+        return {reshape(detail::scatter_add_into({planes, in[2] * in[3]}, 1, si.get(), d2), in)};
+      });
+}
+
+/// The maxima by the backend's kernel (values, and indices when index is defined); false where
+/// the backend has none.
+bool pool_kernel(const Tensor& x, const Window& w, const Tensor& values, const Tensor& index) {
+  const Tensor xc = contiguous(x);
+  return x.backend().max_pool2d(xc.strided(), values.strided(),
+                                index.defined() ? index.strided() : Strided(),
+                                ConvGeometry{x.size(1), x.size(2), x.size(3), w.kh, w.kw, w.sh,
+                                             w.sw, w.ph, w.pw, w.oh, w.ow});
+}
+
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, std::pair<int64_t, int64_t> kernel,
@@ -77,28 +105,114 @@ Tensor max_pool2d(const Tensor& x, std::pair<int64_t, int64_t> kernel,
   if (w.kh == 1 && w.kw == 1) return squeeze(windows(x, w), 2);
   // A backend's kernel: the maxima, and where a gradient is wanted their indices too, the
   // backward scattering dy onto them (gather's gradient; no window copies).
-  const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const Tensor xc = contiguous(x);
+  const int64_t B = x.size(0), C = x.size(1);
   const bool grad = GradMode::is_enabled() && x.requires_grad();
   Tensor values = detail::empty_on(x, {B, C, w.oh, w.ow}, x.dtype());
   Tensor index = grad ? detail::empty_on(x, {B, C, w.oh, w.ow}, kInt64) : Tensor();
-  const bool done =
-      x.backend().max_pool2d(xc.strided(), values.strided(), grad ? index.strided() : Strided(),
-                             ConvGeometry{C, H, W, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.oh, w.ow});
-  if (done) {
-    if (!grad) return values;
-    const Dims in = x.shape();
-    return record(
-        values, "max_pool2d", {x},
-        [in, si = save(reshape(index, {B * C, w.oh * w.ow}))](const Tensor& dy,
-                                                              const Needs&) -> Grads {
-          const Tensor d2 = reshape(dy.contiguous(), {si.get().size(0), -1});
-          return {reshape(detail::scatter_add_into({in[0] * in[1], in[2] * in[3]}, 1, si.get(), d2),
-                          in)};
-        });
-  }
+  if (pool_kernel(x, w, values, index)) return grad ? record_max_pool(values, index, x) : values;
   const double lowest = -std::numeric_limits<double>::infinity();
   return max(windows(padded(x, w, lowest), w), 2).values;
+}
+
+ValuesIndices max_pool2d_with_indices(const Tensor& x, std::pair<int64_t, int64_t> kernel,
+                                      std::pair<int64_t, int64_t> stride,
+                                      std::pair<int64_t, int64_t> padding) {
+  const Window w = window(x, kernel, stride, padding, "max_pool2d_with_indices");
+  const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  Tensor values = detail::empty_on(x, {B, C, w.oh, w.ow}, x.dtype());
+  Tensor index = detail::empty_on(x, {B, C, w.oh, w.ow}, kInt64);
+  if (pool_kernel(x, w, values, index)) return {record_max_pool(values, index, x), index};
+  // Composed: the windows' maxima and their positions in the window, mapped to the plane's flat
+  // indices through the same windows over a plane of its own indices (padding: -1).
+  const double lowest = -std::numeric_limits<double>::infinity();
+  ValuesIndices m = max(windows(padded(x, w, lowest), w), 2);
+  NoGradGuard no_grad;
+  const Tensor plane = reshape(arange(0, static_cast<double>(H * W), 1, kFloat64), {1, 1, H, W});
+  const Tensor where = windows(padded(plane.to(x.device()), w, -1), w);  // [1, 1, kh kw, OH, OW]
+  const Tensor at =
+      gather(expand(where, {B, C, w.kh * w.kw, w.oh, w.ow}), 2, unsqueeze(m.indices, 2));
+  return {m.values, to_dtype(squeeze(at, 2), kInt64)};
+}
+
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, std::pair<int64_t, int64_t> kernel,
+                    std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding,
+                    const Dims& output_size) {
+  const char* op = "max_unpool2d";
+  detail::check_defined(x, op, "x");
+  detail::check_defined(indices, op, "indices");
+  detail::check_float(x, op);
+  VT_CHECK(x.dim() == 3 || x.dim() == 4, "{}: expected x [B, C, H, W] or [C, H, W], got shape {}",
+           op, x.shape());
+  VT_CHECK(indices.dtype() == kInt64, "{}: indices must be int64, got {} (shape {})", op,
+           dtype_name(indices.dtype()), indices.shape());
+  VT_CHECK(indices.shape() == x.shape(),
+           "{}: expected indices of the input's shape {} (max_pool2d_with_indices's), got {}", op,
+           x.shape(), indices.shape());
+  VT_CHECK(indices.device() == x.device(), "{}: x and indices are on different devices ({} and {})",
+           op, x.device().str(), indices.device().str());
+  if (x.dim() == 3)
+    return squeeze(
+        max_unpool2d(unsqueeze(x, 0), unsqueeze(indices, 0), kernel, stride, padding, output_size),
+        0);
+  const auto [kh, kw] = kernel;
+  const auto [sh, sw] = stride;
+  const auto [ph, pw] = padding;
+  VT_CHECK(kh > 0 && kw > 0, "{}: kernel sizes must be positive, got {}x{}", op, kh, kw);
+  VT_CHECK(sh > 0 && sw > 0, "{}: stride must be positive, got {}x{}", op, sh, sw);
+  VT_CHECK(ph >= 0 && pw >= 0, "{}: padding must be >= 0, got {}x{}", op, ph, pw);
+  const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  // PyTorch's _unpool_output_size: the default, or a size within a stride of it.
+  const int64_t dh = (H - 1) * sh - 2 * ph + kh, dw = (W - 1) * sw - 2 * pw + kw;
+  int64_t oh = dh, ow = dw;
+  if (!output_size.empty()) {
+    VT_CHECK(output_size.size() == 2 || output_size.size() == 4,
+             "{}: output_size must have 2 or 4 elements ([OH, OW] or [B, C, OH, OW]), got {}", op,
+             output_size);
+    oh = output_size[output_size.size() - 2];
+    ow = output_size[output_size.size() - 1];
+    VT_CHECK(dh - sh < oh && oh < dh + sh && dw - sw < ow && ow < dw + sw,
+             "{}: invalid output_size {} (the height must be between {} and {}, the width between "
+             "{} and {}, exclusive: within a stride of the default {}x{})",
+             op, output_size, dh - sh, dh + sh, dw - sw, dw + sw, dh, dw);
+  }
+  VT_CHECK(oh > 0 && ow > 0, "{}: the output size {}x{} is not positive (x shape {})", op, oh, ow,
+           x.shape());
+  const int64_t planes = B * C, n_in = H * W, n_out = oh * ow;
+  const Tensor idx = reshape(contiguous(indices), {planes, n_in});
+  Tensor src = reshape(contiguous(x.detach()), {planes, n_in});
+  {
+    // On the host: every index inside its plane, and where two entries of a plane name one
+    // output, only the last (row-major) written, as PyTorch's kernel overwrites.
+    NoGradGuard no_grad;
+    const std::vector<int64_t> flat = idx.to_vector<int64_t>();
+    std::vector<int64_t> stamp(static_cast<size_t>(n_out), -1), owner(static_cast<size_t>(n_out));
+    std::vector<double> keep;
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t i = 0; i < n_in; ++i) {
+        const int64_t e = p * n_in + i, k = flat[static_cast<size_t>(e)];
+        VT_CHECK(k >= 0 && k < n_out,
+                 "{}: found an invalid max index {} (at flat position {} of indices of shape {}); "
+                 "the output planes are {}x{}, so indices must be in [0, {})",
+                 op, k, e, indices.shape(), oh, ow, n_out);
+        if (stamp[static_cast<size_t>(k)] == p) {
+          if (keep.empty()) keep.assign(flat.size(), 1.0);
+          keep[static_cast<size_t>(owner[static_cast<size_t>(k)])] = 0.0;
+        }
+        stamp[static_cast<size_t>(k)] = p;
+        owner[static_cast<size_t>(k)] = e;
+      }
+    if (!keep.empty()) src = mul(src, from_vector(keep, {planes, n_in}, x.dtype()).to(x.device()));
+  }
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = reshape(detail::scatter_add_into({planes, n_out}, 1, idx, src), {B, C, oh, ow});
+  }
+  const Dims in = x.shape();
+  return record(y, op, {x}, [in, planes, si = save(idx)](const Tensor& dy, const Needs&) -> Grads {
+    const Tensor d2 = reshape(dy.contiguous(), {planes, -1});
+    return {reshape(gather(d2, 1, si.get()), in)};
+  });
 }
 
 Tensor avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> kernel,
