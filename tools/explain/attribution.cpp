@@ -194,9 +194,14 @@ Attribution integrated_gradients(nn::Module& model, const Tensor& images,
   return out;
 }
 
-Tensor attribution_map(const Attribution& a, Method m) {
+Tensor attribution_map(const Attribution& a, const Method& m) {
+  return attribution_map(
+      a, m.name() == "saliency" ? ChannelReduction::MaxAbs : ChannelReduction::SumAbs);
+}
+
+Tensor attribution_map(const Attribution& a, ChannelReduction reduction) {
   Tensor v = ops::abs(a.values);
-  if (m == Method::Saliency) {  // max over channels
+  if (reduction == ChannelReduction::MaxAbs) {  // max over channels
     Tensor best = v.select(1, 0);
     for (int64_t c = 1; c < v.size(1); ++c) best = ops::maximum(best, v.select(1, c));
     return best.contiguous().to(kFloat32);

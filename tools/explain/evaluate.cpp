@@ -456,12 +456,18 @@ EvalResult evaluate(nn::Module& model, const std::string& gradcam_layer, const M
   VT_CHECK(o.cell >= 1, "explain: the cell size must be positive, got {}", o.cell);
   Explainer ex;
   ex.patch = o.cell;
+  // explain's one entry point, as the ViT's (the request names Grad-CAM's layer).
   ex.run = [&o, &gradcam_layer](nn::Module& m, const Tensor& x, const std::vector<int64_t>& t,
                                 std::vector<int64_t>& resolved) {
-    nn::Module* layer = gradcam_layer.empty() ? nullptr : &submodule(m, gradcam_layer);
-    std::vector<Explanation> out = explain(m, layer, x, t, o.methods, o.explain, o.cell, &resolved);
-    for (Explanation& e : out) e.grid = patch_mean(e.raw, o.cell);  // one grid for every method
-    return out;
+    Result r = explain(m, {.images = x,
+                           .targets = t,
+                           .methods = o.methods,
+                           .options = o.explain,
+                           .gradcam_layer = gradcam_layer,
+                           .cell = o.cell});
+    resolved = r.targets;
+    for (Explanation& e : r.explanations) e.grid = patch_mean(e.raw, o.cell);  // one grid for all
+    return std::move(r.explanations);
   };
   if (build) {
     ex.steps = randomisation_steps(model);

@@ -10,6 +10,9 @@
 // directly. Two methods are named only (not in "all"): activation-max gives an optimised input
 // instead of a map, qkv one patch's query-key view.
 //
+// Each method is one file, tools/explain/methods/<name>.cpp, in the registry of method.h
+// (explain::methods(), find_method, parse_methods); the functions below are their building blocks.
+//
 // Notation, per image: L layers, H heads, N tokens (P = prefix tokens: the class token and any
 // registers; then the gh x gw patches, row-major), A_l [H, N, N] the attention probabilities of
 // layer l (after softmax, before dropout), y_c the target score: the pre-softmax logit of the
@@ -30,35 +33,9 @@
 #include <vector>
 
 #include "models/vit.h"
+#include "tools/explain/method.h"
 
 namespace vitrine::explain {
-
-enum class Method {
-  Attention,            // "attention"
-  Rollout,              // "rollout"
-  GradRollout,          // "grad-rollout"
-  Chefer,               // "chefer"
-  GradCam,              // "gradcam"
-  Saliency,             // "saliency"
-  SmoothGrad,           // "smoothgrad"
-  IntegratedGradients,  // "integrated-gradients"
-  // Not maps of an image's relevance, so not in "all" (name them):
-  ActivationMax,  // "activation-max": an input optimised for the target class (or an MLP channel)
-  Qkv,            // "qkv": one patch's query-key scores and the values' norms, per head
-};
-std::string method_name(Method m);
-/// Every relevance-map method, in the order above (what "all" means).
-std::vector<Method> all_methods();
-/// The methods named only: activation-max, qkv.
-std::vector<Method> extra_methods();
-/// "rollout,chefer" or "all"; an unknown name is an Error listing the known ones.
-std::vector<Method> parse_methods(const std::string& list);
-/// Methods that read gradients of the input pixels (their maps are at pixel resolution).
-bool is_input_gradient(Method m);
-/// Whether a method reads the gradients of the Pass (grad-rollout, chefer, gradcam, saliency);
-/// attention and rollout need its forward only, smoothgrad and integrated gradients its targets
-/// (they run passes of their own).
-bool needs_gradients(Method m);
 
 enum class HeadFusion { Mean, Max, Min };
 /// How a patch-grid map is brought to the image's size: bilinear (align_corners=False), or
@@ -127,9 +104,6 @@ struct Options {
   /// The mean attention distance's weights (attention_distance).
   DistanceNorm distance_norm = DistanceNorm::Raw;
 };
-
-/// Methods that need a class score (a head): all but attention and rollout.
-bool needs_class_score(Method m);
 
 /// What one forward and one backward leave behind (CPU, float32, detached).
 struct Pass {
@@ -236,7 +210,10 @@ std::pair<std::vector<double>, std::vector<double>> ig_rule(IgRule rule, int64_t
 
 /// An attribution's map at pixel resolution [B, H, W]: max over channels of |a| for saliency, the
 /// sum over channels of |a| otherwise.
-Tensor attribution_map(const Attribution& a, Method m);
+Tensor attribution_map(const Attribution& a, const Method& m);
+/// How an attribution's channels become one map: max or sum over channels of |a|.
+enum class ChannelReduction { MaxAbs, SumAbs };
+Tensor attribution_map(const Attribution& a, ChannelReduction reduction);
 
 /// The patch-grid values of a pixel-resolution map [B, H, W]: the mean over each patch
 /// [B, gh, gw] (what the evaluation metrics and the grid .npy files use).
@@ -325,7 +302,7 @@ struct Explanation {
 /// token methods and saliency read it; smoothgrad and integrated gradients run their own passes
 /// for the pass's resolved targets.
 Explanation explain_method(models::VisionTransformer& model, const Tensor& images, const Pass& pass,
-                           Method method, const Options& options);
+                           const Method& method, const Options& options);
 
 // ---- the entry point (entry.cpp): every model, every method ----------------------------------
 
