@@ -541,8 +541,9 @@ TEST_CASE("vitrine-explain --serve: the page in Chromium: upload, overlays, head
                           selector))
         .get<int>();
   };
-  CHECK(count("#gallery figure") == 8);
-  CHECK(decoded("#gallery img") == 8);
+  // Every method the server reports, activation-max and qkv too.
+  CHECK(count("#gallery figure") == 10);
+  CHECK(decoded("#gallery img") == 10);
   CHECK(decoded("#heads-grid img") == 2);
   CHECK(count("#top li") == 3);
   CHECK(decoded("#overlay") == 1);
@@ -674,7 +675,7 @@ TEST_CASE(
   CHECK(page.eval("document.body.dataset.input") == "28x14");
   check_shape(2.0);
   // DINO's position-embedding interpolation: the overlay is the API's with pos_interp dino.
-  set("pos_interp", "dino");
+  set("pos-interp", "dino");
   wait();
   const auto r = post_image(
       c, bytes_of(photo),

@@ -5,15 +5,63 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
+#include <variant>
 
 #include "tools/explain/cli.h"
 
 namespace vitrine::explain::cli {
 
-void add_options(CLI::App& app, Cli& cli) {
-  // A repeated option: the last one wins, as with argparse (`--count 3 --count 2` explains 2).
-  // The options that take several values (the images, --mean, --std) collect them all.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+namespace {
+
+/// The check of an entry's range on the command line (CLI11's own where it has one).
+CLI::Validator range_check(const ex::OptionSpec& s) {
+  const bool lo = std::isfinite(s.min), hi = std::isfinite(s.max);
+  if (lo && hi && !s.min_open && !s.max_open) return CLI::Range(s.min, s.max);
+  if (lo && !hi && s.min == 0) return s.min_open ? CLI::PositiveNumber : CLI::NonNegativeNumber;
+  const std::string range =
+      fmt::format("{}{}, {}{}", s.min_open ? "(" : "[", s.min, s.max, s.max_open ? ")" : "]");
+  return CLI::Validator(
+      [s, range](std::string& input) {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(input, x)) return fmt::format("{} is not a number", input);
+        const bool below = x < s.min || (s.min_open && x == s.min);
+        const bool above = x > s.max || (s.max_open && x == s.max);
+        return below || above ? fmt::format("Value {} not in {}", input, range) : std::string();
+      },
+      range);
+}
+
+/// One entry as a CLI11 option bound to its field of values.
+void add_request_option(CLI::App& app, const ex::OptionSpec& s, ex::RequestValues& values) {
+  std::visit(
+      [&](auto get) {
+        auto& field = get(values);
+        using T = std::decay_t<decltype(field)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return;  // the server's alone (kServerOption)
+        } else {
+          CLI::Option* o = app.add_option("--" + s.name, field, s.help);
+          if constexpr (std::is_same_v<T, std::vector<float>>)
+            o->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+          else if (const nlohmann::json d = ex::option_value(s, values);
+                   !(d.is_string() && d.get<std::string>().empty()))
+            o->capture_default_str();
+          if (!s.choices.empty()) o->check(CLI::IsMember(s.choices));
+          if (std::isfinite(s.min) || std::isfinite(s.max)) o->check(range_check(s));
+          if (s.check)
+            o->check([check = s.check](const std::string& v) {
+              const std::string expected = check(v);
+              return expected.empty() ? expected : fmt::format("expected {}, got {}", expected, v);
+            });
+          if (!s.value_name.empty()) o->type_name(s.value_name);
+        }
+      },
+      s.field);
+}
+
+/// The images and the model: where they come from, where the output goes.
+void add_input_options(CLI::App& app, Cli& cli) {
   app.add_option("--checkpoint", cli.checkpoint,
                  "the model: a safetensors checkpoint (Vitrine's, timm's, torchvision's, Hugging "
                  "Face's, DINO's), or random:PRESET, an untrained ViT of a preset initialised "
@@ -35,156 +83,17 @@ void add_options(CLI::App& app, Cli& cli) {
       ->check(CLI::PositiveNumber);
   app.add_option("--input", cli.input,
                  "a .npy of the model's input [N, C, H, W] (normalised already), used exactly");
-  app.add_option("--method", cli.methods,
-                 "methods, comma-separated, or all: attention, rollout, grad-rollout, chefer, "
-                 "gradcam, saliency, smoothgrad, integrated-gradients; and, by name only, "
-                 "activation-max and qkv")
-      ->capture_default_str();
-  app.add_option("--target", cli.target,
-                 "the class explained: predicted, label (--dataset), a class index or name")
-      ->capture_default_str();
   app.add_option("--out", cli.out, "the output folder (an earlier output there is replaced)")
       ->capture_default_str();
   app.add_option("--device", cli.device, "cpu or cuda")->capture_default_str();
-  app.add_option("--resize", cli.resize,
-                 "model: as torchvision's evaluation transforms, the shorter side to the model's "
-                 "size (antialiased bilinear), then a centre crop to the model's size; stretch: "
-                 "resize to the model's size, whatever the aspect; none: keep their size, cropped "
-                 "to a multiple of the patch (--crop); factor:F: scale them by F first "
-                 "(factor:0.5, as DINO's notebooks)")
-      ->check([](const std::string& v) {
-        try {
-          return ex::valid_resize(v) ? std::string()
-                                     : fmt::format("expected {}, got {}", ex::kResizeValues, v);
-        } catch (const std::exception& e) {
-          return std::string(e.what());
-        }
-      })
-      ->type_name("model|stretch|none|factor:F")
-      ->capture_default_str();
-  app.add_option("--crop", cli.crop,
-                 "--resize none/factor: crop to a multiple of the patch at the centre or, as "
-                 "DINO's visualize_attention, at the top left")
-      ->check(CLI::IsMember({"center", "topleft"}))
-      ->capture_default_str();
-  app.add_option("--pos-interp", cli.pos_interp,
-                 "position embedding for inputs of another size: size (timm: bicubic to the "
-                 "grid) or dino (DINO's interpolate_pos_encoding)")
-      ->check(CLI::IsMember({"size", "dino"}))
-      ->capture_default_str();
-  app.add_option("--mean", cli.mean,
-                 "input normalisation mean per channel (default: the "
-                 "checkpoint's)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--normalise", cli.normalise,
-                 "input normalisation: checkpoint (its metadata, else the default for its "
-                 "naming), imagenet, or none (the pixels in [0, 1] as they are, as DINO's "
-                 "visualize_attention feeds them)")
-      ->check(CLI::IsMember({"checkpoint", "imagenet", "none"}));
-  app.add_option("--std", cli.std, "input normalisation std per channel")
-      ->check(CLI::PositiveNumber)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--layer", cli.opt.layer,
-                 "a ViT's attention, gradcam: the block (negative from the end)")
-      ->capture_default_str();
-  app.add_option("--gradcam-layer", cli.gradcam_layer,
-                 "a model other than a ViT: the submodule whose activations Grad-CAM weighs, by "
-                 "its dotted name (a ResNet: its last stage, layer3 or layer4, by default)");
-  app.add_option("--cell", cli.cell,
-                 "a model other than a ViT (no patches): the side in pixels of the squares the "
-                 "grid maps average over and --evaluate deletes")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--head", cli.opt.head, "attention: the head, -1 for the mean")
-      ->capture_default_str();
-  app.add_option("--threshold", cli.opt.threshold,
-                 "attention: DINO's mask keeping this fraction of the attention mass (0: none)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  app.add_option("--head-fusion", cli.head_fusion, "rollout: mean, max or min")
-      ->check(CLI::IsMember({"mean", "max", "min"}))
-      ->capture_default_str();
-  app.add_option("--discard-ratio", cli.opt.discard_ratio,
-                 "rollout, grad-rollout: fraction of the smallest attention entries dropped")
-      ->check(CLI::Range(0.0, 0.999999))
-      ->capture_default_str();
-  app.add_option("--steps", cli.opt.steps, "integrated-gradients: points on the path")
-      ->check(CLI::Range(1, 100000))
-      ->capture_default_str();
-  app.add_option("--ig-method", cli.ig_method, "integrated-gradients: gausslegendre or trapezoid")
-      ->check(CLI::IsMember({"gausslegendre", "trapezoid"}))
-      ->capture_default_str();
-  app.add_option("--baseline", cli.baseline,
-                 "integrated-gradients: black (a black image) or blur (Gaussian blur, kernel 11, "
-                 "sigma 5)")
-      ->check(CLI::IsMember({"black", "blur"}))
-      ->capture_default_str();
-  app.add_option("--samples", cli.opt.samples, "smoothgrad: noisy samples")
-      ->check(CLI::Range(1, 100000))
-      ->capture_default_str();
-  app.add_option("--sigma", cli.opt.sigma,
-                 "smoothgrad: noise level, a fraction of the input's value range")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
   app.add_option("--init", cli.init,
                  "--checkpoint random:PRESET's initialisation: timm (the default), torchvision, "
                  "vit-pytorch or dino (DINO's own, as its visualize_attention's random=True "
                  "draws it)")
       ->check(CLI::IsMember({"timm", "torchvision", "vit-pytorch", "dino"}));
-  app.add_option("--seed", cli.opt.seed,
-                 "the seed of smoothgrad's noise, --sample's draw, activation-max's start and "
-                 "--checkpoint random:PRESET's initialisation")
-      ->capture_default_str();
-  app.add_option("--patch", cli.patch,
-                 "qkv: the query patch as ROW,COL on the grid (default: the centre)");
-  app.add_option("--neuron", cli.opt.neuron,
-                 "activation-max: maximise this channel of block --layer's MLP hidden layer "
-                 "instead of the target's logit (-1: the logit)")
-      ->capture_default_str();
-  app.add_option("--am-steps", cli.opt.am_steps, "activation-max: gradient-ascent steps")
-      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
-      ->capture_default_str();
-  app.add_option("--am-lr", cli.opt.am_lr,
-                 "activation-max: the step, a fraction of the pixel range per normalised gradient")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--jitter", cli.opt.am_jitter,
-                 "activation-max: shift the image by up to this many pixels each step (-1: "
-                 "the image's side / 28, 8 at 224)")
-      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 20))
-      ->capture_default_str();
-  app.add_option("--blur-every", cli.opt.am_blur_every,
-                 "activation-max: a Gaussian blur every this many steps (0: none)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--blur-sigma", cli.opt.am_blur_sigma, "activation-max: the blur's sigma, pixels")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--l2", cli.opt.am_l2, "activation-max: the L2 decay's weight")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--colormap", cli.colormap, "inferno, jet or viridis")
-      ->check(CLI::IsMember({"inferno", "jet", "viridis"}))
-      ->capture_default_str();
-  app.add_option("--alpha", cli.alpha, "heatmap opacity over the image")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  app.add_option("--upsample", cli.upsample,
-                 "how a patch-grid map is brought to the image's size: bilinear, or nearest "
-                 "(each patch one block, as DINO's visualize_attention)")
-      ->check(CLI::IsMember({"bilinear", "nearest"}))
-      ->capture_default_str();
-  app.add_option("--style", cli.style,
-                 "how a map is drawn: overlay (a heat map over the image, --colormap, --alpha) or "
-                 "mask (the image multiplied by the map scaled to [0, 1])")
-      ->check(CLI::IsMember({"overlay", "mask"}))
-      ->capture_default_str();
-  app.add_option("--distance-norm", cli.distance_norm,
-                 "the mean attention distance's weights: raw (the attention as it is, the ViT "
-                 "paper's) or patches (each query's row renormalised over the patches, the class "
-                 "token dropped)")
-      ->check(CLI::IsMember({"raw", "patches"}))
-      ->capture_default_str();
+}
+
+void add_evaluate_options(CLI::App& app, Cli& cli) {
   app.add_flag("--evaluate", cli.evaluate,
                "measure the methods instead of drawing them: deletion/insertion, the pointing "
                "game and energy in the box (on fashion-mnist-pasted), sanity checks");
@@ -205,6 +114,9 @@ void add_options(CLI::App& app, Cli& cli) {
                  "in each image's own pixels: a CSV (image,x0,y0,x1,y1[,label], x1 and y1 past "
                  "the box), a JSON ({\"image.jpg\": [[x0, y0, x1, y1], ...]}) or tiny-imagenet's "
                  "val_annotations.txt (read by itself for such a folder)");
+}
+
+void add_serve_options(CLI::App& app, Cli& cli) {
   app.add_flag("--serve", cli.serve,
                "serve a page (and a JSON API) where you drop your own images and see every "
                "method, layer and head: http://127.0.0.1:8080/ by default (Ctrl-C stops)");
@@ -244,6 +156,26 @@ void add_options(CLI::App& app, Cli& cli) {
                  "(bounds images kept at their own size)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
+}
+
+}  // namespace
+
+void add_request_options(CLI::App& app, ex::RequestValues& values) {
+  for (const ex::OptionSpec& s : ex::request_options())
+    if (s.scope & ex::kCliOption) add_request_option(app, s, values);
+}
+
+void add_options(CLI::App& app, Cli& cli) {
+  // A repeated option: the last one wins, as with argparse (`--count 3 --count 2` explains 2).
+  // The options that take several values (the images, --mean, --std) collect them all.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_input_options(app, cli);
+  add_request_options(app, cli);
+  add_evaluate_options(app, cli);
+  add_serve_options(app, cli);
+  app.add_flag("--list-options", cli.list_options,
+               "print the request options (the flags above that the server also reads as JSON "
+               "fields) as a Markdown table, and exit");
 }
 
 std::vector<std::pair<std::string, std::string>> report_settings(

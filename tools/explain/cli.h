@@ -9,6 +9,7 @@
 
 #include "tools/explain/explain.h"
 #include "tools/explain/model.h"
+#include "tools/explain/options_schema.h"
 #include "tools/explain/serve.h"
 #include "tools/explain/serve_http.h"
 
@@ -20,37 +21,33 @@ namespace vitrine::explain::cli {
 
 namespace ex = vitrine::explain;
 
-struct Cli {
+/// The command line: the program's own options, and (RequestValues) one request's options, which
+/// options_schema.h names for the command line and the server alike.
+struct Cli : ex::RequestValues {
   std::string checkpoint, model_config, out = "explain", dataset, data, input, device = "cpu";
   std::vector<std::string> images;
   int64_t first = 0, count = 12, sample = 0;
-  std::string methods = "all", target = "predicted", resize = "model", crop = "center";
-  std::string pos_interp = "size";
-  std::string head_fusion = "mean", ig_method = "gausslegendre", baseline = "black";
-  std::string colormap = "inferno";
-  std::string upsample = "bilinear", style = "overlay", distance_norm = "raw";
-  std::string gradcam_layer;  // a model other than a ViT: the submodule Grad-CAM reads
-  int64_t cell = 4;           // a model other than a ViT: the grid's cell in pixels
-  double alpha = 0.5;
-  std::vector<float> mean, std;
-  std::string normalise;  // --normalise checkpoint|imagenet|none
-  std::string init;       // --init: random:PRESET's initialisation scheme
-  ex::Options opt;
+  std::string init;  // --init: random:PRESET's initialisation scheme
   // --evaluate
   bool evaluate = false;
   int64_t sanity_count = 100, patches_per_step = 4;
   std::string removal = "zero";
   std::string boxes;  // --boxes FILE
-  std::string patch;  // --patch ROW,COL (qkv)
   // --serve
   bool serve = false;
   ex::HttpOptions http;
   ex::ServeLimits limits;
   double max_body_mb = 16;
+  bool list_options = false;  // --list-options (main answers it before parsing the rest)
 };
 
-/// Every option and flag of the program, parsed into cli.
+/// Every option and flag of the program, parsed into cli: the request's options from
+/// options_schema.h (add_request_options), then the program's own.
 void add_options(CLI::App& app, Cli& cli);
+
+/// The request options of options_schema.h that the command line reads (kCliOption), as CLI11
+/// options bound to values: the flag --NAME, the entry's help, default, range or choices.
+void add_request_options(CLI::App& app, ex::RequestValues& values);
 
 /// The report's table of the settings the methods and the pictures ran with.
 std::vector<std::pair<std::string, std::string>> report_settings(

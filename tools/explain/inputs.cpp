@@ -286,35 +286,11 @@ Tensor batch_of(const std::vector<Sample>& samples) {
 
 /// The methods' options from the command line.
 ex::Options options_of(const Cli& cli, const Loaded& l) {
-  ex::Options opt = cli.opt;
-  opt.head_fusion = cli.head_fusion == "max"   ? ex::HeadFusion::Max
-                    : cli.head_fusion == "min" ? ex::HeadFusion::Min
-                                               : ex::HeadFusion::Mean;
-  opt.ig_rule = cli.ig_method == "trapezoid" ? ex::IgRule::Trapezoid : ex::IgRule::GaussLegendre;
-  opt.baseline = cli.baseline == "blur" ? ex::IgBaseline::Blur : ex::IgBaseline::Black;
+  ex::Options opt = ex::method_options(cli);
   if (cli.input.empty()) {  // with --input the baseline is exactly 0, the range [0, 1]
     opt.black = ex::black_pixel(l);
     for (size_t c = 0; c < l.mean.size(); ++c) opt.white.push_back((1 - l.mean[c]) / l.std[c]);
   }
-  opt.pos_interp = cli.pos_interp == "dino" ? models::PosInterp::Dino : models::PosInterp::Size;
-  opt.upsample = ex::parse_upsample(cli.upsample);
-  if (!cli.patch.empty()) {
-    const size_t comma = cli.patch.find(',');
-    size_t a = 0, b = 0;  // the characters each number used
-    try {
-      if (comma != std::string::npos) {
-        opt.patch_row = std::stoll(cli.patch.substr(0, comma), &a);
-        opt.patch_col = std::stoll(cli.patch.substr(comma + 1), &b);
-      }
-    } catch (const std::exception&) {
-      a = 0;
-    }
-    VT_CHECK(a == comma && a > 0 && b == cli.patch.size() - comma - 1 && b > 0 &&
-                 opt.patch_row >= 0 && opt.patch_col >= 0,
-             "--patch {}: expected ROW,COL, two whole numbers from 0 (as 3,5)", cli.patch);
-  }
-  opt.distance_norm =
-      cli.distance_norm == "patches" ? ex::DistanceNorm::Patches : ex::DistanceNorm::Raw;
   return opt;
 }
 

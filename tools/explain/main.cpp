@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 
 #include "tools/common/files.h"
 #include "tools/explain/cli.h"
@@ -251,6 +252,12 @@ int main(int argc, char** argv) {
       "any other image classifier (a ResNet)",
       "vitrine-explain"};
   add_options(app, cli);
+  // --list-options needs no checkpoint: the table, before CLI11 asks for one.
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--list-options") {
+      fmt::print("{}", ex::options_markdown());
+      return 0;
+    }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -25,59 +25,6 @@ namespace {
 
 [[noreturn]] void bad_request(const std::string& message) { throw ClientError(400, message); }
 
-const std::vector<std::string> kOptionKeys = {
-    "methods",       "target",   "layer",    "head",          "threshold", "head_fusion",
-    "discard_ratio", "steps",    "ig_rule",  "baseline",      "samples",   "sigma",
-    "seed",          "colormap", "alpha",    "resize",        "crop",      "pos_interp",
-    "heads",         "grids",    "upsample", "distance_norm", "patch",     "neuron",
-    "am_steps",      "normalise"};
-
-/// options.key as an integer in [lo, hi].
-int64_t integer_in(const json& o, const char* key, int64_t lo, int64_t hi, const char* what) {
-  const int64_t x = o.at(key).get<int64_t>();  // the caller checked that it is an integer
-  if (x < lo || x > hi)
-    bad_request(
-        fmt::format("option {}: {} is out of range: expected {} to {} ({})", key, x, lo, hi, what));
-  return x;
-}
-
-int64_t integer_option(const json& o, const char* key, int64_t lo, int64_t hi, const char* what) {
-  const json& v = o.at(key);
-  if (!v.is_number_integer())
-    bad_request(fmt::format("option {}: expected a whole number from {} to {} ({}), got {}", key,
-                            lo, hi, what, nn::json_brief(v)));
-  return integer_in(o, key, lo, hi, what);
-}
-
-double number_option(const json& o, const char* key, double lo, double hi, bool hi_open,
-                     const char* what) {
-  const json& v = o.at(key);
-  if (!v.is_number())
-    bad_request(
-        fmt::format("option {}: expected a number ({}), got {}", key, what, nn::json_brief(v)));
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi || (hi_open && x == hi))
-    bad_request(fmt::format("option {}: {} is out of range: expected {} in [{}, {}{}", key, x, what,
-                            lo, hi, hi_open ? ")" : "]"));
-  return x;
-}
-
-std::string choice_option(const json& o, const char* key, const std::vector<std::string>& choices) {
-  const json& v = o.at(key);
-  if (!v.is_string() ||
-      std::find(choices.begin(), choices.end(), v.get<std::string>()) == choices.end())
-    bad_request(fmt::format("option {}: expected one of {}, got {}", key, fmt::join(choices, ", "),
-                            nn::json_brief(v)));
-  return v.get<std::string>();
-}
-
-bool bool_option(const json& o, const char* key) {
-  const json& v = o.at(key);
-  if (!v.is_boolean())
-    bad_request(fmt::format("option {}: expected true or false, got {}", key, nn::json_brief(v)));
-  return v.get<bool>();
-}
-
 /// The methods a model has: a ViT with a head every one, a backbone without one the attention
 /// methods that need no class score.
 std::vector<Method> methods_of(const LoadedModel& m) {
@@ -97,24 +44,32 @@ int64_t enlargement(int64_t h, int64_t w) {
 
 }  // namespace
 
-RequestOptions parse_request_options(std::string_view json_text, const LoadedModel& model,
-                                     const ServeLimits& limits) {
-  RequestOptions r;
-  r.methods = methods_of(model);
-  r.mean = model.mean, r.std = model.std;
-  // The integrated-gradients baseline and range of the normalisation chosen.
-  const auto set_black_white = [&r] {
-    r.method.black.clear(), r.method.white.clear();
-    for (size_t c = 0; c < r.mean.size(); ++c) {
-      r.method.black.push_back(-r.mean[c] / r.std[c]);
-      r.method.white.push_back((1 - r.mean[c]) / r.std[c]);
-    }
-  };
-  set_black_white();
-  // The defaults (50 steps, 16 samples) within --max-steps too.
-  r.method.steps = std::min(r.method.steps, limits.max_steps);
-  r.method.samples = std::min(r.method.samples, limits.max_steps);
-  if (json_text.empty()) return r;
+ServerContext server_context(const LoadedModel& model, const ServeLimits& limits) {
+  const models::ViTConfig& c = model.vit->config();
+  return {.depth = c.depth,
+          .heads = c.heads,
+          .mlp_dim = c.mlp_dim,
+          .max_steps = limits.max_steps,
+          .classes = model.classes,
+          .headless = model.headless};
+}
+
+RequestValues request_defaults(const ServeLimits& limits) {
+  RequestValues v;
+  // The defaults (50 steps, 16 samples, 64 activation-max steps) within --max-steps too.
+  v.opt.steps = std::min(v.opt.steps, limits.max_steps);
+  v.opt.samples = std::min(v.opt.samples, limits.max_steps);
+  v.opt.am_steps = std::min(v.opt.am_steps, limits.max_steps);
+  return v;
+}
+
+namespace {
+
+/// The options' JSON object, each key read through its entry of options_schema.h.
+RequestValues read_request_values(std::string_view json_text, const ServerContext& context,
+                                  const ServeLimits& limits) {
+  RequestValues v = request_defaults(limits);
+  if (json_text.empty()) return v;
   json o;
   try {
     o = nn::parse_json(std::string(json_text), "the options",
@@ -124,162 +79,88 @@ RequestOptions parse_request_options(std::string_view json_text, const LoadedMod
   }
   if (!o.is_object())
     bad_request(
-        fmt::format("the options: expected a JSON object ({{\"methods\": \"all\", ...}}), "
-                    "got {}",
+        fmt::format("the options: expected a JSON object ({{\"method\": \"all\", ...}}), got {}",
                     nn::json_brief(o)));
-  for (const auto& [key, value] : o.items())
-    if (std::find(kOptionKeys.begin(), kOptionKeys.end(), key) == kOptionKeys.end())
+  std::map<const OptionSpec*, std::string> seen;  // entry -> the key that gave it
+  for (const auto& item : o.items()) {
+    const std::string& key = item.key();
+    const OptionSpec* spec = find_request_option(key);
+    if (spec == nullptr || !(spec->scope & kServerOption))
       bad_request(fmt::format("the options: unknown option \"{}\"; the options are {}",
-                              key.substr(0, 64), fmt::join(kOptionKeys, ", ")));
-  const auto& vit = *model.vit;
-  const int64_t depth = vit.config().depth, heads = vit.config().heads;
-  if (o.contains("methods")) {
-    const json& v = o["methods"];
-    std::string list;
-    if (v.is_string()) {
-      list = v.get<std::string>();
-    } else if (v.is_array() && !v.empty()) {
-      for (const json& m : v) {
-        if (!m.is_string())
-          bad_request(
-              fmt::format("option methods: expected method names, got {}", nn::json_brief(m)));
-        list += (list.empty() ? "" : ",") + m.get<std::string>();
-      }
-    } else {
-      bad_request(fmt::format(
-          "option methods: expected \"all\", a comma-separated list or an array of names, got {}",
-          nn::json_brief(v)));
-    }
+                              key.substr(0, 64),
+                              fmt::join(request_option_names(kServerOption), ", ")));
+    if (const auto [it, fresh] = seen.emplace(spec, key); !fresh)
+      bad_request(fmt::format("the options: option {} is given twice, as \"{}\" and \"{}\"",
+                              spec->name, it->second, key));
     try {
-      r.methods = list == "all" ? methods_of(model) : parse_methods(list);
+      read_json_option(*spec, key, item.value(), context, v);
     } catch (const Error& e) {
-      bad_request(fmt::format("option methods: {}", e.what()));
+      bad_request(e.what());
     }
-    std::vector<std::string> need;
-    for (Method m : r.methods)
-      if (model.headless && needs_class_score(m)) need.push_back(method_name(m));
-    if (!need.empty())
+  }
+  return v;
+}
+
+/// The request's normalisation (mean, std) and the integrated-gradients baseline and range it
+/// gives.
+void set_normalisation(RequestOptions& r, const LoadedModel& model) {
+  const auto channels = static_cast<size_t>(model.spec.channels);
+  if (r.normalise == "imagenet") {
+    if (channels != 3)
       bad_request(
-          fmt::format("option methods: the model has no classification head (a feature "
-                      "extractor), so {} has no class score to explain; it has attention "
-                      "and rollout",
-                      fmt::join(need, ", ")));
+          fmt::format("option normalise: imagenet's mean and std are for 3 channels; "
+                      "this model takes {}",
+                      channels));
+    r.mean = models::kImageNetMean, r.std = models::kImageNetStd;
+  } else if (r.normalise == "none") {
+    r.mean.assign(channels, 0.0f), r.std.assign(channels, 1.0f);
   }
-  if (o.contains("target")) {
-    const json& v = o["target"];
-    const int64_t K = static_cast<int64_t>(model.classes.size());
-    if (model.headless) {
-      if (!(v.is_number_integer() && v.get<int64_t>() == -1))
-        bad_request(
-            "option target: the model has no classification head, so there is no class "
-            "to target");
-    } else if (v.is_string()) {
-      auto it = std::find(model.classes.begin(), model.classes.end(), v.get<std::string>());
-      if (it == model.classes.end())
-        bad_request(fmt::format("option target: {} is not a class of the model ({})",
-                                nn::json_brief(v), fmt::join(model.classes, ", ")));
-      r.target = it - model.classes.begin();
-    } else if (v.is_number_integer()) {
-      r.target = integer_in(o, "target", -1, K - 1, "a class index, or -1 for the predicted class");
-    } else {
-      bad_request(fmt::format("option target: expected a class index, -1 or a class name, got {}",
-                              nn::json_brief(v)));
-    }
+  r.method.black.clear(), r.method.white.clear();
+  for (size_t c = 0; c < r.mean.size(); ++c) {
+    r.method.black.push_back(-r.mean[c] / r.std[c]);
+    r.method.white.push_back((1 - r.mean[c]) / r.std[c]);
   }
-  Options& m = r.method;
-  if (o.contains("layer"))
-    m.layer = integer_option(o, "layer", -depth, depth - 1,
-                             "a block, negative from the end, for a model of that many blocks");
-  if (o.contains("head"))
-    m.head = integer_option(o, "head", -1, heads - 1, "a head, or -1 for the mean over heads");
-  if (o.contains("threshold"))
-    m.threshold = number_option(o, "threshold", 0, 1, false, "the fraction of attention kept");
-  if (o.contains("head_fusion")) {
-    const std::string f = choice_option(o, "head_fusion", {"mean", "max", "min"});
-    m.head_fusion = f == "max" ? HeadFusion::Max : f == "min" ? HeadFusion::Min : HeadFusion::Mean;
+}
+
+/// The methods a request names, each one the model has.
+std::vector<Method> request_methods(const std::string& list, const LoadedModel& model) {
+  std::vector<Method> methods;
+  try {
+    methods = list == "all" ? methods_of(model) : parse_methods(list);
+  } catch (const Error& e) {
+    bad_request(fmt::format("option method: {}", e.what()));
   }
-  if (o.contains("discard_ratio"))
-    m.discard_ratio = number_option(o, "discard_ratio", 0, 1, true, "the fraction discarded");
-  const std::string limit = fmt::format("steps (--max-steps {})", limits.max_steps);
-  if (o.contains("steps")) m.steps = integer_option(o, "steps", 1, limits.max_steps, limit.c_str());
-  if (o.contains("ig_rule"))
-    m.ig_rule = choice_option(o, "ig_rule", {"gausslegendre", "trapezoid"}) == "trapezoid"
-                    ? IgRule::Trapezoid
-                    : IgRule::GaussLegendre;
-  if (m.ig_rule == IgRule::Trapezoid && m.steps < 2)
+  std::vector<std::string> need;
+  for (Method m : methods)
+    if (model.headless && needs_class_score(m)) need.push_back(method_name(m));
+  if (!need.empty())
+    bad_request(
+        fmt::format("option method: the model has no classification head (a feature "
+                    "extractor), so {} has no class score to explain; it has attention "
+                    "and rollout",
+                    fmt::join(need, ", ")));
+  return methods;
+}
+
+}  // namespace
+
+RequestOptions parse_request_options(std::string_view json_text, const LoadedModel& model,
+                                     const ServeLimits& limits) {
+  const RequestValues v = read_request_values(json_text, server_context(model, limits), limits);
+  RequestOptions r;
+  r.methods = request_methods(v.methods, model);
+  r.target = v.target == "predicted" ? -1 : std::stoll(v.target);
+  r.method = method_options(v);
+  if (r.method.ig_rule == IgRule::Trapezoid && r.method.steps < 2)
     bad_request("option steps: the trapezoid rule needs at least 2 steps");
-  if (o.contains("baseline"))
-    m.baseline = choice_option(o, "baseline", {"black", "blur"}) == "blur" ? IgBaseline::Blur
-                                                                           : IgBaseline::Black;
-  const std::string slimit = fmt::format("samples (--max-steps {})", limits.max_steps);
-  if (o.contains("samples"))
-    m.samples = integer_option(o, "samples", 1, limits.max_steps, slimit.c_str());
-  if (o.contains("sigma")) m.sigma = number_option(o, "sigma", 0, 10, false, "the noise level");
-  if (o.contains("seed"))
-    m.seed = static_cast<uint64_t>(
-        integer_option(o, "seed", 0, int64_t{1} << 53, "the seed of SmoothGrad's noise"));
-  if (o.contains("colormap"))
-    r.colormap = parse_colormap(choice_option(o, "colormap", {"inferno", "jet", "viridis"}));
-  if (o.contains("alpha")) r.alpha = number_option(o, "alpha", 0, 1, false, "the opacity");
-  if (o.contains("resize")) {
-    const json& v = o["resize"];
-    const std::string s = v.is_string() ? v.get<std::string>() : std::string();
-    try {
-      if (!valid_resize(s)) throw Error("");
-    } catch (const Error&) {
-      bad_request(
-          fmt::format("option resize: expected \"model\", \"stretch\", \"none\" or "
-                      "\"factor:F\" with F in (0, 16], got {}",
-                      nn::json_brief(v)));
-    }
-    r.geometry.resize = s;
-  }
-  if (o.contains("crop")) r.geometry.crop = choice_option(o, "crop", {"center", "topleft"});
-  if (o.contains("pos_interp"))
-    m.pos_interp = choice_option(o, "pos_interp", {"size", "dino"}) == "dino"
-                       ? models::PosInterp::Dino
-                       : models::PosInterp::Size;
-  if (o.contains("upsample"))
-    m.upsample = parse_upsample(choice_option(o, "upsample", {"bilinear", "nearest"}));
-  if (o.contains("distance_norm"))
-    m.distance_norm = choice_option(o, "distance_norm", {"raw", "patches"}) == "patches"
-                          ? DistanceNorm::Patches
-                          : DistanceNorm::Raw;
-  if (o.contains("patch")) {
-    const json& v = o["patch"];
-    if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer() ||
-        v[0].get<int64_t>() < 0 || v[1].get<int64_t>() < 0)
-      bad_request(
-          fmt::format("option patch: expected [row, column] on the patch grid (qkv), got {}",
-                      nn::json_brief(v)));
-    m.patch_row = v[0].get<int64_t>();
-    m.patch_col = v[1].get<int64_t>();
-  }
-  if (o.contains("neuron"))
-    m.neuron = integer_option(o, "neuron", -1, vit.config().mlp_dim - 1,
-                              "activation-max: an MLP channel of the block, or -1 for the logit");
-  const std::string am_limit =
-      fmt::format("activation-max steps (--max-steps {})", limits.max_steps);
-  if (o.contains("am_steps"))
-    m.am_steps = integer_option(o, "am_steps", 0, limits.max_steps, am_limit.c_str());
-  m.am_steps = std::min(m.am_steps, limits.max_steps);
-  if (o.contains("normalise")) {
-    r.normalise = choice_option(o, "normalise", {"checkpoint", "imagenet", "none"});
-    const auto channels = static_cast<size_t>(model.spec.channels);
-    if (r.normalise == "imagenet") {
-      if (channels != 3)
-        bad_request(
-            fmt::format("option normalise: imagenet's mean and std are for 3 channels; "
-                        "this model takes {}",
-                        channels));
-      r.mean = models::kImageNetMean, r.std = models::kImageNetStd;
-    } else if (r.normalise == "none") {
-      r.mean.assign(channels, 0.0f), r.std.assign(channels, 1.0f);
-    }
-    set_black_white();
-  }
-  if (o.contains("heads")) r.heads = bool_option(o, "heads");
-  if (o.contains("grids")) r.grids = bool_option(o, "grids");
+  r.colormap = parse_colormap(v.colormap);
+  r.style = parse_style(v.style);
+  r.alpha = v.alpha;
+  r.geometry = {.resize = v.resize, .crop = v.crop};
+  r.heads = v.heads, r.grids = v.grids;
+  r.normalise = v.normalise;
+  r.mean = model.mean, r.std = model.std;
+  set_normalisation(r, model);
   return r;
 }
 
@@ -339,6 +220,21 @@ json ExplainService::model_info() const {
         {"client_errors", s.client_errors},
         {"pass_cache_hits", s.pass_cache_hits}}},
   };
+}
+
+json ExplainService::options_info() const {
+  // The registry's methods (method.h), each with its help and the options it reads; those this
+  // model cannot run (a backbone's: the ones that need a class score) left out.
+  json methods = json::array();
+  for (const Method* m : explain::methods()) {
+    if (model_.headless && needs_class_score(*m)) continue;
+    methods.push_back({{"name", std::string(m->name())},
+                       {"help", std::string(m->help())},
+                       {"options", m->options()},
+                       {"extra", m->extra()}});
+  }
+  return {{"options", options_report(server_context(model_, limits_), request_defaults(limits_))},
+          {"methods", methods}};
 }
 
 ServeStats ExplainService::stats() const {
@@ -439,59 +335,198 @@ std::shared_ptr<ExplainService::CachedImage> ExplainService::cached_pass(const s
   return c;
 }
 
-json ExplainService::run(std::string_view bytes, const RequestOptions& o, const std::string& name,
-                         clock::time_point deadline) {
-  const auto t_start = clock::now();
+namespace {  // the steps of ExplainService::run
+
+/// The image file's header and the model input it gives (as the request's geometry and
+/// normalisation fit it): 400, 413 or 415 for what is wrong, nothing decoded past a limit.
+struct RequestImage {
+  nn::data::DecodedImage header;
+  Sample sample;
+};
+
+RequestImage decode_request_image(std::string_view bytes, const std::string& name,
+                                  const RequestOptions& o, const LoadedModel& model,
+                                  const ServeLimits& limits) {
   if (bytes.empty())
     throw ClientError(400,
                       "no image: the request's \"image\" part is empty (send a PNG, JPEG or "
                       "BMP file)");
-  if (static_cast<int64_t>(bytes.size()) > limits_.max_body_bytes)
+  if (static_cast<int64_t>(bytes.size()) > limits.max_body_bytes)
     throw ClientError(413, fmt::format("{}: {} bytes, over the limit of {} (--max-body-mb)", name,
-                                       bytes.size(), limits_.max_body_bytes));
+                                       bytes.size(), limits.max_body_bytes));
   const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-  nn::data::DecodedImage header;
+  RequestImage out;
   const nn::data::ImageLimits any{.max_side = int64_t{1} << 30,
                                   .max_pixels = int64_t{1} << 60,
                                   .max_file_bytes = int64_t{1} << 40};
   try {
-    header = nn::data::read_image_header(data, name, any);
+    out.header = nn::data::read_image_header(data, name, any);
   } catch (const Error& e) {
     throw ClientError(415, e.what());
   }
-  const int64_t side = limits_.max_image_side;
-  if (header.width > side || header.height > side)
-    throw ClientError(413,
-                      fmt::format("{}: the {} image is {}x{} pixels, over the limit of {} a "
-                                  "side (--max-image-side {}); nothing was decoded",
-                                  name, header.format, header.width, header.height, side, side));
-  Sample sample;
+  const int64_t side = limits.max_image_side;
+  if (out.header.width > side || out.header.height > side)
+    throw ClientError(
+        413, fmt::format("{}: the {} image is {}x{} pixels, over the limit of {} a "
+                         "side (--max-image-side {}); nothing was decoded",
+                         name, out.header.format, out.header.width, out.header.height, side, side));
   try {
     const nn::data::DecodedImage d = nn::data::decode_image(
         data, name, {.max_side = side, .max_pixels = side * side, .max_file_bytes = 1LL << 40});
-    const nn::data::Image image = nn::data::to_image(d, static_cast<int>(model_.spec.channels));
+    const nn::data::Image image = nn::data::to_image(d, static_cast<int>(model.spec.channels));
     if (o.normalise == "checkpoint") {
-      sample = prepare_image(name, image, -1, o.geometry, model_);
+      out.sample = prepare_image(name, image, -1, o.geometry, model);
     } else {  // the model as loaded, with the request's normalisation
-      LoadedModel normalised = model_;
+      LoadedModel normalised = model;
       normalised.mean = o.mean, normalised.std = o.std;
-      sample = prepare_image(name, image, -1, o.geometry, normalised);
+      out.sample = prepare_image(name, image, -1, o.geometry, normalised);
     }
   } catch (const Error& e) {
     throw ClientError(400, e.what());
   }
-  const double decode_seconds = seconds_since(t_start);
-  const models::ViTConfig& c = model_.vit->config();
+  return out;
+}
+
+/// The tokens the model sees at the input's size; 413 when their attention and its gradients
+/// would take more than --max-attention-mb.
+int64_t checked_tokens(const Sample& sample, const std::string& name, const models::ViTConfig& c,
+                       const ServeLimits& limits) {
   const int64_t H = sample.input.size(1), W = sample.input.size(2);
   const int64_t tokens = c.prefix_tokens() + (H / c.patch) * (W / c.patch);
   const double attention_mb =
       2.0 * c.depth * c.heads * static_cast<double>(tokens) * tokens * 4 / (1 << 20);
-  if (attention_mb > static_cast<double>(limits_.max_attention_mb))
+  if (attention_mb > static_cast<double>(limits.max_attention_mb))
     throw ClientError(413, fmt::format("{}: at {}x{} the model sees {} tokens, whose attention "
                                        "and gradients take {:.0f} MB, over the limit of {} MB "
                                        "(--max-attention-mb); use resize \"model\" or a smaller "
                                        "factor",
-                                       name, H, W, tokens, attention_mb, limits_.max_attention_mb));
+                                       name, H, W, tokens, attention_mb, limits.max_attention_mb));
+  return tokens;
+}
+
+/// The top five classes, the predicted one and the target, with their probabilities.
+json prediction_json(const Pass& pass, const std::vector<std::string>& classes) {
+  const auto p = ops::softmax(pass.logits.to(kFloat32), -1).to_vector<double>();
+  std::vector<int64_t> order(p.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int64_t>(k);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+  json top = json::array();
+  for (size_t k = 0; k < std::min<size_t>(5, order.size()); ++k)
+    top.push_back({{"class", order[k]}, {"name", classes[order[k]]}, {"probability", p[order[k]]}});
+  const int64_t target = pass.targets.at(0);
+  return {{"top", top},
+          {"predicted", order[0]},
+          {"target", target},
+          {"target_name", classes[target]},
+          {"target_probability", p[target]}};
+}
+
+/// How the answer's maps are drawn: over the image shown, enlarged to 224 pixels or more.
+struct Drawing {
+  const Tensor& display;  // [C, H, W] in [0, 1]
+  const RequestOptions& o;
+  int64_t H, W, enlarge;
+  /// A map [H, W] in [0, 1] as a PNG data: URI.
+  std::string operator()(const Tensor& map) const {
+    return png_uri(draw_map(display, map, o.style, o.colormap, o.alpha, enlarge));
+  }
+  /// Per head [heads, gh, gw] at image resolution, each min-max scaled and drawn.
+  json per_head(const Tensor& grids) const {
+    const Tensor up = minmax(upsample(grids, H, W, o.method.upsample));
+    json pngs = json::array();
+    for (int64_t h = 0; h < up.size(0); ++h) pngs.push_back((*this)(up.select(0, h)));
+    return pngs;
+  }
+};
+
+/// One method's part of the answer: its picture (activation-max's the optimised image,
+/// un-normalised; every other method's its map), and what else it gives.
+json method_json(Method m, const Explanation& e, bool cached, const Drawing& draw) {
+  const RequestOptions& o = draw.o;
+  const auto picture = [&] {
+    return png_uri(explain::enlarge(to_rgb8(unnormalised(e.picture.select(0, 0), o.mean, o.std)),
+                                    draw.enlarge));
+  };
+  json r = {{"method", method_name(m)},
+            {"png", e.picture.defined() ? picture() : draw(e.map.select(0, 0))},
+            {"cached", cached}};
+  if (e.picture.defined())
+    r["activation_max"] = {{"start", e.start_score[0]}, {"end", e.end_score[0]}};
+  if (m == Method::Qkv) {  // per head: the query-key scores, the values' norms
+    r["patch"] = {e.query_row, e.query_col};
+    r["head_pngs"] = draw.per_head(e.heads.select(0, 0));
+    r["value_pngs"] = draw.per_head(e.values.select(0, 0));
+  }
+  if (e.mask.defined())
+    r["mask_png"] = draw(upsample(e.mask, draw.H, draw.W, o.method.upsample).select(0, 0));
+  if (!e.completeness_gap.empty()) r["completeness_gap"] = e.completeness_gap[0];
+  if (o.grids && e.grid.defined())
+    r["grid"] = {{"rows", e.grid.size(1)},
+                 {"cols", e.grid.size(2)},
+                 {"values", e.grid.to(kFloat64).contiguous().to_vector<double>()}};
+  return r;
+}
+
+/// Every head of the layer, DINO's figure; with a threshold, each head's mask.
+json heads_json(const Pass& pass, const Drawing& draw, int64_t depth) {
+  const Options& m = draw.o.method;
+  Tensor per_head;
+  (void)attention_map(pass, m.layer, -1, &per_head);
+  const Tensor heads = per_head.select(0, 0);  // [heads, gh, gw]
+  json masks = json::array();
+  if (m.threshold > 0) {
+    const Tensor mask_up = upsample(threshold_mask(heads, m.threshold), draw.H, draw.W, m.upsample);
+    for (int64_t h = 0; h < heads.size(0); ++h) masks.push_back(draw(mask_up.select(0, h)));
+  }
+  return {
+      {"layer", (m.layer + depth) % depth}, {"pngs", draw.per_head(heads)}, {"mask_pngs", masks}};
+}
+
+/// The mean attention distance [layers][heads], pixels.
+json distance_json(const Pass& pass, int64_t patch, DistanceNorm norm) {
+  const Tensor distance_lh = attention_distance(pass, patch, norm);
+  const int64_t L = distance_lh.size(0), nh = distance_lh.size(1);
+  const auto dist = distance_lh.to_vector<double>();
+  json distance = json::array();
+  for (int64_t l = 0; l < L; ++l)
+    distance.push_back(std::vector<double>(dist.begin() + l * nh, dist.begin() + (l + 1) * nh));
+  return distance;
+}
+
+}  // namespace
+
+Explanation ExplainService::method_result(CachedImage& cached, Method m, const RequestOptions& o,
+                                          bool& from_cache) {
+  // One method from the cached pass (the same call as the command line's).
+  const auto compute = [&] {
+    return explain::explain(*model_.model, {.images = cached.sample.input.unsqueeze(0),
+                                            .methods = {m},
+                                            .options = o.method,
+                                            .pass = &cached.pass})
+        .explanations.front();
+  };
+  from_cache = false;
+  if (m != Method::SmoothGrad && m != Method::IntegratedGradients) return compute();
+  // SmoothGrad's and integrated gradients' results, kept by their options.
+  const Options& p = o.method;
+  const std::string k = m == Method::SmoothGrad
+                            ? fmt::format("sg/{}/{}/{}", p.samples, p.sigma, p.seed)
+                            : fmt::format("ig/{}/{}/{}", p.steps, static_cast<int>(p.ig_rule),
+                                          static_cast<int>(p.baseline));
+  auto it = cached.slow.find(k);
+  from_cache = it != cached.slow.end();
+  if (!from_cache) it = cached.slow.emplace(k, compute()).first;
+  return it->second;
+}
+
+json ExplainService::run(std::string_view bytes, const RequestOptions& o, const std::string& name,
+                         clock::time_point deadline) {
+  const auto t_start = clock::now();
+  const RequestImage image = decode_request_image(bytes, name, o, model_, limits_);
+  const double decode_seconds = seconds_since(t_start);
+  const models::ViTConfig& c = model_.vit->config();
+  const int64_t tokens = checked_tokens(image.sample, name, c, limits_);
+  const int64_t H = image.sample.input.size(1), W = image.sample.input.size(2);
 
   // The pass: cached by the file's bytes and everything that changes it.
   const std::string key = fmt::format(
@@ -499,58 +534,33 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
       o.geometry.resize, o.geometry.crop, static_cast<int>(o.method.pos_interp), o.target,
       (o.method.layer + c.depth) % c.depth, o.normalise);
   bool hit = false;
-  std::shared_ptr<CachedImage> cached = cached_pass(key, sample, o, hit);
+  std::shared_ptr<CachedImage> cached = cached_pass(key, image.sample, o, hit);
   if (hit) {
     std::lock_guard lock(mutex_);
     ++stats_.pass_cache_hits;
   }
   const Pass& pass = cached->pass;
-  const Tensor batch = cached->sample.input.unsqueeze(0);
-  const Tensor& display = cached->sample.display;
-  const int64_t enlarge = enlargement(H, W);
+  const Drawing draw{cached->sample.display, o, H, W, enlargement(H, W)};
+  const Rgb8 shown = to_rgb8(draw.display);
 
   json out;
   out["image"] = {{"name", name},
-                  {"format", header.format},
-                  {"width", header.width},
-                  {"height", header.height}};
-  out["input"] = {{"height", H},
-                  {"width", W},
-                  {"grid", {pass.grid_h, pass.grid_w}},
-                  {"tokens", tokens},
-                  {"normalisation", {{"from", o.normalise}, {"mean", o.mean}, {"std", o.std}}},
-                  {"png", png_uri(enlarge > 1 ? explain::enlarge(to_rgb8(display), enlarge)
-                                              : to_rgb8(display))}};
+                  {"format", image.header.format},
+                  {"width", image.header.width},
+                  {"height", image.header.height}};
+  out["input"] = {
+      {"height", H},
+      {"width", W},
+      {"grid", {pass.grid_h, pass.grid_w}},
+      {"tokens", tokens},
+      {"normalisation", {{"from", o.normalise}, {"mean", o.mean}, {"std", o.std}}},
+      {"png", png_uri(draw.enlarge > 1 ? explain::enlarge(shown, draw.enlarge) : shown)}};
   out["timings"] = {{"decode", decode_seconds},
                     {hit               ? "pass (cached)"
                      : model_.headless ? "forward"
                                        : "forward + backward",
                      hit ? 0.0 : cached->pass_seconds}};
-  if (!model_.headless) {
-    const auto p = ops::softmax(pass.logits.to(kFloat32), -1).to_vector<double>();
-    std::vector<int64_t> order(p.size());
-    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int64_t>(k);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
-    json top = json::array();
-    for (size_t k = 0; k < std::min<size_t>(5, order.size()); ++k)
-      top.push_back(
-          {{"class", order[k]}, {"name", model_.classes[order[k]]}, {"probability", p[order[k]]}});
-    const int64_t target = pass.targets.at(0);
-    out["prediction"] = {{"top", top},
-                         {"predicted", order[0]},
-                         {"target", target},
-                         {"target_name", model_.classes[target]},
-                         {"target_probability", p[target]}};
-  }
-  const auto draw = [&](const Tensor& map) {  // map [H, W] in [0, 1]
-    return png_uri(draw_map(display, map, Style::Overlay, o.colormap, o.alpha, enlarge));
-  };
-  // One method from the cached pass (the same call as the command line's).
-  const auto method = [&](Method m) {
-    return explain::explain(*model_.model,
-                            {.images = batch, .methods = {m}, .options = o.method, .pass = &pass})
-        .explanations.front();
-  };
+  if (!model_.headless) out["prediction"] = prediction_json(pass, model_.classes);
   const auto check_time = [&](const std::string& next) {
     if (clock::now() > deadline)
       throw ClientError(503,
@@ -563,75 +573,18 @@ json ExplainService::run(std::string_view bytes, const RequestOptions& o, const 
   for (Method m : o.methods) {
     check_time(method_name(m));
     const auto t0 = clock::now();
-    Explanation e;
-    bool method_cached = false;
-    if (m == Method::SmoothGrad || m == Method::IntegratedGradients) {
-      const Options& p = o.method;
-      const std::string k = m == Method::SmoothGrad
-                                ? fmt::format("sg/{}/{}/{}", p.samples, p.sigma, p.seed)
-                                : fmt::format("ig/{}/{}/{}", p.steps, static_cast<int>(p.ig_rule),
-                                              static_cast<int>(p.baseline));
-      auto it = cached->slow.find(k);
-      method_cached = it != cached->slow.end();
-      if (!method_cached) it = cached->slow.emplace(k, method(m)).first;
-      e = it->second;
-    } else {
-      e = method(m);
-    }
-    // activation-max's picture is the optimised image, un-normalised; every other method a map.
-    const auto picture = [&] {
-      return png_uri(
-          explain::enlarge(to_rgb8(unnormalised(e.picture.select(0, 0), o.mean, o.std)), enlarge));
-    };
-    json r = {{"method", method_name(m)},
-              {"png", e.picture.defined() ? picture() : draw(e.map.select(0, 0))},
-              {"cached", method_cached}};
-    if (e.picture.defined())
-      r["activation_max"] = {{"start", e.start_score[0]}, {"end", e.end_score[0]}};
-    if (m == Method::Qkv) {  // per head: the query-key scores, the values' norms
-      r["patch"] = {e.query_row, e.query_col};
-      for (const auto& [key, per_head] :
-           {std::pair{"head_pngs", e.heads}, std::pair{"value_pngs", e.values}}) {
-        const Tensor up = minmax(upsample(per_head.select(0, 0), H, W, o.method.upsample));
-        json pngs = json::array();
-        for (int64_t h = 0; h < up.size(0); ++h) pngs.push_back(draw(up.select(0, h)));
-        r[key] = pngs;
-      }
-    }
-    if (e.mask.defined())
-      r["mask_png"] = draw(upsample(e.mask, H, W, o.method.upsample).select(0, 0));
-    if (!e.completeness_gap.empty()) r["completeness_gap"] = e.completeness_gap[0];
-    if (o.grids && e.grid.defined())
-      r["grid"] = {{"rows", e.grid.size(1)},
-                   {"cols", e.grid.size(2)},
-                   {"values", e.grid.to(kFloat64).contiguous().to_vector<double>()}};
+    bool from_cache = false;
+    const Explanation e = method_result(*cached, m, o, from_cache);
+    json r = method_json(m, e, from_cache, draw);
     r["seconds"] = seconds_since(t0);
     methods.push_back(std::move(r));
   }
   out["methods"] = std::move(methods);
-  if (o.heads) {  // every head of the layer, DINO's figure; with a threshold, each head's mask
+  if (o.heads) {
     check_time("the heads");
-    Tensor per_head;
-    (void)attention_map(pass, o.method.layer, -1, &per_head);
-    const Tensor heads = per_head.select(0, 0);  // [heads, gh, gw]
-    const Tensor up = minmax(upsample(heads, H, W, o.method.upsample));
-    json pngs = json::array(), masks = json::array();
-    for (int64_t h = 0; h < heads.size(0); ++h) pngs.push_back(draw(up.select(0, h)));
-    if (o.method.threshold > 0) {
-      const Tensor mask_up =
-          upsample(threshold_mask(heads, o.method.threshold), H, W, o.method.upsample);
-      for (int64_t h = 0; h < heads.size(0); ++h) masks.push_back(draw(mask_up.select(0, h)));
-    }
-    out["heads"] = {
-        {"layer", (o.method.layer + c.depth) % c.depth}, {"pngs", pngs}, {"mask_pngs", masks}};
+    out["heads"] = heads_json(pass, draw, c.depth);
   }
-  const Tensor distance_lh = attention_distance(pass, model_.patch, o.method.distance_norm);
-  const int64_t L = distance_lh.size(0), nh = distance_lh.size(1);
-  const auto dist = distance_lh.to_vector<double>();
-  json distance = json::array();
-  for (int64_t l = 0; l < L; ++l)
-    distance.push_back(std::vector<double>(dist.begin() + l * nh, dist.begin() + (l + 1) * nh));
-  out["attention_distance"] = distance;
+  out["attention_distance"] = distance_json(pass, model_.patch, o.method.distance_norm);
   return out;
 }
 

@@ -24,6 +24,7 @@
 #include "nn/data/image_decode.h"
 #include "tools/explain/explain.h"
 #include "tools/explain/model.h"
+#include "tools/explain/options_schema.h"
 #include "tools/explain/render.h"
 
 namespace vitrine::explain {
@@ -58,26 +59,12 @@ struct ClientError : Error {
       : Error(message), status(status_), retry_after(retry_after_) {}
 };
 
-/// One request's options, from the JSON object of POST /api/explain (every key optional; an
-/// unknown key, a wrong type or a value out of range is a ClientError 400 naming it):
-///   methods     "all", "attention,rollout" or ["attention", ...] (default: all the model has)
-///   target      -1 (the predicted class), a class index or a class name
-///   layer       attention and gradcam: the block, negative from the end (default -1)
-///   head        attention: a head, or -1 for the mean over heads
-///   threshold   attention: DINO's mask keeping this fraction of the mass, in [0, 1]
-///   head_fusion rollout: "mean", "max" or "min";   discard_ratio: in [0, 1)
-///   steps, ig_rule ("gausslegendre", "trapezoid"), baseline ("black", "blur"): integrated grads
-///   samples, sigma, seed: SmoothGrad
-///   colormap ("inferno", "jet", "viridis"), alpha in [0, 1]: the overlays
-///   resize ("model": the shorter side to the model's size and a centre crop, "stretch",
-///   "none", "factor:F": as --resize), crop ("center", "topleft"), pos_interp ("size",
-///   "dino"): how the image becomes the model's input
-///   normalise   "checkpoint" (the model's, as loaded: the default), "imagenet" (3-channel
-///               models) or "none" (mean 0, std 1: the pixels as they are, as DINO's
-///               visualize_attention feeds them): as --normalise
-///   upsample ("bilinear", "nearest"), distance_norm ("raw", "patches"): as the command line
-///   patch [row, column] (qkv's query patch), neuron, am_steps (activation-max, at most
-///   --max-steps): as --patch, --neuron, --am-steps
+/// One request's options, from the JSON object of POST /api/explain: every key optional, each one
+/// an entry of options_schema.h's table under the command line's name (`ig-method`, `pos-interp`)
+/// or an older spelling (`ig_rule`, `pos_interp`, `methods`); GET /api/options lists them with
+/// their types, defaults, ranges and help. An unknown key, a key given twice, a wrong type or a
+/// value out of range is a ClientError 400 naming it. The server's ranges are its model's and
+/// limits' (the layer and head of the model, at most --max-steps steps and samples). The answer:
 ///   heads       whether to draw every head of the layer (default true)
 ///   grids       whether to return each method's raw patch-grid values (default false)
 struct RequestOptions {
@@ -85,12 +72,21 @@ struct RequestOptions {
   int64_t target = -1;  // -1: the predicted class
   Options method;       // layer, head, threshold, fusion, discard, steps, samples, ...
   Colormap colormap = Colormap::Inferno;
+  Style style = Style::Overlay;
   double alpha = 0.5;
   InputGeometry geometry;
   bool heads = true, grids = false;
   std::string normalise = "checkpoint";
   std::vector<float> mean, std;  // the normalisation the image gets, one per channel
 };
+
+/// What a server's requests are checked against: its model's depth, heads, MLP width and classes,
+/// and --max-steps.
+ServerContext server_context(const LoadedModel& model, const ServeLimits& limits);
+
+/// The options a request gets for the keys it leaves out: options_schema.h's defaults, the
+/// steps and samples within --max-steps.
+RequestValues request_defaults(const ServeLimits& limits);
 
 /// Parses and checks the options JSON text (empty: the defaults) for a model.
 RequestOptions parse_request_options(std::string_view json_text, const LoadedModel& model,
@@ -112,6 +108,11 @@ class ExplainService {
   /// GET /api/model: the architecture, classes, normalisation, the methods it has, the limits.
   nlohmann::json model_info() const;
 
+  /// GET /api/options: the request options (options_schema.h: name, aliases, type, default, the
+  /// server's range, choices, help) and the methods, each with its help and the options it reads
+  /// (what the upload page builds its controls from).
+  nlohmann::json options_info() const;
+
   /// POST /api/explain: the image file's bytes (PNG, JPEG, BMP; its name for messages) and the
   /// options' JSON text. Thread-safe. Throws ClientError (400, 413, 415, 503) or Error (500).
   nlohmann::json explain(std::string_view image_bytes, std::string_view options_json,
@@ -126,6 +127,10 @@ class ExplainService {
   struct Admission;
   std::shared_ptr<CachedImage> cached_pass(const std::string& key, const Sample& sample,
                                            const RequestOptions& o, bool& hit);
+  /// One method's result for a cached image: SmoothGrad's and integrated gradients' kept by
+  /// their options (from_cache says whether it was), every other method's from the pass.
+  Explanation method_result(CachedImage& cached, Method m, const RequestOptions& o,
+                            bool& from_cache);
   nlohmann::json run(std::string_view image_bytes, const RequestOptions& o,
                      const std::string& image_name, std::chrono::steady_clock::time_point deadline);
 

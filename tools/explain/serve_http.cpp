@@ -144,6 +144,9 @@ HttpServer::HttpServer(ExplainService& service, HttpOptions options)
   svr.Get("/api/model", [&service_ref](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, service_ref.model_info());
   });
+  svr.Get("/api/options", [&service_ref](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, service_ref.options_info());
+  });
   svr.Post("/api/explain", [&service_ref](const httplib::Request& req, httplib::Response& res) {
     if (!req.is_multipart_form_data()) {
       send_error(res, 415,
@@ -182,7 +185,8 @@ HttpServer::HttpServer(ExplainService& service, HttpOptions options)
         switch (res.status) {
           case 404:
             message = fmt::format(
-                "no such page: {} {}; the server has GET /, GET /api/model and POST /api/explain",
+                "no such page: {} {}; the server has GET /, GET /api/model, GET /api/options and "
+                "POST /api/explain",
                 shown(req.method, 16), shown(req.path));
             break;
           case 413:

@@ -1,6 +1,7 @@
 // `vitrine-explain --serve`: the explanation service (serve.h) on HTTP with cpp-httplib, as
-// llama.cpp's server: one self-contained page at /, the JSON API at /api/model (GET) and
-// /api/explain (POST, multipart/form-data: the file in "image", the options' JSON in "options").
+// llama.cpp's server: one self-contained page at /, the JSON API at /api/model (GET), /api/options
+// (GET: the request options and the methods, options_schema.h) and /api/explain (POST,
+// multipart/form-data: the file in "image", the options' JSON in "options").
 // Nothing else is served: every other path, a traversal attempt included, is a 404 with a JSON
 // error, and nothing on disk is read after the model.
 //

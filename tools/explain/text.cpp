@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/env_switch.h"
 #include "backends/error.h"
 
 // stb_truetype's implementation, private to this file (STBTT_STATIC), as render.cpp does with
@@ -406,8 +407,8 @@ void Font::draw(Rgb8& image, double x, double y, const std::string& text, double
 }
 
 std::string label_font_path() {
-  const char* env = std::getenv("VITRINE_FONT");
-  return env != nullptr && *env != '\0' ? env : kDefaultFontPath;
+  const std::string_view env = env_value("VITRINE_FONT");  // unset or empty: the default
+  return env.empty() ? std::string(kDefaultFontPath) : std::string(env);
 }
 
 const Font* label_font() {
