@@ -18,6 +18,8 @@ namespace vitrine::cpu {
 namespace {
 /// At most this many row blocks hold dw/db partials (bounds their memory to 2 * 256 * C doubles).
 constexpr int64_t kMaxRowBlocks = 256;
+/// Columns of dw/db summed over the blocks per task.
+constexpr int64_t kColumnChunk = 256;
 }  // namespace
 
 // y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps)
@@ -143,14 +145,25 @@ void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const S
       }
     });
     if (!want_params) return;
-    parallel_for(cols, blocks, [&](int64_t c) {
-      double sw = 0, sb = 0;
+    // Each column's block partials added in block order, a chunk of columns a task (reading the
+    // partials row by row rather than down a column).
+    const int64_t chunks = (cols + kColumnChunk - 1) / kColumnChunk;
+    parallel_for(chunks, blocks * kColumnChunk, [&](int64_t k) {
+      const int64_t c0 = k * kColumnChunk, n = std::min(kColumnChunk, cols - c0);
+      double sw[kColumnChunk] = {}, sb[kColumnChunk] = {};
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        sw += pw[blk * cols + c];
-        sb += pb[blk * cols + c];
+        const double* qw = pw.data() + blk * cols + c0;
+        const double* qb = pb.data() + blk * cols + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < n; ++c) {
+          sw[c] += qw[c];
+          sb[c] += qb[c];
+        }
       }
-      if (dw.data) dw.ptr<T>()[c] = static_cast<T>(sw);
-      if (db.data) db.ptr<T>()[c] = static_cast<T>(sb);
+      for (int64_t c = 0; c < n; ++c) {
+        if (dw.data) dw.ptr<T>()[c0 + c] = static_cast<T>(sw[c]);
+        if (db.data) db.ptr<T>()[c0 + c] = static_cast<T>(sb[c]);
+      }
     });
   });
 }

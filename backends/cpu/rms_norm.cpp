@@ -1,8 +1,9 @@
 // CPU RMS norm over the last dim (ops::rms_norm). x, y, dy, dx: contiguous [R, C]; w, dw: [C]
 // (absent when data is null); rstd: [R], x's dtype. A row's sums accumulate in double (float32
 // included); the elementwise passes run in x's dtype, in the composition's order (y = (x rstd) w).
-// Rows run in parallel; dw is summed per fixed block of rows in double and the block partials are
-// added in block order, so every result is independent of the number of threads.
+// Rows run in parallel; dw is summed per block of rows (their number fixed by the shape) in double
+// and the block partials are added in block order, so every result is independent of the number
+// of threads.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -15,6 +16,10 @@ namespace vitrine::cpu {
 namespace {
 /// At most this many row blocks hold dw partials (bounds their memory to 256 * C doubles).
 constexpr int64_t kMaxRowBlocks = 256;
+/// A row block holds at least this many elements (fewer partials to add when rows are long).
+constexpr int64_t kBlockElements = 32768;
+/// Columns of dw summed over the blocks per task.
+constexpr int64_t kColumnChunk = 512;
 }  // namespace
 
 // rstd = 1 / sqrt(mean(x^2) + eps), y = x rstd w
@@ -56,7 +61,9 @@ void CpuBackend::rms_norm_backward(const Strided& x, const Strided& w, const Str
   VT_ASSERT(rstd.numel() == rows);
   VT_ASSERT(!w.data || w.numel() == cols);
   VT_ASSERT(!dw.data || dw.numel() == cols);
-  const int64_t per_block = std::max<int64_t>(1, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks);
+  // Blocks depend on the shape only, never on the thread count.
+  const int64_t per_block = std::max<int64_t>(
+      {1, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks, kBlockElements / std::max<int64_t>(cols, 1)});
   const int64_t blocks = (rows + per_block - 1) / per_block;
   std::vector<double> pw(dw.data ? blocks * cols : 0);  // [blocks, cols] partials of dw
 
@@ -98,10 +105,17 @@ void CpuBackend::rms_norm_backward(const Strided& x, const Strided& w, const Str
       }
     });
     if (!dw.data) return;
-    parallel_for(cols, blocks, [&](int64_t c) {
-      double s = 0;
-      for (int64_t blk = 0; blk < blocks; ++blk) s += pw[blk * cols + c];
-      dw.ptr<T>()[c] = static_cast<T>(s);
+    // dw[c] = the block partials of column c added in block order, a chunk of columns a task.
+    const int64_t chunks = (cols + kColumnChunk - 1) / kColumnChunk;
+    parallel_for(chunks, blocks * kColumnChunk, [&](int64_t k) {
+      const int64_t c0 = k * kColumnChunk, n = std::min(kColumnChunk, cols - c0);
+      double s[kColumnChunk] = {};
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const double* p = pw.data() + blk * cols + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < n; ++c) s[c] += p[c];
+      }
+      for (int64_t c = 0; c < n; ++c) dw.ptr<T>()[c0 + c] = static_cast<T>(s[c]);
     });
   });
 }
