@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "browser.h"
@@ -23,6 +24,7 @@
 #include "test_util.h"
 #include "tools/common/html.h"
 #include "tools/explain/explain.h"
+#include "tools/explain/options_schema.h"
 #include "tools/explain/serve.h"
 
 using namespace vitrine;
@@ -745,4 +747,106 @@ TEST_CASE("serve: qkv and activation-max through the API, as the library compute
       client_error([&] { s.explain(bytes_of(files().images[3]), R"({"patch": [1]})", "x.png"); });
   CHECK(status == 400);
   CHECK(message.find("option patch: expected [row, column]") != std::string::npos);
+}
+
+namespace {
+
+/// The long flags vitrine-explain --help lists, without their "--".
+std::set<std::string> help_flags() {
+  TempDir dir;
+  const ProcessResult help = run_process(kExe, {"--help"}, dir, "help");
+  REQUIRE(help.code == 0);
+  std::set<std::string> flags;
+  const std::regex flag(R"(--([a-z0-9][a-z0-9-]*))");
+  for (std::sregex_iterator it(help.output.begin(), help.output.end(), flag), end; it != end; ++it)
+    flags.insert((*it)[1]);
+  return flags;
+}
+
+std::set<std::string> set_of(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
+
+}  // namespace
+
+TEST_CASE(
+    "vitrine-explain: the option names are the same in --help, the server's JSON and the page") {
+  // The schema's names by where they are read.
+  const std::set<std::string> cli_names = set_of(ex::request_option_names(ex::kCliOption));
+  const std::set<std::string> server_names = set_of(ex::request_option_names(ex::kServerOption));
+  // The command line: every request option of the schema is a flag of that very name.
+  const std::set<std::string> flags = help_flags();
+  for (const std::string& n : cli_names) CHECK_MESSAGE(flags.count(n) == 1, "--" << n);
+  // A server option the command line has is spelled as its flag; the rest are the answer's own.
+  std::set<std::string> server_only;
+  for (const std::string& n : server_names)
+    if (flags.count(n) == 0) server_only.insert(n);
+  CHECK(server_only == std::set<std::string>{"heads", "grids"});
+  // The server reports exactly those names, and accepts each with its default; the old spellings
+  // give the same answer; a name and its alias together are a 400.
+  ex::ExplainService s = make_service(files().checkpoint);
+  const json report = s.options_info();
+  std::set<std::string> reported;
+  for (const json& o : report["options"]) reported.insert(o["name"].get<std::string>());
+  CHECK(reported == server_names);
+  const std::string image = bytes_of(files().images[2]);
+  for (const json& o : report["options"]) {
+    const std::string name = o["name"];
+    if (name == "method" || name == "heads") continue;  // set below
+    json req = {{"method", "attention"}, {"heads", false}, {name, o["default"]}};
+    if (name == "patch") req[name] = json::array({1, 1});  // its default is "the centre"
+    if (name == "target") req[name] = -1;
+    CHECK_NOTHROW_MESSAGE(s.explain(image, req.dump()), name);
+  }
+  // Every method the registry has is reported, with options that are the schema's names.
+  std::vector<std::string> methods;
+  for (const json& m : report["methods"]) {
+    methods.push_back(m["name"]);
+    for (const json& o : m["options"])
+      CHECK_MESSAGE(ex::find_request_option(o.get<std::string>()) != nullptr, m["name"], " ", o);
+  }
+  CHECK(methods == ex::method_names(true));
+  const auto png = [&](const std::string& options) {
+    return s.explain(image, options)["methods"][0]["png"].get<std::string>();
+  };
+  CHECK(
+      png(R"({"methods": "rollout", "head_fusion": "max", "discard_ratio": 0.5, "heads": false})") ==
+      png(R"({"method": "rollout", "head-fusion": "max", "discard-ratio": 0.5, "heads": false})"));
+  CHECK(png(R"({"methods": ["integrated-gradients"], "ig_rule": "trapezoid", "steps": 4})") ==
+        png(R"({"method": ["integrated-gradients"], "ig-method": "trapezoid", "steps": 4})"));
+  const auto [status, message] =
+      client_error([&] { s.explain(image, R"({"discard_ratio": 0.5, "discard-ratio": 0.4})"); });
+  CHECK(status == 400);
+  CHECK(message.find("option discard-ratio is given twice") != std::string::npos);
+  // --list-options: one row per entry.
+  {
+    TempDir dir;
+    const ProcessResult list = run_process(kExe, {"--list-options"}, dir, "list");
+    CHECK(list.code == 0);
+    for (const ex::OptionSpec& o : ex::request_options()) {
+      const std::string shown = o.scope & ex::kCliOption ? fmt::format("| `--{}` |", o.name)
+                                                         : fmt::format("| - | `{}`", o.name);
+      CHECK_MESSAGE(list.output.find(shown) != std::string::npos, o.name);
+    }
+  }
+  // The page: a control for every reported option (by data-option), the methods and the class
+  // included, save those the page sets on each request itself.
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) {
+    skip("chromium is not on PATH (scripts/install-deps.sh installs it): the page is not read");
+    return;
+  }
+  Server server({});
+  TempDir browser_dir;
+  Devtools page(chromium, browser_dir.dir.string());
+  page.navigate(server.url());
+  REQUIRE(page.wait_for("document.body.dataset.state === 'idle'"));
+  const json controls = page.eval(
+      "Array.from(document.querySelectorAll('[data-option]')).map((e) => e.dataset.option)");
+  std::set<std::string> on_page;
+  for (const json& c : controls) CHECK_MESSAGE(on_page.insert(c.get<std::string>()).second, c);
+  for (const json& c : page.eval("INTERNAL")) on_page.insert(c.get<std::string>());
+  CHECK(on_page == server_names);
+  const json listed =
+      page.eval("Array.from(document.getElementById('method').options).map((o) => o.value)");
+  CHECK(listed == json(ex::method_names(true)));
+  CHECK_MESSAGE(page.console.empty(), fmt::format("{}", fmt::join(page.console, "\n")));
 }
