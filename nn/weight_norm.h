@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "backends/generator.h"
 #include "nn/module.h"
@@ -92,10 +93,12 @@ namespace utils {
 /// name == "weight", else an error naming op and the member overload to use.
 void check_weight_name(const std::string& name, const char* op);
 
-/// weight_norm(module, name, dim) with module's parameter held in the member `member`.
+/// weight_norm(module, name, dim) with module's parameter held in the member `member` (a member
+/// of a base class too: weight_norm(cell, &nn::RNNCell::weight_hh, "weight_hh")).
 template <typename M>
-std::shared_ptr<WeightNorm> weight_norm(const std::shared_ptr<M>& module, Tensor M::*member,
-                                        std::string name, std::optional<int64_t> dim = 0) {
+std::shared_ptr<WeightNorm> weight_norm(const std::shared_ptr<M>& module,
+                                        std::type_identity_t<Tensor M::*> member, std::string name,
+                                        std::optional<int64_t> dim = 0) {
   return std::make_shared<WeightNorm>(module, &((*module).*member), std::move(name), dim);
 }
 /// torch.nn.utils.weight_norm(module, name="weight", dim=0) for a module whose parameter is its
@@ -114,7 +117,8 @@ std::shared_ptr<Module> remove_weight_norm(const std::shared_ptr<WeightNorm>& wr
 
 /// spectral_norm(module, name, ...) with module's parameter held in the member `member`.
 template <typename M>
-std::shared_ptr<SpectralNorm> spectral_norm(const std::shared_ptr<M>& module, Tensor M::*member,
+std::shared_ptr<SpectralNorm> spectral_norm(const std::shared_ptr<M>& module,
+                                            std::type_identity_t<Tensor M::*> member,
                                             std::string name, int64_t n_power_iterations = 1,
                                             double eps = 1e-12,
                                             std::optional<int64_t> dim = std::nullopt,

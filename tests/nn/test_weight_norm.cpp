@@ -8,6 +8,7 @@
 #include "nn/containers.h"
 #include "nn/conv.h"
 #include "nn/layers.h"
+#include "nn/recurrent.h"
 #include "nn/state.h"
 #include "nn/weight_norm.h"
 #include "test_util.h"
@@ -214,6 +215,11 @@ TEST_CASE("weight norm: bad arguments name the utility, what was given and what 
   CHECK_THROWS_WITH_AS(nn::utils::spectral_norm(lin, "weight", 0),
                        doctest::Contains("expected n_power_iterations to be positive, got 0"),
                        Error);
+  // A member of a base class (RNNCellBase's weight_hh).
+  auto cell = std::make_shared<nn::RNNCell>(3, 4);
+  auto wc = nn::utils::weight_norm(cell, &nn::RNNCell::weight_hh, "weight_hh");
+  CHECK(wc->weight_g.shape() == Dims{4, 1});
+  CHECK((*wc)(ops::ones({2, 3})).shape() == Dims{2, 4});
   // Wrapping by the member overload works for a parameter of another name.
   auto by_bias = nn::utils::weight_norm(lin, &nn::Linear::bias, "bias");
   std::vector<std::string> keys;
