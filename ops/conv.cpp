@@ -20,6 +20,7 @@
 #include <algorithm>
 
 #include "backends/conv_algorithm.h"
+#include "ops/batch_tree.h"
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
@@ -97,38 +98,25 @@ Strided matrix(const Tensor& t, int64_t rows, int64_t cols, bool transposed = fa
   return transposed ? view_as(t, {cols, rows}, {1, cols}) : view_as(t, {rows, cols}, {cols, 1});
 }
 
-/// The gradients of conv2d (see the file comment); dx and dW are fused kernels, so a second
-/// derivative through them is refused; db is a sum, so it differentiates again.
-Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, const Tensor& w,
-                      const ConvGeometry& g, bool has_bias, bool depthwise) {
-  const int64_t B = x.size(0), Cout = w.size(0);
+/// conv2d's input gradient into dx and/or its weight gradient into dw (either undefined:
+/// skipped; dw is overwritten), from dy [B, Cout, OH, OW] contiguous: the backend's whole-batch
+/// kernels first (the depthwise one always: a backend with its forward has its backward), then
+/// im2col and gemm.
+void conv2d_grads_into(const Tensor& dy, const Tensor& x, const Tensor& wc, const ConvGeometry& g,
+                       bool depthwise, const Tensor& dx, const Tensor& dw) {
+  const int64_t B = x.size(0), Cout = wc.size(0);
   const int64_t K = g.channels * g.kernel_h * g.kernel_w, L = g.out_h * g.out_w;
   const DType dt = x.dtype();
   Backend& be = x.backend();
-  Grads out(has_bias ? 3 : 2);
-  if (has_bias && needs[2]) out[2] = sum(dy_in, {0, 2, 3});
-  if (!needs[0] && !needs[1]) return out;
-
-  const Tensor dy = dy_in.contiguous();  // [B, Cout, OH, OW], read as [B, Cout, L]
+  const bool need_dx = dx.defined(), need_dw = dw.defined();
   const Strided dy3 = view_as(dy, {B, Cout, L}, {Cout * L, L, 1});
-  const Tensor wc = w.contiguous();  // [Cout, K]
-  Tensor dx, dw;
-  if (needs[0]) dx = empty_on(x, x.shape(), dt);
-  if (needs[1]) dw = empty_on(w, w.shape(), dt);
-  // The backend's whole-batch kernels first (the depthwise one always: a backend with its forward
-  // has its backward), then im2col and gemm.
-  const Strided dxs = needs[0] ? dx.strided() : Strided(),
-                dws = needs[1] ? dw.strided() : Strided();
+  const Strided dxs = need_dx ? dx.strided() : Strided(), dws = need_dw ? dw.strided() : Strided();
   const bool done =
       depthwise ? be.depthwise_conv2d_backward(x.strided(), wc.strided(), dy.strided(), dxs, dws, g)
                 : be.conv2d_batched_backward(x.strided(), wc.strided(), dy.strided(), dxs, dws, g);
   VT_ASSERT(done || !depthwise);
-  if (done) {
-    if (needs[0]) out[0] = no_double_backward(dx, "conv2d_backward", {dy_in, w});
-    if (needs[1]) out[1] = no_double_backward(dw, "conv2d_backward", {dy_in, x});
-    return out;
-  }
-  if (needs[1]) be.fill(dw.strided(), 0);
+  if (done) return;
+  if (need_dw) be.fill(dw.strided(), 0);
   const Strided xs = x.strided();
   const int64_t chunk = chunk_size(B, K, Cout, L);
   Tensor cols = empty_on(x, {chunk, K, L}, dt);
@@ -138,13 +126,13 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
     for (int64_t b0 = 0; b0 < B; b0 += chunk) {
       const int64_t n = std::min(chunk, B - b0), nL = n * L;
       be.copy(swap01(rows(dy3, b0, n)), view_as(dy_wide, {Cout, n, L}, {nL, L, 1}));
-      if (needs[1]) {
+      if (need_dw) {
         // dW [Cout, K] += dY [Cout, n L] @ cols^T [n L, K]
         for (int64_t i = 0; i < n; ++i) be.im2col(item(xs, b0 + i), block(cols, K, n, L, i), g);
         be.gemm(matrix(dy_wide, Cout, nL), matrix(cols, K, nL, true),
                 view_as(dw, {Cout, K}, {K, 1}), true);
       }
-      if (needs[0]) {
+      if (need_dx) {
         // dcols [K, n L] = W^T [K, Cout] @ dY [Cout, n L], then image by image into dx
         be.gemm(view_as(wc, {K, Cout}, {1, K}), matrix(dy_wide, Cout, nL), matrix(cols, K, nL),
                 false);
@@ -155,7 +143,7 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
   } else {
     for (int64_t b0 = 0; b0 < B; b0 += chunk) {
       const int64_t n = std::min(chunk, B - b0);
-      if (needs[1]) {
+      if (need_dw) {
         // dW [Cout, K] += dy_b [Cout, L] @ cols_b^T [L, K]
         const Strided dw2 = view_as(dw, {Cout, K}, {K, 1});
         for (int64_t i = 0; i < n; ++i) {
@@ -166,13 +154,49 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
           be.gemm(item(dy3, b0 + i), ci, dw2, true);
         }
       }
-      if (needs[0]) {
+      if (need_dx) {
         // dcols [n, K, L] = W^T [K, Cout] (broadcast over the chunk) @ dy [n, Cout, L]
         be.gemm(view_as(wc, {n, K, Cout}, {0, 1, K}), rows(dy3, b0, n), rows(cs, 0, n), false);
         const Strided dxs = dx.strided();
         for (int64_t i = 0; i < n; ++i) be.col2im(item(cs, i), item(dxs, b0 + i), g);
       }
     }
+  }
+}
+
+/// The gradients of conv2d (see the file comment); dx and dW are fused kernels, so a second
+/// derivative through them is refused; db is a sum, so it differentiates again. dW sums over the
+/// images in the batch's fixed tree (ops/batch_tree.h): the kernels run on each leaf of images
+/// alone, and dx on the whole batch.
+Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, const Tensor& w,
+                      const ConvGeometry& g, bool has_bias, bool depthwise) {
+  const int64_t B = x.size(0);
+  const DType dt = x.dtype();
+  Grads out(has_bias ? 3 : 2);
+  if (has_bias && needs[2]) out[2] = sum(dy_in, {0, 2, 3});
+  if (!needs[0] && !needs[1]) return out;
+  const Tensor dy = dy_in.contiguous();  // [B, Cout, OH, OW], read as [B, Cout, L]
+  const Tensor wc = w.contiguous();      // [Cout, K]
+  Tensor dx = needs[0] ? empty_on(x, x.shape(), dt) : Tensor(), dw;
+  if (needs[1] && use_batch_tree(x, B)) {
+    dw = batch_tree_sum(x, B, {w.shape()}, dt,
+                        [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
+                          conv2d_grads_into(narrow(dy, 0, begin, count), narrow(x, 0, begin, count),
+                                            wc, g, depthwise, Tensor(), parts[0]);
+                        })[0];
+    if (needs[0])
+      for_each_leaf(B, [&](int64_t begin, int64_t count) {
+        conv2d_grads_into(narrow(dy, 0, begin, count), narrow(x, 0, begin, count), wc, g, depthwise,
+                          narrow(dx, 0, begin, count), Tensor());
+      });
+  } else if (needs[0] && batch_invariant(x)) {
+    for_each_leaf(B, [&](int64_t begin, int64_t count) {
+      conv2d_grads_into(narrow(dy, 0, begin, count), narrow(x, 0, begin, count), wc, g, depthwise,
+                        narrow(dx, 0, begin, count), Tensor());
+    });
+  } else {
+    if (needs[1]) dw = empty_on(w, w.shape(), dt);
+    conv2d_grads_into(dy, x, wc, g, depthwise, dx, dw);
   }
   if (needs[0]) out[0] = no_double_backward(dx, "conv2d_backward", {dy_in, w});
   if (needs[1]) out[1] = no_double_backward(dw, "conv2d_backward", {dy_in, x});
@@ -236,9 +260,17 @@ Tensor conv2d_dense(const Tensor& x, const Tensor& weight, const Tensor& bias,
     NoGradGuard no_grad;
     const Tensor wc = weight.contiguous();  // [Cout, K]
     const Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
-    if (!x.backend().conv2d_batched(x.strided(), wc.strided(),
-                                    bias.defined() ? bc.strided() : Strided(), y.strided(), g))
-      conv2d_im2col(x, wc, bias, y, g);
+    const auto images = [&](const Tensor& xs, const Tensor& ys) {
+      if (!x.backend().conv2d_batched(xs.strided(), wc.strided(),
+                                      bias.defined() ? bc.strided() : Strided(), ys.strided(), g))
+        conv2d_im2col(xs, wc, bias, ys, g);
+    };
+    if (batch_invariant(x))  // each leaf of images on one thread (ops/batch_tree.h)
+      for_each_leaf(x.size(0), [&](int64_t begin, int64_t count) {
+        images(narrow(x, 0, begin, count), narrow(y, 0, begin, count));
+      });
+    else
+      images(x, y);
   }
   return record_conv(y, x, weight, bias, g);
 }
@@ -337,7 +369,7 @@ Tensor conv2d_add_relu(const Tensor& x, const Tensor& weight, const Tensor& bias
              "conv2d_add_relu: the residual must have the output's shape {}, got {}", out,
              residual.shape());
   }
-  if (!any_requires_grad({x, weight, bias, residual}) && groups == 1) {
+  if (!any_requires_grad({x, weight, bias, residual}) && groups == 1 && !batch_invariant(x)) {
     Tensor y = empty_on(x, out, x.dtype());
     NoGradGuard no_grad;
     const Tensor wc = weight.contiguous();

@@ -4,6 +4,7 @@
 #include <tuple>
 #include <utility>
 
+#include "ops/batch_tree.h"
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
@@ -77,11 +78,64 @@ std::pair<Tensor, Tensor> fused_weight_bias_grads(const Tensor& dy, const Tensor
   return {dw, db};
 }
 
+/// The same, with the sums over rows in the batch's fixed tree (ops/batch_tree.h) when the M rows
+/// are `items` batch entries of M / items rows each: one product per leaf of entries, each on one
+/// thread, then the partials added pairwise. So dW and db do not depend on the thread count, nor
+/// on how the batch is split between ranks or micro-batches.
 std::pair<Tensor, Tensor> weight_bias_grads(const Tensor& dy, const Tensor& x, bool need_w,
-                                            bool need_b) {
+                                            bool need_b, int64_t items) {
   if (GradMode::is_enabled() || !need_w)
     return {need_w ? matmul(dy.mT(), x) : Tensor(), need_b ? sum(dy, {0}) : Tensor()};
-  return fused_weight_bias_grads(dy, x, need_b, x.dtype());
+  const int64_t M = x.size(0);
+  if (items <= 0 || M % items != 0 || !use_batch_tree(x, items))
+    return fused_weight_bias_grads(dy, x, need_b, x.dtype());
+  const int64_t per = M / items, N = dy.size(1), K = x.size(1);
+  std::vector<Dims> shapes = {Dims{N, K}};
+  if (need_b) shapes.push_back(Dims{N});
+  const auto sums = batch_tree_sum(
+      x, items, shapes, x.dtype(), [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
+        const Tensor dyl = narrow(dy, 0, begin * per, count * per),
+                     xl = narrow(x, 0, begin * per, count * per);
+        const Strided dbs = need_b ? parts[1].strided() : Strided();
+        Backend::GemmEpilogue ep;
+        ep.a_row_sums = need_b ? &dbs : nullptr;
+        x.backend().gemm_fused(gemm_operand(dyl.mT()).strided(), gemm_operand(xl).strided(),
+                               parts[0].strided(), ep);
+      });
+  return {sums[0], need_b ? sums[1] : Tensor()};
+}
+
+/// The batch entries of a layer's input x [B, ..., K] (its rows' first dim; 1 for x [K]).
+int64_t batch_items(const Tensor& x) { return x.dim() >= 2 ? x.size(0) : 1; }
+
+/// Runs f(r0, n) over rows [r0, r0 + n) of a layer's M rows: all at once, or, batch-invariant
+/// (ops/batch_tree.h), leaf by leaf of its `items` batch entries, each leaf on one thread.
+void over_rows(const Tensor& like, int64_t M, int64_t items,
+               const std::function<void(int64_t r0, int64_t n)>& f) {
+  if (items > 0 && M > 0 && M % items == 0 && batch_invariant(like)) {
+    const int64_t per = M / items;
+    for_each_leaf(items, [&](int64_t b0, int64_t count) { f(b0 * per, count * per); });
+  } else {
+    f(0, M);
+  }
+}
+
+/// dy [M, N] @ w [N, K] -> [M, K] (a layer's input gradient): matmul, or leaf by leaf of the
+/// batch's rows when batch-invariant (not differentiable again there: no graph is recorded).
+Tensor rows_matmul(const Tensor& dy, const Tensor& w, int64_t items) {
+  if (GradMode::is_enabled() || !batch_invariant(dy) || dy.dim() != 2) return matmul(dy, w);
+  Tensor out = empty_on(dy, {dy.size(0), w.size(1)}, dy.dtype());
+  const Tensor wo = gemm_operand(w);
+  over_rows(dy, dy.size(0), items, [&](int64_t r0, int64_t n) {
+    dy.backend().gemm(gemm_operand(narrow(dy, 0, r0, n)).strided(), wo.strided(),
+                      narrow(out, 0, r0, n).strided(), false);
+  });
+  return out;
+}
+
+/// The rows [r0, r0 + n) of an [M, N] operand of an epilogue (undefined stays so).
+Tensor row_slice(const Tensor& t, int64_t r0, int64_t n) {
+  return t.defined() ? narrow(t, 0, r0, n) : t;
 }
 
 // ---- bfloat16 operands (bf16_operands: CUDA, precision "medium"; docs/cuda.md) --------------
@@ -252,22 +306,26 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
     return linear_16(x2, weight, bias, r2).reshape(rows.out_shape);
   Tensor y = empty_on(x, {rows.M, N}, x.dtype());
   {
-    Tensor kb, kr;
-    Strided bs, rs;
-    Backend::GemmEpilogue ep;
-    ep.bias = epilogue_view(bias, kb, bs);
-    ep.add = epilogue_view(r2, kr, rs);
-    x.backend().gemm_fused(gemm_operand(x2).strided(), gemm_operand(weight.mT()).strided(),
-                           y.strided(), ep);
+    const Tensor wt = gemm_operand(weight.mT());
+    over_rows(x, rows.M, batch_items(x), [&](int64_t r0, int64_t n) {
+      Tensor kb, kr;
+      Strided bs, rs;
+      Backend::GemmEpilogue ep;
+      ep.bias = epilogue_view(bias, kb, bs);
+      ep.add = epilogue_view(row_slice(r2, r0, n), kr, rs);
+      x.backend().gemm_fused(gemm_operand(narrow(x2, 0, r0, n)).strided(), wt.strided(),
+                             narrow(y, 0, r0, n).strided(), ep);
+    });
   }
   // dx = dy W, dW = dy^T x, db = sum over rows of dy (ops under create_graph, so differentiable
   // again).
-  Tensor out =
-      record(y, "linear", {x2, weight, bias, r2},
-             [sx = save(x2), sw = save(weight)](const Tensor& dy, const Needs& n) -> Grads {
-               auto [dw, db] = weight_bias_grads(dy, sx.get(), n[1], n[2]);
-               return {n[0] ? matmul(dy, sw.get()) : Tensor(), dw, db, n[3] ? dy : Tensor()};
-             });
+  Tensor out = record(
+      y, "linear", {x2, weight, bias, r2},
+      [sx = save(x2), sw = save(weight), items = batch_items(x)](const Tensor& dy,
+                                                                 const Needs& n) -> Grads {
+        auto [dw, db] = weight_bias_grads(dy, sx.get(), n[1], n[2], items);
+        return {n[0] ? rows_matmul(dy, sw.get(), items) : Tensor(), dw, db, n[3] ? dy : Tensor()};
+      });
   return out.reshape(rows.out_shape);
 }
 
@@ -300,41 +358,48 @@ Tensor mlp_as(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor&
   Tensor act = keep ? empty_on(x, {M, H}, x.dtype()) : pre;
   Tensor y = empty_on(x, {M, N}, x.dtype());
   {
-    Tensor kb1, kb2, kr;
-    Strided b1s, b2s, rs;
-    const Strided acts = act.strided();
-    Backend::GemmEpilogue e1, e2;
-    e1.bias = epilogue_view(b1, kb1, b1s);
-    e1.gelu_out = &acts;
-    e1.act = act_fn;
-    e2.bias = epilogue_view(b2, kb2, b2s);
-    e2.add = epilogue_view(r2, kr, rs);
-    Backend& be = x.backend();
-    be.gemm_fused(gemm_operand(x2).strided(), gemm_operand(w1.mT()).strided(), pre.strided(), e1);
-    be.gemm_fused(acts, gemm_operand(w2.mT()).strided(), y.strided(), e2);
+    const Tensor w1t = gemm_operand(w1.mT()), w2t = gemm_operand(w2.mT());
+    over_rows(x, M, batch_items(x), [&](int64_t r0, int64_t n) {
+      Tensor kb1, kb2, kr;
+      Strided b1s, b2s, rs;
+      const Strided acts = narrow(act, 0, r0, n).strided();
+      Backend::GemmEpilogue e1, e2;
+      e1.bias = epilogue_view(b1, kb1, b1s);
+      e1.gelu_out = &acts;
+      e1.act = act_fn;
+      e2.bias = epilogue_view(b2, kb2, b2s);
+      e2.add = epilogue_view(row_slice(r2, r0, n), kr, rs);
+      Backend& be = x.backend();
+      be.gemm_fused(gemm_operand(narrow(x2, 0, r0, n)).strided(), w1t.strided(),
+                    narrow(pre, 0, r0, n).strided(), e1);
+      be.gemm_fused(acts, w2t.strided(), narrow(y, 0, r0, n).strided(), e2);
+    });
   }
-  Tensor out =
-      record(y, op, {x2, w1, b1, w2, b2, r2},
-             [sx = save(x2), sw1 = save(w1), sw2 = save(w2), spre = save(pre), sact = save(act),
-              act_fn, op_backward](const Tensor& dy, const Needs& n) -> Grads {
-               Grads g(6);
-               std::tie(g[3], g[4]) = weight_bias_grads(dy, sact.get(), n[3], n[4]);
-               if (n[5]) g[5] = dy;
-               if (n[0] || n[1] || n[2]) {
-                 const Tensor &x = sx.get(), &w1 = sw1.get(), &w2 = sw2.get(), &pre = spre.get();
-                 Tensor dpre = empty_on(pre, pre.shape(), pre.dtype());
-                 const Strided ps = pre.strided();
-                 Backend::GemmEpilogue e;
-                 e.gelu_pre = &ps;
-                 e.act = act_fn;
-                 pre.backend().gemm_fused(gemm_operand(dy).strided(), gemm_operand(w2).strided(),
-                                          dpre.strided(), e);
-                 dpre = no_double_backward(dpre, op_backward, {dy, x, w1, w2});
-                 if (n[0]) g[0] = matmul(dpre, w1);
-                 std::tie(g[1], g[2]) = weight_bias_grads(dpre, x, n[1], n[2]);
-               }
-               return g;
-             });
+  Tensor out = record(
+      y, op, {x2, w1, b1, w2, b2, r2},
+      [sx = save(x2), sw1 = save(w1), sw2 = save(w2), spre = save(pre), sact = save(act), act_fn,
+       op_backward, items = batch_items(x)](const Tensor& dy, const Needs& n) -> Grads {
+        Grads g(6);
+        std::tie(g[3], g[4]) = weight_bias_grads(dy, sact.get(), n[3], n[4], items);
+        if (n[5]) g[5] = dy;
+        if (n[0] || n[1] || n[2]) {
+          const Tensor &x = sx.get(), &w1 = sw1.get(), &w2 = sw2.get(), &pre = spre.get();
+          Tensor dpre = empty_on(pre, pre.shape(), pre.dtype());
+          const Tensor w2o = gemm_operand(w2);
+          over_rows(pre, pre.size(0), items, [&](int64_t r0, int64_t rn) {
+            const Strided ps = narrow(pre, 0, r0, rn).strided();
+            Backend::GemmEpilogue e;
+            e.gelu_pre = &ps;
+            e.act = act_fn;
+            pre.backend().gemm_fused(gemm_operand(narrow(dy, 0, r0, rn)).strided(), w2o.strided(),
+                                     narrow(dpre, 0, r0, rn).strided(), e);
+          });
+          dpre = no_double_backward(dpre, op_backward, {dy, x, w1, w2});
+          if (n[0]) g[0] = rows_matmul(dpre, w1, items);
+          std::tie(g[1], g[2]) = weight_bias_grads(dpre, x, n[1], n[2], items);
+        }
+        return g;
+      });
   return out.reshape(rows.out_shape);
 }
 

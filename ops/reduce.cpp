@@ -1,5 +1,6 @@
 // Reductions along dims (empty dims = all), with keepdim. Backward: broadcast dy back over the
 // reduced dims (a view), scaled for mean; max/min send the gradient to the chosen element.
+#include "ops/batch_tree.h"
 #include "ops/helpers.h"
 
 namespace vitrine::ops {
@@ -28,10 +29,26 @@ Tensor unreduce(const Tensor& dy, const Dims& shape, const Dims& rdims) {
 }
 }  // namespace
 
+/// A float sum whose dims include 0 (a bias gradient, a broadcast's backward, a loss over the
+/// batch) in the batch's fixed tree (ops/batch_tree.h): the kernel on each leaf of dim 0's
+/// entries, the partials added pairwise. (The kernel alone already sums each output in an order
+/// fixed by the shape; the tree makes it the same for a batch split into ranks or micro-batches.)
+static Tensor tree_sum(const Tensor& x, const Dims& rd, bool keepdim) {
+  const Dims ks = keepdim_shape(x.shape(), rd);
+  Tensor y = batch_tree_sum(
+      x, x.size(0), {ks}, x.dtype(), [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
+        x.backend().reduce(ReduceOp::Sum, narrow(x, 0, begin, count).strided(), parts[0].strided());
+      })[0];
+  return keepdim ? y : y.reshape(squeezed_shape(ks, rd));
+}
+
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
   check_reducible(x, "sum");
   Dims rd = reduce_dims(dims, x.dim(), "sum");
-  Tensor y = reduce_kernel(ReduceOp::Sum, x, rd, keepdim, x.dtype());
+  const bool tree = !rd.empty() && rd[0] == 0 && is_float(x.dtype()) && x.size(0) > kBatchLeaf &&
+                    use_batch_tree(x, x.size(0));
+  Tensor y =
+      tree ? tree_sum(x, rd, keepdim) : reduce_kernel(ReduceOp::Sum, x, rd, keepdim, x.dtype());
   Dims shape = x.shape();
   return record(y, "sum", {x}, [shape, rd](const Tensor& dy, const Needs&) -> Grads {
     return {unreduce(dy, shape, rd)};

@@ -38,6 +38,16 @@ std::string thread_wait_policy() {
 
 void parallel_items(int64_t n, const std::function<void(int64_t)>& f) {
   cpu::parallel_chunks(n, 1, [&](int64_t begin, int64_t end) {
+    // OpenBLAS (its OpenMP build) asks the calling thread's omp_get_max_threads() how many threads
+    // to start: outside an OpenMP region, as our pool's workers are, it would start a team of its
+    // own inside each item (more threads than cores, and a product whose bits depend on the
+    // thread count). One thread per item, as the kernels of our own loops already are.
+    const int outer = omp_get_max_threads();
+    omp_set_num_threads(1);
+    struct Restore {
+      int n;
+      ~Restore() { omp_set_num_threads(n); }
+    } restore{outer};
     for (int64_t i = begin; i < end; ++i) f(i);
   });
 }

@@ -1,0 +1,73 @@
+// The fixed tree of batch sums (see batch_tree.h).
+#include "ops/batch_tree.h"
+
+#include <atomic>
+
+#include "backends/env_switch.h"
+#include "backends/threads.h"
+#include "ops/helpers.h"
+
+namespace vitrine::ops::detail {
+
+namespace {
+std::atomic<int> g_mode{-1};  // -1: not read from the environment yet
+}  // namespace
+
+bool batch_invariant(const Tensor& like) {
+  int mode = g_mode.load(std::memory_order_relaxed);
+  if (mode < 0) {
+    mode = env_value("VITRINE_BATCH_TREE") == "1" ? 1 : 0;
+    int expected = -1;
+    g_mode.compare_exchange_strong(expected, mode);
+    mode = g_mode.load();
+  }
+  return mode == 1 && like.device().type == DeviceType::CPU;
+}
+
+void set_batch_tree(bool on) { g_mode.store(on ? 1 : 0); }
+
+void for_each_leaf(int64_t n, const std::function<void(int64_t begin, int64_t count)>& f) {
+  const int64_t L = (n + kBatchLeaf - 1) / kBatchLeaf;
+  parallel_items(L, [&](int64_t l) {
+    NoGradGuard no_grad;
+    const int64_t begin = l * kBatchLeaf;
+    f(begin, std::min(kBatchLeaf, n - begin));
+  });
+}
+
+Tensor tree_sum_partials(Tensor parts) {
+  const int64_t L = parts.size(0);
+  Backend& be = parts.backend();
+  for (int64_t s = 1; s < L; s *= 2)
+    for (int64_t i = 0; i + s < L; i += 2 * s) {
+      const Strided a = narrow(parts, 0, i, 1).strided(), b = narrow(parts, 0, i + s, 1).strided();
+      be.binary(BinaryOp::Add, a, b, a);  // parts[i] += parts[i + s]
+    }
+  Dims shape = parts.shape();
+  shape.erase(0);
+  return narrow(parts, 0, 0, 1).reshape(shape);
+}
+
+std::vector<Tensor> batch_tree_sum(
+    const Tensor& like, int64_t n, const std::vector<Dims>& shapes, DType dtype,
+    const std::function<void(int64_t begin, int64_t count, std::vector<Tensor>& parts)>& leaf) {
+  NoGradGuard no_grad;
+  const int64_t L = (n + kBatchLeaf - 1) / kBatchLeaf;
+  std::vector<Tensor> all;
+  for (const Dims& s : shapes) {
+    Dims ls = s;
+    ls.insert(0, L);
+    all.push_back(zeros(ls, dtype, like.device()));
+  }
+  for_each_leaf(n, [&](int64_t begin, int64_t count) {
+    std::vector<Tensor> parts;
+    for (size_t i = 0; i < shapes.size(); ++i)
+      parts.push_back(narrow(all[i], 0, begin / kBatchLeaf, 1).reshape(shapes[i]));
+    leaf(begin, count, parts);
+  });
+  std::vector<Tensor> out;
+  for (Tensor& t : all) out.push_back(tree_sum_partials(t));
+  return out;
+}
+
+}  // namespace vitrine::ops::detail
