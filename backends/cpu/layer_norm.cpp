@@ -7,7 +7,6 @@
 // threads.
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
@@ -82,24 +81,34 @@ void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const S
   const bool want_params = dw.data || db.data;
   const int64_t per_block = std::max<int64_t>(1, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks);
   const int64_t blocks = (rows + per_block - 1) / per_block;
-  // Partial sums of dw and db per row block: [blocks, cols] each.
-  std::vector<double> pw(want_params ? blocks * cols : 0), pb(want_params ? blocks * cols : 0);
-  // The float32 row kernel's own partials, [blocks, 2, cols], added into pw/pb every 16 rows.
+  // Partial sums of dw and db per row block: [blocks, cols] each. The float32 row kernel's own
+  // partials, [blocks, 2, cols], added into pw/pb every 16 rows. From the caching allocator (a
+  // fresh vector of this size is fresh pages every call) and zeroed by each block's task.
   const bool float_partials = want_params && x.dtype == DType::Float32 && w.data;
-  std::vector<float> fp(float_partials ? blocks * 2 * cols : 0);
+  const StoragePtr pw_s = want_params ? allocate(blocks * cols * sizeof(double)) : nullptr;
+  const StoragePtr pb_s = want_params ? allocate(blocks * cols * sizeof(double)) : nullptr;
+  const StoragePtr fp_s = float_partials ? allocate(blocks * 2 * cols * sizeof(float)) : nullptr;
+  double* pw = pw_s ? static_cast<double*>(pw_s->data) : nullptr;
+  double* pb = pb_s ? static_cast<double*>(pb_s->data) : nullptr;
+  float* fp = fp_s ? static_cast<float*>(fp_s->data) : nullptr;
 
   dispatch_float(x.dtype, "layer_norm_backward", [&]<typename T>() {
     const T* wp = w.data ? w.ptr<T>() : nullptr;
     parallel_for(blocks, per_block * cols * 4, [&](int64_t blk) {
-      double* pwb = want_params ? pw.data() + blk * cols : nullptr;
-      double* pbb = want_params ? pb.data() + blk * cols : nullptr;
+      double* pwb = want_params ? pw + blk * cols : nullptr;
+      double* pbb = want_params ? pb + blk * cols : nullptr;
+      if (want_params) {
+        std::fill_n(pwb, cols, 0.0);
+        std::fill_n(pbb, cols, 0.0);
+      }
       const int64_t end = std::min(rows, (blk + 1) * per_block);
       if constexpr (std::is_same_v<T, float>) {
         if (wp) {  // the vectorised row kernel, its dw and db partials summed in float over
                    // up to kFloatRows rows, then added into the block's double sums
           constexpr int kFloatRows = 16;
-          float* fw = float_partials ? fp.data() + blk * 2 * cols : nullptr;
+          float* fw = float_partials ? fp + blk * 2 * cols : nullptr;
           float* fb = fw ? fw + cols : nullptr;
+          if (fw) std::fill_n(fw, 2 * cols, 0.0f);
           int pending = 0;
           for (int64_t r = blk * per_block; r < end; ++r) {
             simd::layer_norm_backward_row(x.ptr<T>() + r * cols, wp, mean.ptr<T>()[r],
@@ -152,8 +161,8 @@ void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const S
       const int64_t c0 = k * kColumnChunk, n = std::min(kColumnChunk, cols - c0);
       double sw[kColumnChunk] = {}, sb[kColumnChunk] = {};
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        const double* qw = pw.data() + blk * cols + c0;
-        const double* qb = pb.data() + blk * cols + c0;
+        const double* qw = pw + blk * cols + c0;
+        const double* qb = pb + blk * cols + c0;
 #pragma omp simd
         for (int64_t c = 0; c < n; ++c) {
           sw[c] += qw[c];

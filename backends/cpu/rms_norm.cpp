@@ -6,7 +6,6 @@
 // of threads.
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
@@ -65,12 +64,16 @@ void CpuBackend::rms_norm_backward(const Strided& x, const Strided& w, const Str
   const int64_t per_block = std::max<int64_t>(
       {1, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks, kBlockElements / std::max<int64_t>(cols, 1)});
   const int64_t blocks = (rows + per_block - 1) / per_block;
-  std::vector<double> pw(dw.data ? blocks * cols : 0);  // [blocks, cols] partials of dw
+  // [blocks, cols] partials of dw, from the caching allocator (a fresh vector of this size is
+  // fresh pages every call), zeroed by each block's task.
+  const StoragePtr pw_s = dw.data ? allocate(blocks * cols * sizeof(double)) : nullptr;
+  double* pw = pw_s ? static_cast<double*>(pw_s->data) : nullptr;
 
   dispatch_float(x.dtype, "rms_norm_backward", [&]<typename T>() {
     const T* wp = w.data ? w.ptr<T>() : nullptr;
     parallel_for(blocks, per_block * cols * 3, [&](int64_t blk) {
-      double* pwb = dw.data ? pw.data() + blk * cols : nullptr;
+      double* pwb = dw.data ? pw + blk * cols : nullptr;
+      if (pwb) std::fill_n(pwb, cols, 0.0);
       const int64_t end = std::min(rows, (blk + 1) * per_block);
       for (int64_t r = blk * per_block; r < end; ++r) {
         const T* xr = x.ptr<T>() + r * cols;
@@ -111,7 +114,7 @@ void CpuBackend::rms_norm_backward(const Strided& x, const Strided& w, const Str
       const int64_t c0 = k * kColumnChunk, n = std::min(kColumnChunk, cols - c0);
       double s[kColumnChunk] = {};
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        const double* p = pw.data() + blk * cols + c0;
+        const double* p = pw + blk * cols + c0;
 #pragma omp simd
         for (int64_t c = 0; c < n; ++c) s[c] += p[c];
       }
