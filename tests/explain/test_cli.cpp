@@ -119,9 +119,10 @@ TEST_CASE("vitrine-explain: every method on image files writes maps, pictures an
     MESSAGE("SKIPPED: the browser check of index.html: chromium is not on PATH");
   } else {
     const BrowserCheck b = check_in_browser(out + "/index.html");
-    // per image: the original, 8 methods, the head grid and its threshold masks; then a grid
-    // (montage) per method
-    CHECK(b.images == 3 * (1 + 8 + 1 + 1) + 8);
+    // per image: the original, every method of "all", the head grid and its threshold masks;
+    // then a grid (montage) per method
+    const int n = static_cast<int>(ex::all_methods().size());
+    CHECK(b.images == 3 * (1 + n + 1 + 1) + n);
     CHECK(b.decoded == b.images);
     CHECK(b.console_errors.empty());
     CHECK(b.fetched.empty());
@@ -371,8 +372,16 @@ TEST_CASE("vitrine-explain on a ResNet: the methods that need no attention, --ev
   INFO(e.output);
   REQUIRE(e.code == 0);
   const json j = json::parse(read_text(eval_out + "/evaluation.json"));
-  CHECK(j["rows"] ==
-        json({"gradcam", "saliency", "smoothgrad", "integrated-gradients", "random", "centre"}));
+  // The methods of "all" that apply to any model (Grad-CAM at layer3, the input gradients), in
+  // the registry's order, then the baselines.
+  json rows = json::array();
+  for (const ex::Method& m : ex::all_methods())
+    if (ex::is_input_gradient(m) || m.name() == "gradcam") rows.push_back(std::string(m.name()));
+  rows.push_back("random");
+  rows.push_back("centre");
+  CHECK(j["rows"] == rows);
+  for (const char* name : {"gradcam", "saliency", "smoothgrad", "integrated-gradients"})
+    CHECK(j["results"].contains(name));
   CHECK(j["sanity_steps"] == json({"fc", "layer3.0", "layer2.0", "layer1.0", "bn1", "conv1"}));
   CHECK(j["results"]["gradcam"]["deletion_curve"].size() == 49 / 4 + 2);  // 7x7 cells, 4 a step
   CHECK(j["results"]["saliency"]["sanity"][5]["n"] == 2);
