@@ -139,11 +139,11 @@ json time_explain(models::VisionTransformer& model, const Cli& cli) {
   json out = json::object();
   fmt::print("\nexplain, one {}x{} image (ms, from the image to the map)\n", c.image_h, c.image_w);
   fmt::print("{:<22} {:>9} {:>9} {:>9}\n", "method", "median", "min", "max");
-  for (ex::Method m : ex::all_methods()) {
+  for (const ex::Method& m : ex::all_methods()) {
+    // The one entry point, as vitrine-explain calls it: the pass (its backward when the method
+    // needs it), then the method.
     auto once = [&] {
-      ex::Pass pass = ex::run_pass(model, image, {-1}, opt.layer, ex::needs_gradients(m));
-      ex::Explanation e = ex::explain_method(model, image, pass, m, opt);
-      (void)e;
+      (void)ex::explain(model, {.images = image, .targets = {-1}, .methods = {m}, .options = opt});
     };
     std::vector<double> ms;
     for (double s : bench::time_repeats(once, 1, cli.repeats, 1)) ms.push_back(1e3 * s);
@@ -155,26 +155,101 @@ json time_explain(models::VisionTransformer& model, const Cli& cli) {
   return out;
 }
 
-int run(const Cli& cli) {
-  set_num_threads(cli.threads);
-  const models::ClassifierSpec spec = model_of(cli);
-  const bool vit = spec.arch == "vit";
-  const Device device = Device::parse(cli.device);
-  const int64_t batch = cli.batch > 0 ? cli.batch : default_batch(spec, device);
-  const int64_t steps = cli.steps > 0 ? cli.steps : (spec.image_h >= 224 ? 2 : 5);
+/// --what's parts, checked against the model.
+std::vector<std::string> parts_of(const std::string& list, const models::ClassifierSpec& spec) {
   std::vector<std::string> what;
-  for (size_t a = 0; a <= cli.what.size();) {
-    size_t b = cli.what.find(',', a);
-    if (b == std::string::npos) b = cli.what.size();
-    std::string w = cli.what.substr(a, b - a);
+  for (size_t a = 0; a <= list.size();) {
+    size_t b = list.find(',', a);
+    if (b == std::string::npos) b = list.size();
+    std::string w = list.substr(a, b - a);
     VT_CHECK(w == "train" || w == "infer" || w == "explain" || w == "gemm",
              "--what: unknown part '{}' (expected train, infer, explain or gemm, comma-separated)",
              w);
-    VT_CHECK(vit || (w != "explain" && w != "gemm"),
+    VT_CHECK(spec.arch == "vit" || (w != "explain" && w != "gemm"),
              "--what {}: times a Vision Transformer's parts; this model is {}", w, spec.describe());
     what.push_back(w);
     a = b + 1;
   }
+  return what;
+}
+
+/// What a timed step or pass works on: the model on its device, a random batch, the repeats.
+struct Workload {
+  nn::Module& model;
+  Tensor images, labels;
+  int64_t batch, steps;
+  std::function<void()> sync;  // a GPU's wait for the results (empty on the CPU)
+  double forward_flops;
+};
+
+/// Training steps (forward, cross-entropy, backward, AdamW): j["train"] and j["memory"].
+void time_training(const Workload& w, const Cli& cli, const Device& device, double baseline,
+                   json& j) {
+  w.model.train();
+  nn::optim::AdamWOptions o;
+  o.lr = 1e-3;
+  o.weight_decay = 0.05;
+  nn::optim::AdamW opt(w.model.parameters(), o);
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = ops::cross_entropy(w.model(w.images), w.labels);
+    loss.backward();
+    opt.step();
+  };
+  j["train"] = throughput(bench::time_repeats(step, cli.warmup, cli.repeats, w.steps, w.sync),
+                          w.batch * w.steps, 3 * w.forward_flops);
+  const double peak_rss = bench::peak_rss_mb();
+  j["memory"] = {{"baseline_rss_mb", baseline},
+                 {"peak_rss_mb", peak_rss},
+                 {"train_peak_mb", peak_rss - baseline}};
+  if (!device.is_cpu())
+    j["memory"]["device_peak_mb"] = static_cast<double>(memory_stats(device).peak) / (1 << 20);
+}
+
+/// The machine: the sgemm peak (measured last, so that its buffers stay out of the training
+/// memory peak), the CPU's GEMM and how idle threads wait. Returns the peak.
+double time_machine(const Device& device, json& j) {
+  const double peak = bench::sgemm_peak_gflops(2048, 5, device);
+  j["sgemm_peak_gflops"] = peak;
+  fmt::print("sgemm peak: {:.1f} GFLOP/s (one {}x{} matmul, best of 5)\n", peak, 2048, 2048);
+  if (device.is_cpu()) {
+    const CpuGemmInfo g = cpu_gemm_info();
+    j["gemm"] = {{"openblas_core", g.openblas_core},
+                 {"openblas_current", g.openblas_current},
+                 {"own_gemm", g.own_gemm}};
+    fmt::print("matrix products: OpenBLAS kernels {}{}; Vitrine's own GEMM takes {}\n",
+               g.openblas_core, g.openblas_current ? "" : " (a fallback for this CPU)", g.own_gemm);
+    j["thread_wait"] = thread_wait_policy();
+    fmt::print("idle threads wait: {}\n", thread_wait_policy());
+  }
+  return peak;
+}
+
+/// The throughput table and the training memory, as printed.
+void print_results(json& j, double peak, double baseline) {
+  if (j.contains("train") || j.contains("infer"))
+    fmt::print("\n{:<8} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "", "images/s", "min", "max",
+               "GFLOP/s", "of peak");
+  for (const char* part : {"train", "infer"}) {
+    if (!j.contains(part)) continue;
+    j[part]["peak_share"] = peak > 0 ? j[part]["gflops"].get<double>() / peak : 0.0;
+    print_row(part, j[part]);
+  }
+  if (j.contains("memory"))
+    fmt::print(
+        "\ntraining peak memory: {:.1f} MiB resident ({:.1f} MiB above the {:.1f} MiB "
+        "before the model)\n",
+        j["memory"]["peak_rss_mb"].get<double>(), j["memory"]["train_peak_mb"].get<double>(),
+        baseline);
+}
+
+int run(const Cli& cli) {
+  set_num_threads(cli.threads);
+  const models::ClassifierSpec spec = model_of(cli);
+  const Device device = Device::parse(cli.device);
+  const int64_t batch = cli.batch > 0 ? cli.batch : default_batch(spec, device);
+  const int64_t steps = cli.steps > 0 ? cli.steps : (spec.image_h >= 224 ? 2 : 5);
+  const std::vector<std::string> what = parts_of(cli.what, spec);
   auto wants = [&](const char* w) { return std::find(what.begin(), what.end(), w) != what.end(); };
 
   const double baseline = bench::current_rss_mb();
@@ -217,65 +292,23 @@ int run(const Cli& cli) {
              3 * forward_flops / 1e9);
 
   Generator data_gen(1);
-  Tensor images =
-      ops::randn({batch, spec.channels, spec.image_h, spec.image_w}, data_gen).to(device);
-  Tensor labels = ops::randint(0, spec.num_classes, {batch}, data_gen).to(device);
-  if (wants("train")) {
-    model->train();
-    nn::optim::AdamWOptions o;
-    o.lr = 1e-3;
-    o.weight_decay = 0.05;
-    nn::optim::AdamW opt(model->parameters(), o);
-    auto step = [&] {
-      opt.zero_grad();
-      Tensor loss = ops::cross_entropy((*model)(images), labels);
-      loss.backward();
-      opt.step();
-    };
-    j["train"] = throughput(bench::time_repeats(step, cli.warmup, cli.repeats, steps, sync),
-                            batch * steps, 3 * forward_flops);
-    const double peak_rss = bench::peak_rss_mb();
-    j["memory"] = {{"baseline_rss_mb", baseline},
-                   {"peak_rss_mb", peak_rss},
-                   {"train_peak_mb", peak_rss - baseline}};
-    if (!device.is_cpu())
-      j["memory"]["device_peak_mb"] = static_cast<double>(memory_stats(device).peak) / (1 << 20);
-  }
+  const Workload w{
+      *model,
+      ops::randn({batch, spec.channels, spec.image_h, spec.image_w}, data_gen).to(device),
+      ops::randint(0, spec.num_classes, {batch}, data_gen).to(device),
+      batch,
+      steps,
+      sync,
+      forward_flops};
+  if (wants("train")) time_training(w, cli, device, baseline, j);
   if (wants("infer")) {
     model->eval();
     NoGradGuard no_grad;
-    auto pass = [&] { (void)(*model)(images); };
+    auto pass = [&] { (void)(*model)(w.images); };
     j["infer"] = throughput(bench::time_repeats(pass, cli.warmup, cli.repeats, steps, sync),
                             batch * steps, forward_flops);
   }
-  // The peak is measured last, so that its buffers stay out of the training memory peak.
-  const double peak = bench::sgemm_peak_gflops(2048, 5, device);
-  j["sgemm_peak_gflops"] = peak;
-  fmt::print("sgemm peak: {:.1f} GFLOP/s (one {}x{} matmul, best of 5)\n", peak, 2048, 2048);
-  if (device.is_cpu()) {
-    const CpuGemmInfo g = cpu_gemm_info();
-    j["gemm"] = {{"openblas_core", g.openblas_core},
-                 {"openblas_current", g.openblas_current},
-                 {"own_gemm", g.own_gemm}};
-    fmt::print("matrix products: OpenBLAS kernels {}{}; Vitrine's own GEMM takes {}\n",
-               g.openblas_core, g.openblas_current ? "" : " (a fallback for this CPU)", g.own_gemm);
-    j["thread_wait"] = thread_wait_policy();
-    fmt::print("idle threads wait: {}\n", thread_wait_policy());
-  }
-  if (wants("train") || wants("infer"))
-    fmt::print("\n{:<8} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "", "images/s", "min", "max",
-               "GFLOP/s", "of peak");
-  for (const char* part : {"train", "infer"}) {
-    if (!j.contains(part)) continue;
-    j[part]["peak_share"] = peak > 0 ? j[part]["gflops"].get<double>() / peak : 0.0;
-    print_row(part, j[part]);
-  }
-  if (j.contains("memory"))
-    fmt::print(
-        "\ntraining peak memory: {:.1f} MiB resident ({:.1f} MiB above the {:.1f} MiB "
-        "before the model)\n",
-        j["memory"]["peak_rss_mb"].get<double>(), j["memory"]["train_peak_mb"].get<double>(),
-        baseline);
+  print_results(j, time_machine(device, j), baseline);
   if (wants("gemm")) j["gemm_products"] = time_gemm(vit_model->config(), batch, cli.threads);
   if (wants("explain")) {
     model->eval();
