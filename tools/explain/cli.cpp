@@ -49,11 +49,7 @@ void add_request_option(CLI::App& app, const ex::OptionSpec& s, ex::RequestValue
             o->capture_default_str();
           if (!s.choices.empty()) o->check(CLI::IsMember(s.choices));
           if (std::isfinite(s.min) || std::isfinite(s.max)) o->check(range_check(s));
-          if (s.check)
-            o->check([check = s.check](const std::string& v) {
-              const std::string expected = check(v);
-              return expected.empty() ? expected : fmt::format("expected {}, got {}", expected, v);
-            });
+          if (s.check) o->check([check = s.check](const std::string& v) { return check(v); });
           if (!s.value_name.empty()) o->type_name(s.value_name);
         }
       },

@@ -17,12 +17,14 @@ using R = RequestValues;
 
 namespace {
 
+/// resize's check: empty, or what is wrong (the command line's words, as it always said them).
 std::string resize_check(const std::string& v) {
   try {
     if (valid_resize(v)) return "";
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    return e.what();  // a malformed factor:F, named
   }
-  return "\"model\", \"stretch\", \"none\" or \"factor:F\" with F in (0, 16]";
+  return fmt::format("expected {}, got {}", kResizeValues, v);
 }
 
 /// The method names for --method's help: the registry's (method.h) relevance maps, then those
@@ -40,7 +42,8 @@ ServerRange max_steps_range(const ServerContext& c, double min, const char* what
           fmt::format("{} (--max-steps {})", what, c.max_steps)};
 }
 
-std::vector<OptionSpec> make_table() {
+/// What is explained, and the attention methods' options.
+std::vector<OptionSpec> what_options() {
   return {
       {.name = "method",
        .aliases = {"methods"},
@@ -89,6 +92,12 @@ std::vector<OptionSpec> make_table() {
        .max = 1,
        .max_open = true,
        .what = "the fraction discarded"},
+  };
+}
+
+/// The input-gradient methods' options (integrated gradients, SmoothGrad) and the seed.
+std::vector<OptionSpec> gradient_options() {
+  return {
       {.name = "steps",
        .type = OptionType::Integer,
        .field = +[](R& r) -> int64_t& { return r.opt.steps; },
@@ -133,6 +142,12 @@ std::vector<OptionSpec> make_table() {
        .server_range = +[](const ServerContext&) -> ServerRange {
          return {0, 9007199254740992.0, "the seed of SmoothGrad's noise"};
        }},
+  };
+}
+
+/// The options of the methods named only: qkv's patch, activation-max's.
+std::vector<OptionSpec> extra_options() {
+  return {
       {.name = "patch",
        .type = OptionType::Patch,
        .field = +[](R& r) -> std::string& { return r.patch; },
@@ -190,6 +205,12 @@ std::vector<OptionSpec> make_table() {
        .help = "activation-max: the L2 decay's weight",
        .min = 0,
        .what = "activation-max's L2 weight"},
+  };
+}
+
+/// How an image becomes the model's input, and a model other than a ViT.
+std::vector<OptionSpec> input_options() {
+  return {
       {.name = "resize",
        .type = OptionType::Text,
        .field = +[](R& r) -> std::string& { return r.resize; },
@@ -246,6 +267,12 @@ std::vector<OptionSpec> make_table() {
        .min = 0,
        .min_open = true,
        .scope = kCliOption},
+  };
+}
+
+/// How the maps are drawn, and what the server's answer holds.
+std::vector<OptionSpec> drawing_options() {
+  return {
       {.name = "colormap",
        .type = OptionType::Choice,
        .field = +[](R& r) -> std::string& { return r.colormap; },
@@ -289,6 +316,14 @@ std::vector<OptionSpec> make_table() {
        .help = "the answer holds each method's raw patch-grid values",
        .scope = kServerOption},
   };
+}
+
+std::vector<OptionSpec> make_table() {
+  std::vector<OptionSpec> table;
+  for (auto* group :
+       {what_options, gradient_options, extra_options, input_options, drawing_options})
+    for (OptionSpec& s : group()) table.push_back(std::move(s));
+  return table;
 }
 
 [[noreturn]] void bad_option(const std::string& message) { throw Error(message); }
@@ -482,12 +517,12 @@ void read_json_option(const OptionSpec& s, const std::string& key, const json& v
                                      fmt::join(s.choices, ", "), nn::json_brief(v)));
             field = v.get<std::string>();
           } else {  // Text
-            const std::string text = v.is_string() ? v.get<std::string>() : std::string();
-            const std::string expected = s.check ? s.check(text) : std::string();
-            if (!v.is_string() || !expected.empty())
-              bad_option(fmt::format("option {}: expected {}, got {}", key,
-                                     expected.empty() ? "a string" : expected, nn::json_brief(v)));
-            field = text;
+            if (!v.is_string())
+              bad_option(
+                  fmt::format("option {}: expected a string, got {}", key, nn::json_brief(v)));
+            const std::string problem = s.check ? s.check(v.get<std::string>()) : std::string();
+            if (!problem.empty()) bad_option(fmt::format("option {}: {}", key, problem));
+            field = v.get<std::string>();
           }
         } else {
           bad_option(fmt::format("option {}: not an option of the server", key));

@@ -90,7 +90,7 @@ struct OptionSpec {
   unsigned scope = kBothScopes;
   /// The server's range, from its model and limits (null: min and max above).
   ServerRange (*server_range)(const ServerContext&) = nullptr;
-  /// Text: an empty string when the value is fine, else what is expected.
+  /// Text: an empty string when the value is fine, else what is wrong with it.
   std::string (*check)(const std::string&) = nullptr;
   /// The command line's name for its value in --help (empty: CLI11's, from the type).
   std::string value_name = {};
