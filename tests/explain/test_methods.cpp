@@ -1,11 +1,13 @@
 // The explanation methods on cases small enough to work out by hand, and their invariants on a
 // tiny random ViT (IG's completeness, SmoothGrad without noise = the plain gradient, the model
 // left as it was found). Parity with PyTorch on the fixture ViTs: test_parity.cpp.
+#include <algorithm>
 #include <cmath>
 
 #include "test_util.h"
 #include "tiny_vit.h"
 #include "tools/explain/explain.h"
+#include "tools/explain/options_schema.h"
 
 using namespace vitrine;
 using namespace vitrine::explain;
@@ -39,6 +41,55 @@ TEST_CASE("explain: method names parse, 'all' expands, unknown names are listed"
   for (Method m : all_methods()) CHECK(parse_methods(method_name(m)) == std::vector{m});
   CHECK_ERROR_CONTAINS(parse_methods("rollout,gradcam++"), "unknown method 'gradcam++'",
                        "integrated-gradients");
+}
+
+TEST_CASE("explain: the registry lists each method file once, by order key, extras apart") {
+  const auto& all = methods();
+  REQUIRE(all.size() >= 10);
+  for (size_t i = 1; i < all.size(); ++i) {
+    INFO(all[i]->name());
+    CHECK(all[i - 1]->order() < all[i]->order());  // distinct keys: the order is the files' own
+  }
+  // The ten methods the tool started with keep their order (the command line's, the page's).
+  const std::vector<std::string> first = {
+      "attention", "rollout",    "grad-rollout",         "chefer",         "gradcam",
+      "saliency",  "smoothgrad", "integrated-gradients", "activation-max", "qkv"};
+  std::vector<std::string> seen;
+  for (const std::string& n : method_names())
+    if (std::find(first.begin(), first.end(), n) != first.end()) seen.push_back(n);
+  CHECK(seen == first);
+  for (const Method* m : all) {
+    INFO(m->name());
+    CHECK(find_method(m->name()) == m);
+    CHECK(!m->help().empty());
+    CHECK(parse_methods("all").size() == all_methods().size());
+    const auto names = method_names(false);
+    CHECK((std::find(names.begin(), names.end(), m->name()) != names.end()) == !m->extra());
+    // The options a method reads are request options of the schema, by their CLI names.
+    for (const std::string& o : m->options()) {
+      INFO(o);
+      const auto* spec = find_request_option(o);
+      REQUIRE(spec != nullptr);
+      CHECK(spec->name == o);
+    }
+  }
+  CHECK(find_method("gradcam++") == nullptr);
+  CHECK(method_names(false).size() + extra_methods().size() == method_names().size());
+}
+
+TEST_CASE("explain: a method that reads the pass's gradients refuses a forward-only pass") {
+  Generator gen(11);
+  models::VisionTransformer model(vt_test::tiny_vit_config(8, 12, 2), gen);
+  const Tensor x = tiny_images(1, 4);
+  const Pass forward = run_pass(model, x, {-1}, -1, false);
+  for (const Method* m : methods()) {
+    INFO(m->name());
+    if (needs_gradients(*m))
+      CHECK_ERROR_CONTAINS(explain_method(model, x, forward, *m, {}),
+                           std::string(m->name()) + " needs the gradients of the pass");
+  }
+  // attention needs no gradients: its map from the forward alone.
+  CHECK(explain_method(model, x, forward, *find_method("attention"), {}).map.defined());
 }
 
 TEST_CASE("explain: rollout by hand, rows re-normalised (not columns)") {
