@@ -823,6 +823,10 @@ TEST_CASE(
     TempDir dir;
     const ProcessResult list = run_process(kExe, {"--list-options"}, dir, "list");
     CHECK(list.code == 0);
+    // docs/explain.md holds the table as the program prints it (paste it there when it changes).
+    const std::string doc = read_text(std::string(VITRINE_FIXTURES) + "/../../docs/explain.md");
+    CHECK_MESSAGE(doc.find(list.output) != std::string::npos,
+                  "docs/explain.md's request options differ from vitrine-explain --list-options");
     for (const ex::OptionSpec& o : ex::request_options()) {
       const std::string shown = o.scope & ex::kCliOption ? fmt::format("| `--{}` |", o.name)
                                                          : fmt::format("| - | `{}`", o.name);
