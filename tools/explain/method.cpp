@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <set>
 
 #include "tools/explain/explain.h"
 
@@ -29,12 +30,13 @@ struct Registry {
     std::sort(all.begin(), all.end(), [](const Method& a, const Method& b) {
       return a.order() != b.order() ? a.order() < b.order() : a.name() < b.name();
     });
-    for (size_t i = 0; i < all.size(); ++i) {
-      VT_CHECK(!all[i].name().empty() && all[i].spec()->compute != nullptr,
+    std::set<std::string_view> names;
+    for (const Method& m : all) {
+      VT_CHECK(!m.name().empty() && m.spec()->compute != nullptr,
                "explain: a method file registers a method without a name or a compute");
-      VT_CHECK(i == 0 || all[i].name() != all[i - 1].name(),
-               "explain: two method files register the method '{}'", all[i].name());
-      pointers.push_back(&all[i]);
+      VT_CHECK(names.insert(m.name()).second, "explain: two method files register the method '{}'",
+               m.name());
+      pointers.push_back(&m);
     }
   }
 };
