@@ -1,3 +1,8 @@
+// The pass and the maps read from it (explain.h): run_pass (one forward and backward of any
+// AttentionModel with its attention captured), the attention map and its threshold mask, rollout,
+// gradient rollout, Chefer's relevance, the token Grad-CAM, and the grid helpers every method
+// shares (patch_mean, upsample, minmax) and the mean attention distance. The methods that use them
+// are the files of methods/ (method.h); explain(model, request) is entry.cpp.
 #include "tools/explain/explain.h"
 
 #include <algorithm>
