@@ -17,7 +17,10 @@ namespace {
 /// The check of an entry's range on the command line (CLI11's own where it has one).
 CLI::Validator range_check(const ex::OptionSpec& s) {
   const bool lo = std::isfinite(s.min), hi = std::isfinite(s.max);
-  if (lo && hi && !s.min_open && !s.max_open) return CLI::Range(s.min, s.max);
+  if (lo && hi && !s.min_open && !s.max_open)
+    return s.type == ex::OptionType::Integer
+               ? CLI::Range(static_cast<int64_t>(s.min), static_cast<int64_t>(s.max))
+               : CLI::Range(s.min, s.max);
   if (lo && !hi && s.min == 0) return s.min_open ? CLI::PositiveNumber : CLI::NonNegativeNumber;
   const std::string range =
       fmt::format("{}{}, {}{}", s.min_open ? "(" : "[", s.min, s.max, s.max_open ? ")" : "]");
