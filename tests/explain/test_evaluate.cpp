@@ -176,7 +176,7 @@ TEST_CASE("evaluate: --pos-interp reaches the pass and the curves' logits at ano
   const Tensor x = ops::randn({3, 1, 20, 20}, ig);
   const std::vector<int64_t> t(3, -1);
   EvalOptions o;
-  o.methods = {Method::Attention, Method::Rollout, Method::Saliency};
+  o.methods = parse_methods("attention,rollout,saliency");
   o.sanity_images = 0;
   o.explain.pos_interp = models::PosInterp::Dino;
   const EvalResult r = evaluate(model, x, t, std::nullopt, o);
