@@ -14,6 +14,7 @@
 #include "models/gpt.h"
 #include "models/vit.h"
 #include "nn/nn.h"
+#include "ops/batch_invariant.h"
 #include "ops/conv_transpose.h"
 #include "ops/norms.h"
 #include "ops/ops.h"

@@ -9,6 +9,7 @@
 #include "autograd/grad_mode.h"
 #include "backends/env_switch.h"
 #include "nn/init.h"
+#include "ops/batch_invariant.h"
 #include "ops/ops.h"
 
 namespace vitrine::nn {
@@ -90,7 +91,7 @@ bool fuses_relu() {
 bool BatchNorm2d::foldable() const {
   return fuses_relu() && !is_training() && !GradMode::is_enabled() && track_running_stats &&
          running_mean.defined() && !replaced_by_ && !has_forward_hooks() &&
-         typeid(*this) == typeid(BatchNorm2d);
+         typeid(*this) == typeid(BatchNorm2d) && !is_batch_invariant();  // (as forward_relu)
 }
 
 std::pair<Tensor, Tensor> fuse_conv_bn_weights(const Tensor& conv_w, const Tensor& conv_b,
@@ -119,8 +120,11 @@ std::pair<Tensor, Tensor> fuse_conv_bn_weights(const Tensor& conv_w, const Tenso
 }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
-  // A subclass (SyncBatchNorm) or a replaced module: through forward, which they override.
-  if (!fuses_relu() || replaced_by_ || has_forward_hooks() || typeid(*this) != typeid(BatchNorm2d))
+  // A subclass (SyncBatchNorm) or a replaced module: through forward, which they override. In
+  // batch-invariant mode always so (ops/batch_invariant.h): the fused op and the composition
+  // differ in the last bit, and one process must compute what SyncBatchNorm's ranks compute.
+  if (!fuses_relu() || replaced_by_ || has_forward_hooks() ||
+      typeid(*this) != typeid(BatchNorm2d) || is_batch_invariant())
     return ops::relu(residual.defined() ? (*this)(x) + residual : (*this)(x));
   VT_CHECK(x.dim() == 4, "BatchNorm2d: expected x [B, C, H, W], got shape {}", x.shape());
   return normalize(x, {}, true, residual);

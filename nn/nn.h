@@ -33,3 +33,4 @@
 #include "nn/summary.h"
 #include "nn/transformer.h"
 #include "nn/utils.h"
+#include "nn/weight_norm.h"

@@ -5,6 +5,7 @@
 
 #include "backends/env_switch.h"
 #include "backends/threads.h"
+#include "ops/batch_invariant.h"
 #include "ops/helpers.h"
 
 namespace vitrine::ops::detail {
@@ -25,6 +26,18 @@ bool batch_invariant(const Tensor& like) {
 }
 
 void set_batch_tree(bool on) { g_mode.store(on ? 1 : 0); }
+
+}  // namespace vitrine::ops::detail
+
+namespace vitrine {
+
+void set_batch_invariant(bool on) { ops::detail::set_batch_tree(on); }
+
+bool is_batch_invariant() { return ops::detail::batch_invariant(Tensor::empty({0})); }
+
+}  // namespace vitrine
+
+namespace vitrine::ops::detail {
 
 void for_each_leaf(int64_t n, const std::function<void(int64_t begin, int64_t count)>& f) {
   const int64_t L = (n + kBatchLeaf - 1) / kBatchLeaf;

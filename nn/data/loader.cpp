@@ -37,6 +37,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, Compose transform
       "data loader: rank {} of {} replicas: expected num_replicas >= 1 and 0 <= rank < "
       "num_replicas",
       options_.rank, options_.num_replicas);
+  VT_CHECK(options_.shard_block >= 1, "data loader: shard_block must be at least 1, got {}",
+           options_.shard_block);
   const int64_t nworkers = options_.workers == -1 ? default_workers() : options_.workers;
   prefetch_ = options_.prefetch > 0 ? options_.prefetch : 2 * std::max<int64_t>(1, nworkers);
   threads_.reserve(static_cast<size_t>(nworkers));
@@ -65,28 +67,32 @@ int64_t DataLoader::default_workers() {
 }
 
 std::vector<int64_t> distributed_shard(std::vector<int64_t> order, int64_t num_replicas,
-                                       int64_t rank, bool pad) {
+                                       int64_t rank, bool pad, int64_t block) {
   VT_CHECK(num_replicas >= 1 && rank >= 0 && rank < num_replicas,
            "distributed_shard: rank {} of {} replicas", rank, num_replicas);
+  VT_CHECK(block >= 1, "distributed_shard: block must be at least 1, got {}", block);
   if (num_replicas == 1) return order;
   const auto n = static_cast<int64_t>(order.size());
+  const int64_t round = num_replicas * block;  // one block for each rank
   if (pad && n > 0) {
-    const int64_t total = (n + num_replicas - 1) / num_replicas * num_replicas;
+    const int64_t total = (n + round - 1) / round * round;
     for (int64_t i = n; i < total; ++i) order.push_back(order[static_cast<size_t>(i % n)]);
   }
   std::vector<int64_t> shard;
   shard.reserve(order.size() / static_cast<size_t>(num_replicas) + 1);
-  for (size_t i = static_cast<size_t>(rank); i < order.size();
-       i += static_cast<size_t>(num_replicas))
-    shard.push_back(order[i]);
+  const auto size = static_cast<int64_t>(order.size());
+  for (int64_t start = rank * block; start < size; start += round)
+    for (int64_t i = start; i < std::min(start + block, size); ++i)
+      shard.push_back(order[static_cast<size_t>(i)]);
   return shard;
 }
 
 int64_t DataLoader::shard_size() const {
-  const int64_t n = dataset_->size(), r = options_.num_replicas;
+  const int64_t n = dataset_->size(), r = options_.num_replicas, b = options_.shard_block;
   if (r == 1) return n;
-  if (options_.pad_shards) return (n + r - 1) / r;
-  return n / r + (options_.rank < n % r ? 1 : 0);
+  const int64_t round = r * b;
+  if (options_.pad_shards) return (n + round - 1) / round * b;
+  return n / round * b + std::clamp<int64_t>(n % round - options_.rank * b, 0, b);
 }
 
 int64_t DataLoader::batches_per_epoch() const {
@@ -109,7 +115,7 @@ void DataLoader::start_epoch(int64_t epoch, int64_t skip_batches) {
     std::iota(plan->order.begin(), plan->order.end(), int64_t{0});
   }
   plan->order = distributed_shard(std::move(plan->order), options_.num_replicas, options_.rank,
-                                  options_.pad_shards);
+                                  options_.pad_shards, options_.shard_block);
   std::map<int64_t, Slot> stale;  // destroyed outside the lock
   {
     std::lock_guard lock(mutex_);

@@ -54,12 +54,18 @@ struct LoaderOptions {
   int64_t rank = 0;
   /// Pad the order to a multiple of num_replicas (equal shards), as DistributedSampler does.
   bool pad_shards = true;
+  /// Shard in blocks of this many entries: rank r reads blocks r, r + R, ... (1: entries r,
+  /// r + R, ..., DistributedSampler's order). Set to batch_size, each step's whole batch is the
+  /// ranks' batches side by side in rank order: one process with R times the batch reads the same
+  /// images in the same places (batch-invariant training, docs/distributed.md).
+  int64_t shard_block = 1;
 };
 
 /// Rank `rank`'s shard of an epoch's order (see above): order[rank], order[rank + R], ... of the
-/// order padded (pad) by repeating its start to a multiple of R = num_replicas.
+/// order padded (pad) by repeating its start to a multiple of R = num_replicas; with block > 1,
+/// blocks of that many entries instead (the padding then to a multiple of R blocks).
 std::vector<int64_t> distributed_shard(std::vector<int64_t> order, int64_t num_replicas,
-                                       int64_t rank, bool pad = true);
+                                       int64_t rank, bool pad = true, int64_t block = 1);
 
 class DataLoader {
  public:

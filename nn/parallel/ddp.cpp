@@ -7,6 +7,8 @@
 
 #include "autograd/grad_mode.h"
 #include "nn/parallel/collectives.h"
+#include "ops/batch_invariant.h"
+#include "ops/batch_tree.h"
 #include "ops/ops.h"
 
 namespace vitrine::nn {
@@ -60,7 +62,16 @@ struct DistributedDataParallel::Reducer {
       else
         slot.fill_(0);
     }
-    b.work = dist::all_reduce_async(b.flat, dist::ReduceOp::Average, group);
+    if (is_batch_invariant() && b.flat.device().type == DeviceType::CPU) {
+      // Batch-invariant (ops/batch_invariant.h): the ranks' gradients added in the batch's tree
+      // (pairwise, in rank order), not in the MPI library's order, then averaged (exact for a
+      // power-of-two number of ranks): one process's bits on the whole batch.
+      const Tensor all = dist::all_gather(b.flat, group);  // [R, n]
+      b.flat.copy_(ops::mul(ops::detail::tree_sum_partials(all.contiguous()),
+                            1.0 / static_cast<double>(all.size(0))));
+    } else {
+      b.work = dist::all_reduce_async(b.flat, dist::ReduceOp::Average, group);
+    }
     b.started = true;
     ++started;
     stats.bytes += b.flat.numel() * static_cast<int64_t>(dtype_size(b.flat.dtype()));
@@ -81,7 +92,8 @@ struct DistributedDataParallel::Reducer {
     for (Bucket& b : buckets)
       if (!b.started) start(b);
     const auto t0 = std::chrono::steady_clock::now();
-    for (Bucket& b : buckets) b.work->wait();
+    for (Bucket& b : buckets)
+      if (b.work) b.work->wait();
     stats.wait_seconds += seconds_since(t0);
     NoGradGuard no_grad;
     for (Bucket& b : buckets) {
@@ -210,6 +222,11 @@ DistributedDataParallel::NoSync::~NoSync() { ddp_.reducer_->sync = was_; }
 
 void DistributedDataParallel::synchronize() {
   if (reducer_->sync) reducer_->finish();
+}
+
+void DistributedDataParallel::all_reduce_gradients() {
+  reducer_->arm();
+  reducer_->finish();
 }
 
 std::vector<std::vector<size_t>> DistributedDataParallel::buckets() const {

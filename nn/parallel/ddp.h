@@ -80,6 +80,10 @@ class DistributedDataParallel : public Module {
   /// a gradient counts as zeros) and waits for all of them. Backward calls it itself once every
   /// bucket has started; it does nothing when there is nothing to finish.
   void synchronize();
+  /// Averages the parameters' gradients as they are now, across the ranks (every bucket, then
+  /// waits): for gradients accumulated under no_sync and then combined by the caller (the
+  /// trainer's batch-invariant accumulation).
+  void all_reduce_gradients();
 
   /// Number of buckets and the parameters in each (indices into the trainable parameters, in the
   /// order of module->parameters()).

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -511,6 +512,118 @@ TEST_CASE(
   REQUIRE(two.code == 0);
   CHECK(two.output.find("SyncBatchNorm") == std::string::npos);
   CHECK(max_loss_difference(dir / "vit-one", plain) > 1e-3);
+}
+
+/// Every tensor of two checkpoints bit for bit, and every loss of two runs' metrics.jsonl
+/// exactly: the number of tensors and of lines that differ.
+std::pair<int, int> bit_differences(const std::string& a_dir, const std::string& b_dir) {
+  const auto a = nn::read_safetensors(a_dir + "/last.safetensors").tensors;
+  const auto b = nn::read_safetensors(b_dir + "/last.safetensors").tensors;
+  int tensors = a.size() == b.size() ? 0 : 1, losses = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const Tensor &x = a[i].second, &y = b[i].second;
+    const bool same = a[i].first == b[i].first && x.shape() == y.shape() &&
+                      x.dtype() == y.dtype() &&
+                      std::memcmp(x.contiguous().data_ptr(), y.contiguous().data_ptr(),
+                                  x.numel() * dtype_size(x.dtype())) == 0;
+    if (!same) ++tensors;
+  }
+  const std::vector<json> la = metrics_lines(a_dir), lb = metrics_lines(b_dir);
+  if (la.size() != lb.size()) return {tensors, -1};
+  for (size_t i = 0; i < la.size(); ++i)
+    if (la[i].contains("loss") && (!lb[i].contains("loss") || la[i].at("loss") != lb[i].at("loss")))
+      ++losses;
+  return {tensors, losses};
+}
+
+/// Runs vitrine-train with the environment's VITRINE_BATCH_TREE and OMP_NUM_THREADS set.
+Ran run_invariant(std::vector<std::string> args, int threads, int ranks, const TempDir& dir,
+                  const std::string& name) {
+  setenv("VITRINE_BATCH_TREE", "1", 1);
+  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  Ran r;
+  if (ranks == 1) {
+    r = run(args, dir, name);
+  } else {
+    std::vector<std::string> a = {"--oversubscribe",
+                                  "--allow-run-as-root",
+                                  "-np",
+                                  std::to_string(ranks),
+                                  "-x",
+                                  "OMP_NUM_THREADS=1",
+                                  "-x",
+                                  "VITRINE_BATCH_TREE=1",
+                                  "-x",
+                                  "ASAN_OPTIONS=detect_leaks=0",
+                                  kExe};
+    a.insert(a.end(), args.begin(), args.end());
+    r = run_process(VITRINE_MPIRUN, a, dir, name);
+  }
+  unsetenv("VITRINE_BATCH_TREE");
+  unsetenv("OMP_NUM_THREADS");
+  return r;
+}
+
+TEST_CASE(
+    "train-cli: batch-invariant mode (VITRINE_BATCH_TREE=1) gives one process's weights and "
+    "losses bit for bit on 2 threads and under mpirun -np 2 and 4 (SyncBatchNorm), at seeds 1 to "
+    "3, and with gradient accumulation 2 and 4 on a model without batch norm") {
+  TempDir dir;
+  const std::string data = dir / "data";
+  write_stripes(data, 240, 60);  // 216 training images: 6 whole steps of 32
+  for (int seed = 1; seed <= 3; ++seed) {
+    for (bool resnet : {false, true}) {
+      const std::string tag = fmt::format("{}-{}", resnet ? "resnet" : "vit", seed);
+      INFO("model " << tag);
+      const auto args = [&](const std::string& out, std::vector<std::string> more = {}) {
+        more.insert(more.end(),
+                    {"--set", "train.max_steps=6", "--set", fmt::format("train.seed={}", seed)});
+        return batch_norm_args(data, dir / out, resnet, more);
+      };
+      const Ran one = run_invariant(args(tag + "-one"), 1, 1, dir, tag + "-one");
+      INFO(one.output);
+      REQUIRE(one.code == 0);
+      std::vector<std::pair<std::string, Ran>> runs;
+      runs.emplace_back("2 threads", run_invariant(args(tag + "-t2"), 2, 1, dir, tag + "-t2"));
+      if (have_mpirun())
+        for (int np : {2, 4})
+          runs.emplace_back(fmt::format("-np {}", np),
+                            run_invariant(args(tag + fmt::format("-np{}", np)), 1, np, dir,
+                                          tag + fmt::format("-np{}", np)));
+      for (const auto& run_pair : runs) {
+        const std::string& run_name = run_pair.first;
+        const Ran& r = run_pair.second;
+        INFO(run_name << ": " << r.output);
+        REQUIRE(r.code == 0);
+        const std::string out =
+            dir / (tag + (run_name == "2 threads" ? "-t2" : "-np" + run_name.substr(4)));
+        const auto diff = bit_differences(dir / (tag + "-one"), out);
+        CHECK(diff.first == 0);
+        CHECK(diff.second == 0);
+      }
+    }
+  }
+  // Accumulation: a batch's statistics cannot be one process's when the micro-batches are
+  // normalised apart, so the model has no batch norm (the ViT without its stem).
+  const auto acc_args = [&](const std::string& out, int steps) {
+    return batch_norm_args(data, dir / out, false,
+                           {"--set", "model.stem=[]", "--set", "train.max_steps=6", "--set",
+                            fmt::format("train.accum_steps={}", steps), "--set",
+                            fmt::format("data.batch_size={}", 32 / steps)});
+  };
+  const Ran ref = run_invariant(acc_args("acc1", 1), 1, 1, dir, "acc1");
+  INFO(ref.output);
+  REQUIRE(ref.code == 0);
+  for (int steps : {2, 4}) {
+    INFO("train.accum_steps " << steps);
+    const Ran r = run_invariant(acc_args(fmt::format("acc{}", steps), steps), 1, 1, dir,
+                                fmt::format("acc{}", steps));
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    const auto diff = bit_differences(dir / "acc1", dir / fmt::format("acc{}", steps));
+    CHECK(diff.first == 0);
+    CHECK(diff.second == 0);
+  }
 }
 
 TEST_CASE(

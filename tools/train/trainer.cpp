@@ -25,6 +25,7 @@
 #include "nn/optim/sgd.h"
 #include "nn/parallel/sync_batch_norm.h"
 #include "nn/state.h"
+#include "ops/batch_invariant.h"
 #include "ops/ops.h"
 #include "tools/common/files.h"
 #include "tools/train/config.h"
@@ -38,6 +39,50 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
+
+/// Float32 values added pairwise, bottom up: the batch's tree (ops/batch_invariant.h), so that a
+/// step's loss is one process's whatever the ranks and micro-batches.
+/// Micro-batches' gradients added in the batch's tree, as a binary counter: push() takes the
+/// model's gradients (and clears them), adding two partials whenever they cover equal numbers of
+/// micro-batches; finish() adds what is left, last first, and sets the model's gradients.
+class GradientTree {
+ public:
+  void push(nn::Module& model) {
+    std::vector<Tensor> g;
+    for (const Tensor& p : model.parameters()) {
+      g.push_back(p.grad());
+      p.set_grad(Tensor());
+    }
+    parts_.push_back({1, std::move(g)});
+    while (parts_.size() >= 2 && parts_[parts_.size() - 2].first == parts_.back().first) merge();
+  }
+  void finish(nn::Module& model) {
+    while (parts_.size() >= 2) merge();
+    if (parts_.empty()) return;
+    const std::vector<Tensor> params = model.parameters();
+    for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(parts_[0].second[i]);
+    parts_.clear();
+  }
+
+ private:
+  void merge() {
+    auto b = std::move(parts_.back());
+    parts_.pop_back();
+    auto& a = parts_.back();
+    for (size_t i = 0; i < a.second.size(); ++i) {
+      const Tensor &x = a.second[i], &y = b.second[i];
+      a.second[i] = !x.defined() ? y : !y.defined() ? x : ops::add(x, y);
+    }
+    a.first += b.first;
+  }
+  std::vector<std::pair<int64_t, std::vector<Tensor>>> parts_;  // (micro-batches, gradients)
+};
+
+float tree_sum(std::vector<float> v) {
+  for (size_t s = 1; s < v.size(); s *= 2)
+    for (size_t i = 0; i + s < v.size(); i += 2 * s) v[i] += v[i + s];
+  return v.empty() ? 0.0f : v[0];
+}
 
 /// Every Dropout and DropPath of the model draws from gen.
 void set_dropout_generator(nn::Module& model, Generator& gen) {
@@ -171,6 +216,9 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<const nn::data::Dataset> tr
   lo.workers = d.workers;
   lo.num_replicas = ranks;
   lo.rank = world_->rank();
+  // Batch-invariant: each rank's batch is a block of the whole batch (not every R-th image), so
+  // that the ranks' batches side by side are one process's (docs/distributed.md).
+  if (is_batch_invariant()) lo.shard_block = lo.batch_size;
   train_loader_ = std::make_unique<nn::data::DataLoader>(
       train_set_, nn::data::from_config(d.transforms, channels, true), lo);
   eval_transforms_ = nn::data::from_config(d.transforms, channels, false);
@@ -218,9 +266,15 @@ json finetune_config(json config, const models::ViTConfig& pretrained,
 }
 
 Evaluation Trainer::evaluate(const std::shared_ptr<const nn::data::Dataset>& dataset) {
+  // Batch-invariant: every rank evaluates the whole set in batches of a whole step's images (all
+  // ranks' and micro-batches'): one process's losses, bit for bit, at the cost of each rank doing
+  // all of it.
+  const bool invariant = is_batch_invariant();
   return train::evaluate(eval_model(), dataset, eval_transforms_,
-                         train_loader_->options().batch_size, train_loader_->options().workers,
-                         device_, cfg_.train.tta_hflip, world_);
+                         invariant ? cfg_.data.batch_size * cfg_.train.accum_steps
+                                   : train_loader_->options().batch_size,
+                         train_loader_->options().workers, device_, cfg_.train.tta_hflip,
+                         invariant ? nullptr : world_);
 }
 
 void Trainer::train_step(StepInfo& info) {
@@ -230,6 +284,11 @@ void Trainer::train_step(StepInfo& info) {
   const int64_t first = step_ * cfg_.train.accum_steps;
   const int64_t n = std::min(cfg_.train.accum_steps, batches_per_epoch_ - first);
   double loss_sum = 0;
+  std::vector<float> losses;  // batch-invariant: the micro-batches' losses, added in a tree
+  // Batch-invariant accumulation: each micro-batch's gradients set aside and added in the
+  // batch's tree (not one after the other into .grad), then averaged across the ranks.
+  const bool tree = is_batch_invariant() && n > 1;
+  GradientTree grads;
   for (int64_t i = 0; i < n; ++i) {
     auto b = train_loader_->next();
     VT_CHECK(b.has_value(), "trainer: the loader ended at batch {} of {} in epoch {}", first + i,
@@ -238,27 +297,41 @@ void Trainer::train_step(StepInfo& info) {
     // Data parallel: the batches before the step's last only accumulate their gradients; the
     // last one's backward averages the sum across the ranks.
     std::optional<nn::DistributedDataParallel::NoSync> accumulate_only;
-    if (ddp_ && i + 1 < n) accumulate_only.emplace(*ddp_);
+    if (ddp_ && (i + 1 < n || tree)) accumulate_only.emplace(*ddp_);
     Tensor logits =
         ddp_ ? ddp_->forward(b->images.to(device_)) : model_->forward(b->images.to(device_));
     Tensor loss =
         ops::cross_entropy(logits, labels, ops::Reduction::Mean, cfg_.optim.label_smoothing);
     (loss * (1.0 / static_cast<double>(n))).backward();
     loss_sum += loss.item();
+    losses.push_back(static_cast<float>(loss.item()));
+    if (tree) grads.push(*model_);
     info.correct += correct_count(logits, labels);
     info.examples += labels.numel();
   }
-  if (ddp_) ddp_->synchronize();  // (backward has done it when every parameter had a gradient)
-  if (world_->size() > 1) {       // the step's metrics over the whole global batch
+  if (tree) {
+    grads.finish(*model_);
+    if (ddp_) ddp_->all_reduce_gradients();
+  } else if (ddp_) {
+    ddp_->synchronize();  // (backward has done it when every parameter had a gradient)
+  }
+  if (world_->size() > 1) {  // the step's metrics over the whole global batch
     // (with whether any rank's stop flag is set: one small all-reduce per step)
     double m[4] = {loss_sum, static_cast<double>(info.correct), static_cast<double>(info.examples),
                    stop_flag_ && stop_flag_->load() ? 1.0 : 0.0};
     world_->all_reduce({m, 4, kFloat64, kCPU});
     loss_sum = m[0] / static_cast<double>(world_->size());
+    if (is_batch_invariant()) {  // the ranks' losses in the batch's tree, in float32
+      float mine = tree_sum(losses);
+      std::vector<float> all(static_cast<size_t>(world_->size()));
+      world_->all_gather({&mine, 1, kFloat32, kCPU}, {all.data(), world_->size(), kFloat32, kCPU});
+      loss_sum = static_cast<double>(tree_sum(all)) / static_cast<double>(world_->size());
+    }
     info.correct = std::llround(m[1]);
     info.examples = std::llround(m[2]);
     stop_agreed_ = m[3] > 0;
-  }
+  } else if (is_batch_invariant())
+    loss_sum = tree_sum(losses);
   // A non-finite loss (every rank sees the reduced one) stops the run before the update: the
   // weights stay finite and the last checkpoint saved stays the last good one.
   VT_CHECK(std::isfinite(loss_sum),

@@ -1,0 +1,16 @@
+// Batch-invariant mode (docs/distributed.md, "The same bits on any number of ranks"): the CPU's
+// sums over a batch in one fixed tree of 8-image leaves, and its products and convolutions leaf
+// by leaf, each leaf on one thread. Then a training step gives the same bits on 1 or 2 threads,
+// and data-parallel ranks (SyncBatchNorm included) or gradient accumulation give one process's
+// bits on the whole batch. Off by default: it costs speed (docs/benchmarks.md).
+#pragma once
+
+namespace vitrine {
+
+/// Turns batch-invariant mode on or off for the process (VITRINE_BATCH_TREE=1 turns it on at
+/// start). As torch.use_deterministic_algorithms, a process-wide switch.
+void set_batch_invariant(bool on);
+/// Whether batch-invariant mode is on.
+bool is_batch_invariant();
+
+}  // namespace vitrine
