@@ -5,6 +5,7 @@
 // 0-dim tensor).
 #include "nn/optim/lbfgs.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -115,6 +116,24 @@ struct LineSearchResult {
   int64_t evals;
 };
 
+/// The zoom's safeguard on a trial step t in the interval [a, b] (either order): a trial within
+/// 10% of the interval's length from an end is accepted the first time unless it lies on (or
+/// past) an end; after that it moves to 10% from the nearer end (PyTorch's insuf_progress).
+double safeguard(double t, double a, double b, bool& insuf_progress) {
+  const double b_max = std::max(a, b), b_min = std::min(a, b);
+  const double eps = 0.1 * (b_max - b_min);
+  if (std::min(b_max - t, t - b_min) >= eps) {
+    insuf_progress = false;
+    return t;
+  }
+  if (insuf_progress || t >= b_max || t <= b_min) {
+    insuf_progress = false;
+    return std::fabs(t - b_max) < std::fabs(t - b_min) ? b_max - eps : b_min + eps;
+  }
+  insuf_progress = true;
+  return t;
+}
+
 /// The strong-Wolfe line search along d from the point where the loss is f, the gradient g and
 /// g.d = gtd, starting at step t: f(t) <= f + c1 t gtd and |g(t).d| <= -c2 gtd. obj(t) evaluates
 /// the loss and gradient at x + t d.
@@ -196,21 +215,7 @@ LineSearchResult strong_wolfe(const std::function<Evaluation(double)>& obj, doub
     if (std::fabs(bracket[1] - bracket[0]) * d_norm < tolerance_change) break;
     t = cubic_interpolate(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1],
                           bracket_gtd[1]);
-    // A trial within 10% of the interval's length from an end: the first time it is accepted
-    // unless it lies on (or past) an end, after that it moves to 10% from the nearer end.
-    const double b_max = bracket[1] > bracket[0] ? bracket[1] : bracket[0];
-    const double b_min = bracket[1] < bracket[0] ? bracket[1] : bracket[0];
-    const double eps = 0.1 * (b_max - b_min);
-    if (std::min(b_max - t, t - b_min) < eps) {
-      if (insuf_progress || t >= b_max || t <= b_min) {
-        t = std::fabs(t - b_max) < std::fabs(t - b_min) ? b_max - eps : b_min + eps;
-        insuf_progress = false;
-      } else {
-        insuf_progress = true;
-      }
-    } else {
-      insuf_progress = false;
-    }
+    t = safeguard(t, bracket[0], bracket[1], insuf_progress);
     evaluate(t);
     ++ls_iter;
     if (f_new > (f + c1 * t * gtd) || f_new >= bracket_f[low]) {
