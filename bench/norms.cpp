@@ -14,20 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.h"
 #include "vitrine.h"
 
 using namespace vitrine;
 
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
+using bench::ms_since;
 
 struct Case {
   std::string name;
