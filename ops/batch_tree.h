@@ -25,7 +25,7 @@ namespace vitrine::ops::detail {
 inline constexpr int64_t kBatchLeaf = 8;
 
 /// Whether ops on tensors like `like` are batch-invariant: a CPU tensor, with the mode on
-/// (VITRINE_BATCH_TREE=1, or set_batch_tree(true); off by default while it costs speed).
+/// (VITRINE_BATCH_TREE=1, or set_batch_tree(true); off by default: ops/batch_invariant.h).
 bool batch_invariant(const Tensor& like);
 /// Turns the mode on or off for the whole process (the tests; VITRINE_BATCH_TREE sets the start).
 void set_batch_tree(bool on);
