@@ -9,6 +9,7 @@
 #include "nn/chunks.h"
 #include "nn/init.h"
 #include "nn/summary.h"
+#include "ops/batch_invariant.h"
 #include "ops/ops.h"
 
 namespace vitrine::models {
@@ -418,7 +419,8 @@ class WeightsInPlace {
 int64_t VisionTransformer::inference_chunks(const Tensor& images) const {
   if (!inference_in_chunks || GradMode::is_enabled() || !images.defined() || images.dim() != 4 ||
       !images.device().is_cpu() || capture_tokens_ || mixes_samples(*this) ||
-      has_forward_hooks_below())
+      has_forward_hooks_below() ||
+      is_batch_invariant())  // (chunks cut where the thread count says; the ops cut by leaves)
     return 1;
   for (const auto& b : *blocks) {
     const auto& attn = *std::static_pointer_cast<ViTBlock>(b)->attn;
