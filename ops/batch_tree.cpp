@@ -12,32 +12,24 @@ namespace vitrine::ops::detail {
 
 namespace {
 std::atomic<int> g_mode{-1};  // -1: not read from the environment yet
+
+/// The mode: VITRINE_BATCH_TREE=1 read at first use, or set_batch_tree's.
+bool mode_on() {
+  int mode = g_mode.load(std::memory_order_relaxed);
+  if (mode < 0) {
+    int expected = -1;
+    g_mode.compare_exchange_strong(expected, env_value("VITRINE_BATCH_TREE") == "1" ? 1 : 0);
+    mode = g_mode.load();
+  }
+  return mode == 1;
+}
 }  // namespace
 
 bool batch_invariant(const Tensor& like) {
-  int mode = g_mode.load(std::memory_order_relaxed);
-  if (mode < 0) {
-    mode = env_value("VITRINE_BATCH_TREE") == "1" ? 1 : 0;
-    int expected = -1;
-    g_mode.compare_exchange_strong(expected, mode);
-    mode = g_mode.load();
-  }
-  return mode == 1 && like.device().type == DeviceType::CPU;
+  return mode_on() && like.device().type == DeviceType::CPU;
 }
 
 void set_batch_tree(bool on) { g_mode.store(on ? 1 : 0); }
-
-}  // namespace vitrine::ops::detail
-
-namespace vitrine {
-
-void set_batch_invariant(bool on) { ops::detail::set_batch_tree(on); }
-
-bool is_batch_invariant() { return ops::detail::batch_invariant(Tensor::empty({0})); }
-
-}  // namespace vitrine
-
-namespace vitrine::ops::detail {
 
 void for_each_leaf(int64_t n, const std::function<void(int64_t begin, int64_t count)>& f) {
   const int64_t L = (n + kBatchLeaf - 1) / kBatchLeaf;
@@ -84,3 +76,11 @@ std::vector<Tensor> batch_tree_sum(
 }
 
 }  // namespace vitrine::ops::detail
+
+namespace vitrine {
+
+void set_batch_invariant(bool on) { ops::detail::set_batch_tree(on); }
+
+bool is_batch_invariant() { return ops::detail::mode_on(); }
+
+}  // namespace vitrine
