@@ -163,10 +163,9 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
           if (dw.defined()) dw = sums[0];
           if (db.defined()) db = sums[dw.defined() ? 1 : 0];
           if (dx.defined())
-            x.backend().layer_norm_backward(rows_view(xc, rows, cols), optional_view(wc),
-                                            mu.strided(), rstd.strided(),
-                                            rows_view(dyc, rows, cols), rows_view(dx, rows, cols),
-                                            Strided(), Strided());
+            x.backend().layer_norm_backward(
+                rows_view(xc, rows, cols), optional_view(wc), mu.strided(), rstd.strided(),
+                rows_view(dyc, rows, cols), rows_view(dx, rows, cols), Strided(), Strided());
         } else {
           x.backend().layer_norm_backward(rows_view(xc, rows, cols), optional_view(wc),
                                           mu.strided(), rstd.strided(), rows_view(dyc, rows, cols),
