@@ -36,7 +36,8 @@ ConvAlgorithm conv_algorithm();
 /// with them, a ResNet-8's and the default ViT's training losses under 2 data-parallel ranks
 /// drifted from one process's by 1.4e-5 within 7 steps (the reductions' different roundings
 /// amplified along the way; without them 6.9e-8 and 9.9e-8, measured at the test's seed;
-/// docs/convolutions.md). Input gradients and inference keep them.
+/// docs/convolutions.md). Input gradients and inference keep them, and so do training forwards
+/// in batch-invariant mode (ops/batch_invariant.h), whose fixed sums leave no drift to amplify.
 bool conv_for_gradient();
 struct ConvForGradient {
   explicit ConvForGradient(bool on);

@@ -178,22 +178,18 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
   const Tensor dy = dy_in.contiguous();  // [B, Cout, OH, OW], read as [B, Cout, L]
   const Tensor wc = w.contiguous();      // [Cout, K]
   Tensor dx = needs[0] ? empty_on(x, x.shape(), dt) : Tensor(), dw;
-  if (needs[1] && use_batch_tree(x, B)) {
-    dw = batch_tree_sum(x, B, {w.shape()}, dt,
-                        [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
-                          conv2d_grads_into(narrow(dy, 0, begin, count), narrow(x, 0, begin, count),
-                                            wc, g, depthwise, Tensor(), parts[0]);
-                        })[0];
+  if (use_batch_tree(x, B)) {
+    if (needs[1])
+      dw = batch_tree_sum(
+          x, B, {w.shape()}, dt, [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
+            conv2d_grads_into(narrow(dy, 0, begin, count), narrow(x, 0, begin, count), wc, g,
+                              depthwise, Tensor(), parts[0]);
+          })[0];
     if (needs[0])
       for_each_leaf(B, [&](int64_t begin, int64_t count) {
         conv2d_grads_into(narrow(dy, 0, begin, count), narrow(x, 0, begin, count), wc, g, depthwise,
                           narrow(dx, 0, begin, count), Tensor());
       });
-  } else if (needs[0] && batch_invariant(x)) {
-    for_each_leaf(B, [&](int64_t begin, int64_t count) {
-      conv2d_grads_into(narrow(dy, 0, begin, count), narrow(x, 0, begin, count), wc, g, depthwise,
-                        narrow(dx, 0, begin, count), Tensor());
-    });
   } else {
     if (needs[1]) dw = empty_on(w, w.shape(), dt);
     conv2d_grads_into(dy, x, wc, g, depthwise, dx, dw);
@@ -256,7 +252,10 @@ Tensor conv2d_dense(const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const ConvGeometry& g) {
   Tensor y = empty_on(x, {x.size(0), weight.size(0), g.out_h, g.out_w}, x.dtype());
   {
-    const ConvForGradient recorded(any_requires_grad({x, weight, bias}));
+    // Training forwards step aside from the narrow Winograd and the phase planes
+    // (conv_algorithm.h), except in batch-invariant mode: its fixed sums leave no drift for them
+    // to amplify, and each leaf of images gets the same bits wherever it runs.
+    const ConvForGradient recorded(any_requires_grad({x, weight, bias}) && !batch_invariant(x));
     NoGradGuard no_grad;
     const Tensor wc = weight.contiguous();  // [Cout, K]
     const Tensor bc = bias.defined() ? bias.contiguous() : Tensor();

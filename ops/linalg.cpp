@@ -65,16 +65,21 @@ const Strided* epilogue_view(const Tensor& t, Tensor& keep, Strided& view) {
 /// A linear layer's dW = dy^T x and db = sum_rows dy (dy [M, N], x [M, K]; either may be
 /// skipped). In a backward without create_graph one product gives both (Backend::gemm_fused
 /// sums dy's columns as it reads them); with create_graph they are ops, differentiable again.
-/// The product of both without graph: dW [N, K] and, when need_b, db [N], of dtype out.
+/// The product of both without graph, into dw [N, K] and (when defined) db [N].
+void weight_bias_grads_into(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
+  const Strided dbs = db.defined() ? db.strided() : Strided();
+  Backend::GemmEpilogue ep;
+  ep.a_row_sums = db.defined() ? &dbs : nullptr;
+  x.backend().gemm_fused(gemm_operand(dy.mT()).strided(), gemm_operand(x).strided(), dw.strided(),
+                         ep);
+}
+
+/// The same into new tensors of dtype out: dW, and db when need_b.
 std::pair<Tensor, Tensor> fused_weight_bias_grads(const Tensor& dy, const Tensor& x, bool need_b,
                                                   DType out) {
   Tensor dw = empty_on(x, {dy.size(1), x.size(1)}, out);
   Tensor db = need_b ? empty_on(x, {dy.size(1)}, out) : Tensor();
-  const Strided dbs = need_b ? db.strided() : Strided();
-  Backend::GemmEpilogue ep;
-  ep.a_row_sums = need_b ? &dbs : nullptr;
-  x.backend().gemm_fused(gemm_operand(dy.mT()).strided(), gemm_operand(x).strided(), dw.strided(),
-                         ep);
+  weight_bias_grads_into(dy, x, dw, db);
   return {dw, db};
 }
 
@@ -92,16 +97,12 @@ std::pair<Tensor, Tensor> weight_bias_grads(const Tensor& dy, const Tensor& x, b
   const int64_t per = M / items, N = dy.size(1), K = x.size(1);
   std::vector<Dims> shapes = {Dims{N, K}};
   if (need_b) shapes.push_back(Dims{N});
-  const auto sums = batch_tree_sum(
-      x, items, shapes, x.dtype(), [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
-        const Tensor dyl = narrow(dy, 0, begin * per, count * per),
-                     xl = narrow(x, 0, begin * per, count * per);
-        const Strided dbs = need_b ? parts[1].strided() : Strided();
-        Backend::GemmEpilogue ep;
-        ep.a_row_sums = need_b ? &dbs : nullptr;
-        x.backend().gemm_fused(gemm_operand(dyl.mT()).strided(), gemm_operand(xl).strided(),
-                               parts[0].strided(), ep);
-      });
+  const auto sums = batch_tree_sum(x, items, shapes, x.dtype(),
+                                   [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
+                                     weight_bias_grads_into(narrow(dy, 0, begin * per, count * per),
+                                                            narrow(x, 0, begin * per, count * per),
+                                                            parts[0], need_b ? parts[1] : Tensor());
+                                   });
   return {sums[0], need_b ? sums[1] : Tensor()};
 }
 
@@ -110,8 +111,8 @@ int64_t batch_items(const Tensor& x) { return x.dim() >= 2 ? x.size(0) : 1; }
 
 /// Runs f(r0, n) over rows [r0, r0 + n) of a layer's M rows: all at once, or, batch-invariant
 /// (ops/batch_tree.h), leaf by leaf of its `items` batch entries, each leaf on one thread.
-void over_rows(const Tensor& like, int64_t M, int64_t items,
-               const std::function<void(int64_t r0, int64_t n)>& f) {
+template <class F>
+void over_rows(const Tensor& like, int64_t M, int64_t items, const F& f) {
   if (items > 0 && M > 0 && M % items == 0 && batch_invariant(like)) {
     const int64_t per = M / items;
     for_each_leaf(items, [&](int64_t b0, int64_t count) { f(b0 * per, count * per); });

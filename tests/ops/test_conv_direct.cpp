@@ -14,6 +14,7 @@
 #include "backends/cpu/sgemm.h"
 #include "backends/threads.h"
 #include "conv_test_util.h"
+#include "ops/batch_invariant.h"
 
 using namespace vitrine;
 using namespace vt_test;
@@ -390,4 +391,34 @@ TEST_CASE(
     CHECK(conv_for_gradient());
   }
   CHECK_FALSE(conv_for_gradient());
+}
+
+TEST_CASE(
+    "conv2d: in batch-invariant mode a forward recorded for a gradient keeps the narrow "
+    "Winograd and the phase planes") {
+  if (!own_gemm()) return;
+  Algorithm use(ConvAlgorithm::Auto);
+  const auto same_bits = [](const Tensor& a, const Tensor& b) {
+    const Tensor ac = a.contiguous(), bc = b.contiguous();
+    return std::memcmp(ac.strided().data, bc.strided().data,
+                       static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
+  };
+  // A 16-channel 3x3 at stride 1 (the narrow Winograd) and a stride-2 3x3 on a 7x7 map (phase
+  // planes), 10 images (a leaf of 8 and one of 2).
+  for (const int64_t stride : {1, 2}) {
+    CAPTURE(stride);
+    const int64_t size = stride == 1 ? 14 : 7;
+    const Tensor x = rand64({10, 16, size, size}, 1310 + stride).to(kFloat32);
+    const Tensor w = rand64({16, 16, 3, 3}, 1320 + stride, 0.2).to(kFloat32);
+    const auto forward = [&](bool invariant, bool recorded) {
+      set_batch_invariant(invariant);
+      Tensor xi = recorded ? x.detach().requires_grad_() : x;
+      Tensor y = ops::conv2d(xi, w, Tensor(), {stride, stride}, {1, 1}).detach();
+      set_batch_invariant(false);
+      return y;
+    };
+    // In the mode: the inference forward's bits. Outside it: another path's (the case above).
+    CHECK(same_bits(forward(true, true), forward(true, false)));
+    CHECK_FALSE(same_bits(forward(false, true), forward(false, false)));
+  }
 }
