@@ -6,6 +6,8 @@
 #include "autograd/node.h"
 #include "autograd/tensor.h"
 #include "backends/backend.h"
+#include "backends/error.h"
+#include "backends/gemm_info.h"
 #include "backends/generator.h"
 #include "backends/gpu_paths.h"
 #include "backends/matmul_precision.h"

@@ -11,7 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(REPO, "configs", "fashion_mnist.json")
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "fmnist_torch.jsonl")
 
-# ---- the config (tools/train/config.{h,cpp}) -----------------------------------------------------
+# ---- the config (train/config.{h,cpp}) -----------------------------------------------------------
 
 SECTIONS = ["model", "data", "optim", "schedule", "train"]
 SECTION_KEYS = {
@@ -168,7 +168,7 @@ def optional_keys(parent, node):
 
 
 def apply_override(config, assignment):
-    """vitrine-train's --set section.key=value (tools/train/config.cpp apply_override)."""
+    """vitrine-train's --set section.key=value (train/config.cpp apply_override)."""
     if "=" not in assignment:
         raise ConfigError(f'--set "{assignment}": expected KEY=VALUE with a dotted key, as '
                           'model.depth=4 or optim.lr=5e-4')
@@ -510,7 +510,7 @@ def load_config(path, sets):
     return config
 
 
-# ---- the schedule (nn/optim/schedule.cpp, tools/train/config.cpp make_schedule) -------------------
+# ---- the schedule (nn/optim/schedule.cpp, train/config.cpp make_schedule) -------------------------
 
 def llround(x):
     """std::llround: to nearest, halves away from zero (Python's round() goes to even)."""

@@ -39,7 +39,7 @@ timm's default 'init_weights_vit_timm'):
 The distributions are Vitrine's; the random streams are not (Vitrine draws from its own Philox
 generator), so the two runs start from different samples of the same initialisation.
 
-Data (nn/data/idx.cpp, transforms.cpp, loader.cpp, tools/train/datasets.cpp): the IDX .gz files in
+Data (nn/data/idx.cpp, transforms.cpp, loader.cpp, train/datasets.cpp): the IDX .gz files in
 data.path, or $VITRINE_FASHION_MNIST, or /usr/share/datasets/fashion-mnist; pixels / 255; training
 transforms in from_config's order: random_crop {size, padding} (zero padding on the [0, 1]
 image, window top then left uniform, as torchvision's RandomCrop(size, padding)), hflip p, then
@@ -49,7 +49,7 @@ images chosen by a seeded permutation (Vitrine's split draws a different, Philox
 they are evaluated after every epoch too. Batches of data.batch_size, reshuffled every epoch, the
 last partial batch kept (DataLoader's drop_last = false), so steps per epoch = ceil(n / batch).
 
-Optimisation (tools/train/trainer.cpp, nn/optim/*): AdamW (torch.optim.AdamW) with betas and eps
+Optimisation (train/trainer.cpp, nn/optim/*): AdamW (torch.optim.AdamW) with betas and eps
 from the config and two param groups as param_groups_with_decay: weight_decay on parameters with
 >= 2 dims except names containing pos_embed / cls_token / register_tokens, none on biases and
 norms; cross entropy with optim.label_smoothing; clip_grad_norm_(optim.grad_clip) when > 0.
@@ -174,7 +174,7 @@ def evaluate(model, images, labels, t, batch_size):
             x = make_batch(images[i:i + batch_size], t, False, None)
             y = labels[i:i + batch_size]
             logits = model(x)
-            if t.get("tta_hflip"):  # vitrine-train's evaluate (tools/train/trainer.h)
+            if t.get("tta_hflip"):  # vitrine-train's evaluate (train/trainer.h)
                 p = (logits.softmax(1) + model(x.flip(3)).softmax(1)) * 0.5
                 logits = p.log()
             loss_sum += F.cross_entropy(logits, y, reduction="sum").item()

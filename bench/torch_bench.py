@@ -45,7 +45,7 @@ Measurements (the same as vitrine-bench's; --what picks them, in this order):
            float32; every method timed as a full call from the image to its patch-grid map: one
            warm-up call, then --repeats calls (5 unless given), median, min and max in ms. The
            methods are those of tests/fixtures/make_explain_fixtures.py (the published
-           algorithms; tools/explain/explain.h defines Vitrine's) with explain.h's defaults:
+           algorithms; explain/explain.h defines Vitrine's) with explain.h's defaults:
     attention             forward under no_grad; last layer, mean over heads, CLS row
     rollout               forward under no_grad; mean fusion, discard 0.9 (vit-explain's topk,
                           [CLS, CLS] spared), (F + I) / 2 row-normalised, product over layers

@@ -5,7 +5,7 @@ Imported by torch_bench.py; torch is imported only when a method runs."""
 
 METHODS = ["attention", "rollout", "grad-rollout", "chefer", "gradcam", "saliency", "smoothgrad",
            "integrated-gradients"]
-# tools/explain/explain.h's Options defaults.
+# explain/explain.h's Options defaults.
 DISCARD_RATIO, SMOOTHGRAD_SAMPLES, SMOOTHGRAD_SIGMA, IG_STEPS = 0.9, 16, 0.15, 50
 
 

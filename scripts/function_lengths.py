@@ -3,7 +3,7 @@
 over 120 lines outside the kernels and the tests).
 
     /usr/bin/python3 scripts/function_lengths.py                 # over 120 lines, exit 1 if any
-    /usr/bin/python3 scripts/function_lengths.py --limit 80 --top 20 tools/explain
+    /usr/bin/python3 scripts/function_lengths.py --limit 80 --top 20 explain
 
 A function is a brace block at namespace or class scope whose header (the text since the last
 `;`, `{` or `}` there) ends with its parameter list `)` and optional qualifiers (const, noexcept,
@@ -11,7 +11,8 @@ override, a trailing return type) or a constructor's initialiser list; control s
 lambdas and brace initialisers are not. Comments, strings, characters and raw strings are blanked
 first, so their braces do not count. Its length runs from the line of its name to its closing
 brace. Default folders: the library's (autograd, ops, nn, models, backends without its kernel
-folders cpu/ and cuda/) and tools/; tests/ and the kernels are left out.
+folders cpu/ and cuda/), the libraries over it (explain, train, common) and tools/; tests/ and the
+kernels are left out.
 """
 import argparse
 import os
@@ -19,7 +20,8 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_DIRS = ["autograd", "ops", "nn", "models", "backends", "tools"]
+DEFAULT_DIRS = ["autograd", "ops", "nn", "models", "backends", "explain", "train", "common",
+                "tools"]
 EXCLUDED = ["backends/cpu", "backends/cuda", "tests"]
 SUFFIXES = (".cpp", ".h", ".cc", ".hpp", ".cu", ".cuh", ".inc")
 

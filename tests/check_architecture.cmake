@@ -1,5 +1,6 @@
-# ctest script: docs/architecture.md names every source file (.h, .cpp, .cu, .cuh) of the library
-# and the tools, so that the page cannot drift silently. Run as
+# ctest script: docs/architecture.md names every source file (.h, .cpp, .cu, .cuh) of the library,
+# the libraries over it (explain, train, common) and the tools, so that the page cannot drift
+# silently. Run as
 #   cmake -DSOURCE_DIR=<repository> -P tests/check_architecture.cmake
 #
 # The convention (docs/architecture.md, "What lives where today", says it too). A file is named
@@ -14,7 +15,7 @@
 #   prose or in the table of features names nothing, and wildcards (`backends/cpu/*.cpp`) name
 #   nothing anywhere.
 cmake_minimum_required(VERSION 3.20)  # policies: if(TRUE) is a boolean
-set(folders autograd backends ops nn models tools)
+set(folders autograd backends ops nn models explain train common tools)
 set(doc ${SOURCE_DIR}/docs/architecture.md)
 
 set(files "")

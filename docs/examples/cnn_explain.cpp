@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-#include "tools/explain/explain.h"
+#include "explain/explain.h"
 
 using namespace vitrine;
 

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <string>
 
-#include "tools/train/datasets.h"
-#include "tools/train/trainer.h"
+#include "train/datasets.h"
+#include "train/trainer.h"
 
 using namespace vitrine;
 

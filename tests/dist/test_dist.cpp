@@ -37,7 +37,7 @@
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "test_util.h"
-#include "tools/train/metrics.h"
+#include "train/metrics.h"
 
 using namespace vitrine;
 using namespace vt_test;

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "tools/explain/render.h"
+#include "explain/render.h"
 
 namespace vt_test {
 

@@ -1,7 +1,7 @@
 // Synthetic report data (see report_data.h).
 #include "report_data.h"
 
-#include "tools/explain/render.h"
+#include "explain/render.h"
 
 namespace vt_test {
 

@@ -1,7 +1,7 @@
 // Small synthetic report data for the explain report tests (tests/explain/test_report.cpp and
 // the browser test): real PNGs of known pixels, names that need escaping.
 #pragma once
-#include "tools/explain/report.h"
+#include "explain/report.h"
 
 namespace vt_test {
 

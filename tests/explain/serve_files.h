@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "decode.h"
+#include "explain/serve.h"
 #include "nn/data/image_decode.h"
 #include "nn/state.h"
 #include "test_util.h"
 #include "tiny_vit.h"
-#include "tools/explain/serve.h"
 
 namespace vt_test {
 

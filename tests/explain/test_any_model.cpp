@@ -1,14 +1,14 @@
-// The explanation methods for any image classifier (tools/explain/attribution.cpp) on the CIFAR
+// The explanation methods for any image classifier (explain/attribution.cpp) on the CIFAR
 // ResNet of tests/fixtures/resnet_parity.json: Grad-CAM at layer3 and saliency against PyTorch
 // (pytorch-grad-cam's formula), SmoothGrad and integrated gradients through the same code as the
 // ViT's (IG's completeness), and the errors of methods that need a ViT.
+#include "explain/evaluate.h"
+#include "explain/explain.h"
 #include "models/attention_model.h"
 #include "models/resnet.h"
 #include "models/resnet_fixture.h"
 #include "test_util.h"
 #include "tiny_vit.h"
-#include "tools/explain/evaluate.h"
-#include "tools/explain/explain.h"
 
 using namespace vitrine;
 using namespace vt_test;

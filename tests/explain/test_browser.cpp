@@ -7,9 +7,9 @@
 
 #include "browser.h"
 #include "decode.h"
+#include "explain/report.h"
 #include "report_data.h"
 #include "test_util.h"
-#include "tools/explain/report.h"
 
 using namespace vt_test;
 

@@ -7,12 +7,12 @@
 #include <fstream>
 
 #include "browser.h"
+#include "explain/explain.h"
+#include "explain/npy.h"
 #include "models/resnet.h"
 #include "nn/state.h"
 #include "test_util.h"
 #include "tiny_vit.h"
-#include "tools/explain/explain.h"
-#include "tools/explain/npy.h"
 
 using namespace vitrine;
 using namespace vt_test;

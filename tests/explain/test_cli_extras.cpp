@@ -10,16 +10,16 @@
 #include <filesystem>
 
 #include "decode.h"
+#include "explain/boxes.h"
+#include "explain/explain.h"
+#include "explain/model.h"
+#include "explain/npy.h"
 #include "models/classifier.h"
 #include "nn/data/transforms.h"
 #include "nn/state.h"
 #include "ops/ops.h"
 #include "test_util.h"
 #include "tiny_vit.h"
-#include "tools/explain/boxes.h"
-#include "tools/explain/explain.h"
-#include "tools/explain/model.h"
-#include "tools/explain/npy.h"
 
 using namespace vitrine;
 using namespace vt_test;

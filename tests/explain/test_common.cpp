@@ -1,11 +1,11 @@
-// tools/common (shared by vitrine-train's and vitrine-explain's reports, tested here with the
-// explain tests that link it): base64 against RFC 4648's test vectors, data: URIs, escaping, the
-// nice axis, and atomic file writes. The nice axis's ticks in charts are tested in
+// common/ (the library shared by vitrine-train's and vitrine-explain's reports, tested here with
+// the explain tests that link it): base64 against RFC 4648's test vectors, data: URIs, escaping,
+// the nice axis, and atomic file writes. The nice axis's ticks in charts are tested in
 // tests/train/test_report.cpp.
+#include "common/files.h"
+#include "common/html.h"
 #include "decode.h"
 #include "test_util.h"
-#include "tools/common/files.h"
-#include "tools/common/html.h"
 
 using namespace vt_test;
 namespace tools = vitrine::tools;

@@ -1,9 +1,9 @@
 // Every explanation method on CUDA against the CPU: the same tiny ViT (float64, so that only
 // summation order separates the devices) and images on both, every method's patch grid and
 // image-resolution map compared. Without a GPU the case says it is skipped, and why.
+#include "explain/explain.h"
 #include "test_util.h"
 #include "tiny_vit.h"
-#include "tools/explain/explain.h"
 
 using namespace vitrine;
 using namespace vitrine::explain;

@@ -4,10 +4,10 @@
 // gradient methods' maps; and the statistics (AUC, Spearman, intervals) by hand.
 #include <cmath>
 
+#include "explain/detail.h"
+#include "explain/evaluate.h"
 #include "test_util.h"
 #include "tiny_vit.h"
-#include "tools/explain/detail.h"
-#include "tools/explain/evaluate.h"
 
 using namespace vitrine;
 using namespace vitrine::explain;

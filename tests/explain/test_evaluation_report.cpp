@@ -1,4 +1,4 @@
-// tools/explain/report: the evaluation's page of an EvalResult made by hand (three methods, one
+// explain/report: the evaluation's page of an EvalResult made by hand (three methods, one
 // named "a<&>b", the two baselines, 5 images, curves of 4 points, 2 sanity steps): every row and
 // column title, the cells' "mean [lo, hi]", the best cell per column (never a baseline's), one
 // polyline per row in each of the two curve charts at x = s / S, the sanity shading, escaping,
@@ -8,9 +8,9 @@
 #include <regex>
 
 #include "browser.h"
+#include "explain/evaluate.h"
+#include "explain/report.h"
 #include "test_util.h"
-#include "tools/explain/evaluate.h"
-#include "tools/explain/report.h"
 
 using namespace vt_test;
 using namespace vitrine::explain;

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "explain/npy.h"
 #include "models/classifier.h"
 #include "nn/state.h"
 #include "test_util.h"
-#include "tools/explain/npy.h"
 
 using namespace vitrine;
 using namespace vt_test;

@@ -1,4 +1,4 @@
-// gradient-x-input (tools/explain/methods/gradient_x_input.cpp), the method added as one file:
+// gradient-x-input (explain/methods/gradient_x_input.cpp), the method added as one file:
 // registered after integrated-gradients and part of "all"; x * d y_c / d x worked out by hand on
 // a linear model (whose gradient is its weight row); on a ViT, |x| times saliency's |gradient|;
 // and on the command line, to the bit the library's, in --evaluate too.
@@ -6,14 +6,14 @@
 #include <cmath>
 #include <filesystem>
 
+#include "explain/explain.h"
+#include "explain/model.h"
+#include "explain/npy.h"
 #include "nn/containers.h"
 #include "nn/layers.h"
 #include "nn/pool.h"
 #include "test_util.h"
 #include "tiny_vit.h"
-#include "tools/explain/explain.h"
-#include "tools/explain/model.h"
-#include "tools/explain/npy.h"
 
 using namespace vitrine;
 using namespace vt_test;

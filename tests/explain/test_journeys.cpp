@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "explain/explain.h"
+#include "explain/npy.h"
 #include "nn/data/image_folder.h"
 #include "nn/data/transforms.h"
 #include "nn/state.h"
 #include "test_util.h"
-#include "tools/explain/explain.h"
-#include "tools/explain/npy.h"
 
 using namespace vitrine;
 using namespace vt_test;

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "explain/explain.h"
+#include "explain/options_schema.h"
 #include "test_util.h"
 #include "tiny_vit.h"
-#include "tools/explain/explain.h"
-#include "tools/explain/options_schema.h"
 
 using namespace vitrine;
 using namespace vitrine::explain;

@@ -1,11 +1,11 @@
-// tools/explain/npy: .npy files byte for byte as numpy 1.24's np.save writes them (the header
+// explain/npy: .npy files byte for byte as numpy 1.24's np.save writes them (the header
 // bytes of a known shape, recorded from numpy), round trips, every dtype the reader takes in
 // files laid out as numpy lays them out, and each bad input with its message.
 #include <cstring>
 #include <fstream>
 
+#include "explain/npy.h"
 #include "test_util.h"
-#include "tools/explain/npy.h"
 
 using namespace vitrine;
 using namespace vt_test;

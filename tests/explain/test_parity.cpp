@@ -7,8 +7,8 @@
 // another class.
 #include <cmath>
 
+#include "explain/explain.h"
 #include "test_util.h"
-#include "tools/explain/explain.h"
 
 using namespace vitrine;
 using namespace vitrine::explain;

@@ -1,4 +1,4 @@
-// tools/explain/render: colours recorded from matplotlib 3.6.3 (cmap(v, bytes=True)), the
+// explain/render: colours recorded from matplotlib 3.6.3 (cmap(v, bytes=True)), the
 // overlay arithmetic worked out by hand on a 2 x 2 case, enlarging, the tile layout, PNG bytes
 // that decode back to the same pixels; captions (text.h): where the text goes, shortening, and
 // no text but the same layout without a usable font (missing, garbage, cut short).
@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "decode.h"
+#include "explain/render.h"
+#include "explain/text.h"
 #include "test_util.h"
-#include "tools/explain/render.h"
-#include "tools/explain/text.h"
 
 using namespace vitrine;
 using namespace vt_test;

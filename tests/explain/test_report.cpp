@@ -1,4 +1,4 @@
-// tools/explain/report: the page of synthetic data (report_data.h): every method's caption, every
+// explain/report: the page of synthetic data (report_data.h): every method's caption, every
 // <img> a data: URI whose base64 decodes to a PNG that decodes to the pixels that went in, the
 // heads' threshold masks and the montages, no prediction line for a head-less model, one SVG
 // circle per (layer, head) at the place the axes put it under a legend of the heads, escaping,
@@ -7,12 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "common/html.h"
 #include "decode.h"
+#include "explain/render.h"
+#include "explain/report.h"
 #include "report_data.h"
 #include "test_util.h"
-#include "tools/common/html.h"
-#include "tools/explain/render.h"
-#include "tools/explain/report.h"
 
 using namespace vitrine;
 using namespace vt_test;

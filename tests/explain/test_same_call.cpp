@@ -5,10 +5,10 @@
 #include <cstring>
 
 #include "decode.h"
+#include "explain/explain.h"
+#include "explain/npy.h"
 #include "serve_files.h"
 #include "test_util.h"
-#include "tools/explain/explain.h"
-#include "tools/explain/npy.h"
 
 using namespace vitrine;
 using namespace vt_test;

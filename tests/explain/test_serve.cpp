@@ -17,15 +17,15 @@
 
 #include "browser.h"
 #include "cdp.h"
+#include "common/html.h"
 #include "decode.h"
+#include "explain/explain.h"
+#include "explain/options_schema.h"
+#include "explain/serve.h"
 #include "nn/data/image_decode.h"
 #include "nn/state.h"
 #include "serve_files.h"
 #include "test_util.h"
-#include "tools/common/html.h"
-#include "tools/explain/explain.h"
-#include "tools/explain/options_schema.h"
-#include "tools/explain/serve.h"
 
 using namespace vitrine;
 using namespace vt_test;

@@ -1,6 +1,6 @@
 // .npy arrays (vitrine-explain reads them: --input, saved maps).
+#include "explain/npy.h"
 #include "fuzz_util.h"
-#include "tools/explain/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = vt_fuzz::write_input(data, size, ".npy");

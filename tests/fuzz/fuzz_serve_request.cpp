@@ -6,10 +6,10 @@
 #include <cstring>
 #include <string_view>
 
+#include "explain/serve.h"
 #include "fuzz_util.h"
 #include "models/vit.h"
 #include "nn/state.h"
-#include "tools/explain/serve.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 
 #include "fuzz_util.h"
 #include "nn/json.h"
-#include "tools/train/config.h"
+#include "train/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace tr = vitrine::train;

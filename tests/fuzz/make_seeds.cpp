@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "explain/npy.h"
 #include "fuzz_util.h"
 #include "nn/optim/adam.h"
 #include "nn/state.h"
 #include "ops/ops.h"
-#include "tools/explain/npy.h"
 
 namespace fs = std::filesystem;
 using namespace vitrine;

@@ -15,11 +15,17 @@ if(rc)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
 foreach(f include/vitrine/vitrine.h include/vitrine/autograd/tensor.h include/vitrine/ops/ops.h
-          lib/cmake/vitrine/vitrineConfig.cmake)
+          include/vitrine/explain/explain.h include/vitrine/train/trainer.h
+          include/vitrine/common/files.h lib/cmake/vitrine/vitrineConfig.cmake)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "installed tree lacks ${f}")
   endif()
 endforeach()
+# The libraries over the API install beside it (explain/, train/, common/), not under tools/.
+if(EXISTS ${prefix}/include/vitrine/tools)
+  message(FATAL_ERROR "installed tree has include/vitrine/tools: the libraries' headers belong in "
+                      "include/vitrine/explain, train and common")
+endif()
 file(GLOB configs RELATIVE ${SOURCE_DIR}/configs ${SOURCE_DIR}/configs/*.json)
 if(NOT configs)
   message(FATAL_ERROR "no configs/*.json in ${SOURCE_DIR}")

@@ -3,9 +3,9 @@
 
     /usr/bin/python3 tests/train/read_tfevents.py RUN_DIR
 
-It shares no code with the C++ writer (tools/train/tfevents.cpp): it parses the TFRecord framing
+It shares no code with the C++ writer (train/tfevents.cpp): it parses the TFRecord framing
 itself, checks both masked CRC-32Cs of every record with its own CRC-32C, and decodes each Event
-with python3-protobuf from the same message declarations (tools/train/proto/tfevents.proto,
+with python3-protobuf from the same message declarations (train/proto/tfevents.proto,
 compiled here by protoc into a temporary folder). Then it holds the events to the run folder:
 
   - exactly one file events.out.tfevents.* in RUN_DIR, made of whole records only;
@@ -37,7 +37,7 @@ import zlib
 
 SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO = os.path.join(HERE, "..", "..", "tools", "train", "proto", "tfevents.proto")
+PROTO = os.path.join(HERE, "..", "..", "train", "proto", "tfevents.proto")
 
 
 class Fault(Exception):

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
-#include "tools/train/tfevents.h"
+#include "train/tfevents.h"
 
 namespace vt_test {
 

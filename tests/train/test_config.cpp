@@ -1,4 +1,4 @@
-// tools/train/config: the default config and the preset files validate; --set overrides of every
+// train/config: the default config and the preset files validate; --set overrides of every
 // type; unknown keys and type mismatches give messages naming the key and the valid keys;
 // validate_config's range checks; config files that are missing, invalid or partial; data_path
 // and make_schedule; fashion-mnist-pasted's optional data.pasted section.
@@ -8,8 +8,8 @@
 
 #include "nn/data/dataset.h"
 #include "test_util.h"
-#include "tools/train/config.h"
-#include "tools/train/options.h"
+#include "train/config.h"
+#include "train/options.h"
 
 using namespace vitrine;
 using namespace vt_test;

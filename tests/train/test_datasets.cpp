@@ -1,12 +1,12 @@
-// tools/train/datasets: the data sets a config names, for each image-folder layout (train/ and
+// train/datasets: the data sets a config names, for each image-folder layout (train/ and
 // test/ sub-folders, val/ instead of test/, one folder split in two), the validation split, and
 // the errors for a missing folder or a train/ folder without its test set; fashion-mnist-pasted's
 // canvases and seeds when Fashion-MNIST is installed.
 #include <fstream>
 
 #include "test_util.h"
-#include "tools/train/config.h"
-#include "tools/train/datasets.h"
+#include "train/config.h"
+#include "train/datasets.h"
 
 using namespace vitrine;
 using namespace vt_test;

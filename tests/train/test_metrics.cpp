@@ -1,9 +1,9 @@
-// tools/train/metrics: precision, recall, F1 and their macro averages as scikit-learn's
+// train/metrics: precision, recall, F1 and their macro averages as scikit-learn's
 // precision_recall_fscore_support(labels=range(C), zero_division=0), worked out by hand below
 // (scikit-learn is not installed here; each expected value has its fraction), the confusion
 // matrix, accumulation over batches, the report and the JSON.
 #include "test_util.h"
-#include "tools/train/metrics.h"
+#include "train/metrics.h"
 
 using namespace vitrine;
 using namespace vt_test;

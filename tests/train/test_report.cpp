@@ -1,18 +1,18 @@
-// tools/train/report: the HTML page of a run folder made by hand (metrics.jsonl, the default
+// train/report: the HTML page of a run folder made by hand (metrics.jsonl, the default
 // config, a confusion matrix from an Evaluator with a class named "<&>"): what it shows, that it
 // escapes and fetches nothing; the chart's ticks and points worked out from the nice-axis rule
-// (tools/common/html.h); the confusion grid's counts and shades; errors naming the file and line.
+// (common/html.h); the confusion grid's counts and shades; errors naming the file and line.
 #include <cmath>
 #include <fstream>
 #include <regex>
 
 #include <fmt/format.h>
 
+#include "common/html.h"
 #include "test_util.h"
-#include "tools/common/html.h"
-#include "tools/train/config.h"
-#include "tools/train/metrics.h"
-#include "tools/train/report.h"
+#include "train/config.h"
+#include "train/metrics.h"
+#include "train/report.h"
 
 using namespace vitrine;
 using namespace vt_test;

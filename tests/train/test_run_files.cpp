@@ -5,9 +5,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/files.h"
 #include "run_files.h"
 #include "test_util.h"
-#include "tools/common/files.h"
 
 using namespace vitrine;
 using namespace vt_test;

@@ -1,4 +1,4 @@
-// TensorBoard's event files (tools/train/tfevents.h, tensorboard.h): CRC-32C and TFRecord's mask
+// TensorBoard's event files (train/tfevents.h, tensorboard.h): CRC-32C and TFRecord's mask
 // against known answers, the record framing, metrics lines as tagged scalars, the confusion
 // matrix image; a tiny run's event file read back by tests/train/read_tfevents.py, an independent
 // reader in Python (its own framing and CRC-32C, python3-protobuf over the same .proto; the case
@@ -16,10 +16,10 @@
 #include "run_files.h"
 #include "test_util.h"
 #include "tiny_run.h"
-#include "tools/train/config.h"
-#include "tools/train/tensorboard.h"
-#include "tools/train/tfevents.h"
-#include "tools/train/trainer.h"
+#include "train/config.h"
+#include "train/tensorboard.h"
+#include "train/tfevents.h"
+#include "train/trainer.h"
 
 using namespace vitrine;
 using namespace vt_test;

@@ -1,4 +1,4 @@
-// tools/train/trainer: a tiny ViT on a synthetic data set (three classes of 8x8 grey images, a
+// train/trainer: a tiny ViT on a synthetic data set (three classes of 8x8 grey images, a
 // bright square whose place gives the class, on noise) learns it; the same seed gives the same
 // metrics and weights; a run stopped by the flag, or "killed" between checkpoints, and resumed
 // ends bit for bit where an uninterrupted run ends; a resume without a usable run folder fails
@@ -18,8 +18,8 @@
 #include "run_files.h"
 #include "test_util.h"
 #include "tiny_run.h"
-#include "tools/train/config.h"
-#include "tools/train/trainer.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 using namespace vitrine;
 using namespace vt_test;

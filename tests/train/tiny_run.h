@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
-#include "tools/train/config.h"
+#include "train/config.h"
 
 namespace vt_test {
 

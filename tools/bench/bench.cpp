@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "autograd/grad_mode.h"
-#include "backends/gemm_info.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
+#include "vitrine.h"  // the public API, with the own GEMM (gemm_info.h)
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

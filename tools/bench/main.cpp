@@ -22,19 +22,17 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
-#include "backends/gemm_info.h"
-#include "backends/matmul_precision.h"
-#include "backends/memory_stats.h"
-#include "backends/threads.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
 #include "tools/bench/bench.h"
-// The tools' libraries, each through its installed public API (CMakeLists.txt's install rules):
-// vitrine::tools_common's files.h, vitrine::explain's explain.h (the methods, timed by --what
-// explain) and vitrine::train's config.h (a model spec from a config and --set overrides).
-#include "tools/common/files.h"
-#include "tools/explain/explain.h"
-#include "tools/train/config.h"
+#include "vitrine.h"  // the public API, with the own GEMM's peak (gemm_info.h), threads, memory
+// The libraries the programs stand on, each through its installed public API (their
+// CMakeLists.txt's install rules): vitrine::tools_common's files.h, vitrine::explain's explain.h
+// (the methods, timed by --what explain) and vitrine::train's config.h (a model spec from a config
+// and --set overrides).
+#include "common/files.h"
+#include "explain/explain.h"
+#include "train/config.h"
 
 namespace {
 

@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
-#include "tools/explain/explain.h"
-#include "tools/explain/model.h"
-#include "tools/explain/options_schema.h"
-#include "tools/explain/serve.h"
-#include "tools/explain/serve_http.h"
+#include "explain/explain.h"
+#include "explain/model.h"
+#include "explain/options_schema.h"
+#include "explain/serve.h"
+#include "explain/serve_http.h"
 
 namespace CLI {
 class App;

@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "common/files.h"
+#include "explain/boxes.h"
+#include "explain/npy.h"
 #include "models/classifier.h"
 #include "nn/data/image_folder.h"
 #include "nn/data/open.h"
@@ -15,10 +18,7 @@
 #include "nn/json.h"
 #include "nn/state.h"
 #include "ops/ops.h"
-#include "tools/common/files.h"
-#include "tools/explain/boxes.h"
 #include "tools/explain/cli.h"
-#include "tools/explain/npy.h"
 
 namespace vitrine::explain::cli {
 

@@ -24,14 +24,14 @@
 #include <optional>
 #include <string_view>
 
-#include "tools/common/files.h"
+#include "common/files.h"
+#include "explain/evaluate.h"
+#include "explain/explain.h"
+#include "explain/model.h"
+#include "explain/output.h"
+#include "explain/report.h"
+#include "explain/serve_http.h"
 #include "tools/explain/cli.h"
-#include "tools/explain/evaluate.h"
-#include "tools/explain/explain.h"
-#include "tools/explain/model.h"
-#include "tools/explain/output.h"
-#include "tools/explain/report.h"
-#include "tools/explain/serve_http.h"
 
 namespace {
 

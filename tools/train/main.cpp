@@ -24,19 +24,18 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "backends/error.h"
-#include "backends/matmul_precision.h"
 #include "nn/data/transforms.h"
 #include "nn/parallel/collectives.h"
 #include "nn/parallel/zero.h"
 #include "nn/state.h"
 #include "nn/summary.h"
-#include "tools/train/config.h"
-#include "tools/train/datasets.h"
-#include "tools/train/fit.h"
-#include "tools/train/progress.h"
-#include "tools/train/report.h"
-#include "tools/train/trainer.h"
+#include "train/config.h"
+#include "train/datasets.h"
+#include "train/fit.h"
+#include "train/progress.h"
+#include "train/report.h"
+#include "train/trainer.h"
+#include "vitrine.h"  // the public API: Error, set_float32_matmul_precision, ...
 
 using nlohmann::json;
 using namespace vitrine;

@@ -1,6 +1,6 @@
 // Uses the installed training library (vitrine::train, which links libprotobuf): writes a
 // TensorBoard event file with one scalar and prints its size and CRC-32C's check value.
-#include <tools/train/tfevents.h>
+#include <train/tfevents.h>
 
 #include <cstdio>
 #include <filesystem>
