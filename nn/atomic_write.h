@@ -1,5 +1,5 @@
 // Writing a whole file so that a reader never sees half of it: the library's one atomic write
-// (save_image uses it, and so do the tools, through tools/common/files.h).
+// (save_image uses it, and so do the tools, through common/files.h).
 #pragma once
 #include <string>
 #include <string_view>

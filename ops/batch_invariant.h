@@ -2,8 +2,9 @@
 // sums over a batch in one fixed tree of 8-image leaves, and its products and convolutions leaf
 // by leaf, each leaf on one thread. Then a training step gives the same bits on 1 or 2 threads,
 // and data-parallel ranks (SyncBatchNorm included) or gradient accumulation give one process's
-// bits on the whole batch. Off by default until it has been measured where the batched
-// convolution kernels run (AVX-512); on an AVX2 Zen 1 it is faster (docs/distributed.md).
+// bits on the whole batch. Off by default: where the batched convolution kernels and the own GEMM
+// run (AVX-512, a Zen 5) it costs 13-14% of a training step; on an AVX2 Zen 1 it is faster
+// (docs/distributed.md, "Cost").
 #pragma once
 
 namespace vitrine {

@@ -20,8 +20,10 @@ namespace {
 /// From this many weights (N K), a product with one row (M = 1: generating one token, one
 /// image's head) runs as a GEMV, which reads the matrix once in place; OpenBLAS's sgemm would
 /// first copy all of it into packed panels (most of word_language_model's time per generated
-/// word went to that copy of its 200 x 10000 decoder).
-constexpr int64_t kGemvMinWeight = int64_t{1} << 20;
+/// word went to that copy of its 200 x 10000 decoder). From 2^14, not 2^20: a GPT's per-token
+/// products in generation with the cache (384 x 1152 and smaller) are under 2^20, and their
+/// packing was as long as the 384 x 50257 head's GEMV.
+constexpr int64_t kGemvMinWeight = int64_t{1} << 14;
 
 struct Layout {
   bool trans;

@@ -28,6 +28,11 @@ TEST_CASE("memory_stats: a block over 32 MiB goes back to the system when freed,
   {
     Tensor big = ops::zeros({10 << 20}, kFloat32);  // 40 MiB
     CHECK(memory_stats(kCPU).current >= start.current + (40u << 20));
+    // its own mapping, aligned to 2 MiB (huge pages: backends/cpu/memory.cpp), zeroed by ops
+    CHECK(reinterpret_cast<uintptr_t>(big.strided().data) % (size_t{2} << 20) == 0);
+    CHECK(ops::sum(big).item<float>() == 0.0f);
+    Tensor ones = ops::ones({10 << 20}, kFloat32);
+    CHECK(ops::sum(ones).item<float>() == float(10 << 20));  // (exact: integers below 2^24)
   }
   const MemoryStats after = memory_stats(kCPU);
   CHECK(after.current == start.current);
