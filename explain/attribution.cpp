@@ -209,6 +209,14 @@ Tensor attribution_map(const Attribution& a, ChannelReduction reduction) {
   return ops::sum(v, {1}).to(kFloat32);
 }
 
+Explanation explanation_of(const Attribution& a, ChannelReduction reduction, int64_t cell) {
+  Explanation e{};
+  e.raw = attribution_map(a, reduction);
+  e.grid = patch_mean(e.raw, cell);
+  e.completeness_gap = a.completeness_gap;
+  return e;
+}
+
 // ---- any image classifier ---------------------------------------------------------------------
 
 Attribution saliency(nn::Module& model, const Tensor& images, const std::vector<int64_t>& targets,

@@ -298,6 +298,10 @@ struct Explanation {
   int64_t query_row = -1, query_col = -1;
 };
 
+/// An input-gradient method's explanation from its attribution: raw = attribution_map(a,
+/// reduction), grid = patch_mean(raw, cell), and the attribution's completeness gap.
+Explanation explanation_of(const Attribution& a, ChannelReduction reduction, int64_t cell);
+
 /// One method on a batch whose Pass (run_pass with options.layer) is at hand: the attention and
 /// token methods and saliency read it; smoothgrad and integrated gradients run their own passes
 /// for the pass's resolved targets.

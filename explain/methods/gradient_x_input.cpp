@@ -30,10 +30,7 @@ Explanation compute(const MethodContext& c) {
   } else {
     a = input_times_gradient(c);
   }
-  Explanation e{};
-  e.raw = attribution_map({a, {}}, ChannelReduction::MaxAbs);
-  e.grid = patch_mean(e.raw, c.cell);
-  return e;
+  return explanation_of({a, {}}, ChannelReduction::MaxAbs, c.cell);
 }
 
 }  // namespace

@@ -10,11 +10,7 @@ Explanation compute(const MethodContext& c) {
   const Attribution a = c.vit
                             ? saliency(c.pass())
                             : saliency(c.model, c.images, c.targets, nullptr, c.options.pos_interp);
-  Explanation e{};
-  e.raw = attribution_map(a, ChannelReduction::MaxAbs);
-  e.grid = patch_mean(e.raw, c.cell);
-  e.completeness_gap = a.completeness_gap;
-  return e;
+  return explanation_of(a, ChannelReduction::MaxAbs, c.cell);
 }
 
 }  // namespace

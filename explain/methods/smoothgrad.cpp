@@ -7,12 +7,8 @@ namespace vitrine::explain {
 namespace {
 
 Explanation compute(const MethodContext& c) {
-  const Attribution a = smoothgrad(c.model, c.images, c.targets, c.options);
-  Explanation e{};
-  e.raw = attribution_map(a, ChannelReduction::SumAbs);
-  e.grid = patch_mean(e.raw, c.cell);
-  e.completeness_gap = a.completeness_gap;
-  return e;
+  return explanation_of(smoothgrad(c.model, c.images, c.targets, c.options),
+                        ChannelReduction::SumAbs, c.cell);
 }
 
 }  // namespace
