@@ -1,6 +1,9 @@
 // CPU elementwise kernels: unary (with scalar parameters alpha/beta), binary with broadcast
 // strides, where. Operands: any strides, already shaped like y (stride 0 on broadcast dims).
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
@@ -192,6 +195,21 @@ inline void binary_run(T* y, const T* a, const T* b, int64_t n, int64_t sy, int6
     for (int64_t j = 0; j < n; ++j) y[j * sy] = f(a[j * sa], b[j * sb]);
   }
 }
+/// y[j] = c[j] ? a[j * SA] : b[j * SB] for j < n, as a select of bits under a mask made from the
+/// condition (GCC turns `c ? a : b` on floats into a branch per element; this vectorises).
+template <int SA, int SB, typename T>
+inline void where_run(T* y, const bool* c, const T* a, const T* b, int64_t n) {
+  if constexpr (sizeof(T) == 4 || sizeof(T) == 8) {
+    using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+    for (int64_t j = 0; j < n; ++j) {
+      const Bits mask = Bits(0) - static_cast<Bits>(c[j]);  // all ones where c[j]
+      const Bits ab = std::bit_cast<Bits>(a[j * SA]), bb = std::bit_cast<Bits>(b[j * SB]);
+      y[j] = std::bit_cast<T>((ab & mask) | (bb & ~mask));
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) y[j] = c[j] ? a[j * SA] : b[j * SB];
+  }
+}
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Strided& x, const Strided& y, double alpha, double beta) {
@@ -278,9 +296,19 @@ void CpuBackend::where(const Strided& cond, const Strided& a, const Strided& b, 
     const T* ap = a.ptr<T>();
     const T* bp = b.ptr<T>();
     loop.run([&](auto off, int64_t n, auto in) {
-      for (int64_t j = 0; j < n; ++j)
-        yp[off[0] + j * in[0]] =
-            cp[off[1] + j * in[1]] ? ap[off[2] + j * in[2]] : bp[off[3] + j * in[3]];
+      T* yr = yp + off[0];
+      const bool* cr = cp + off[1];
+      const T *ar = ap + off[2], *br = bp + off[3];
+      if (in[0] == 1 && in[1] == 1 && in[2] <= 1 && in[3] <= 1) {
+        // The common rows (a and b each contiguous or one broadcast value), branch-free so that
+        // they vectorise: a condition that flips at random (x > 0 in a leaky ReLU) costs a
+        // mispredicted branch per element otherwise.
+        if (in[2] == 1 && in[3] == 1) return where_run<1, 1>(yr, cr, ar, br, n);
+        if (in[2] == 1) return where_run<1, 0>(yr, cr, ar, br, n);
+        if (in[3] == 1) return where_run<0, 1>(yr, cr, ar, br, n);
+        return where_run<0, 0>(yr, cr, ar, br, n);
+      }
+      for (int64_t j = 0; j < n; ++j) yr[j * in[0]] = cr[j * in[1]] ? ar[j * in[2]] : br[j * in[3]];
     });
   });
 }

@@ -81,6 +81,40 @@ TEST_CASE("where: no gradient to the mask, broadcasting") {
   check_grad([&](const V& x) { return ops::where(c, x[0], x[1]); }, {a, b});
 }
 
+TEST_CASE("where: the exact bits (-0, inf, NaN) on every contiguous/broadcast pattern and dtype") {
+  // The CPU kernel selects bits under a mask on the patterns below, a branch elsewhere: each must
+  // give, element by element, the value its condition picks.
+  const int64_t n = 37;  // more than one vector, and a tail
+  const Tensor c = ops::gt(rand64({n, 3}, 3).detach(), ops::scalar(0, kFloat64));
+  for (DType dt : {kFloat32, kFloat64, kInt64, kBool}) {
+    CAPTURE(dtype_name(dt));
+    Tensor a = ops::contiguous(ops::to_dtype(rand64({n, 3}, 4, 4).detach(), dt));
+    Tensor b = ops::contiguous(ops::to_dtype(rand64({n, 3}, 5, 4).detach(), dt));
+    if (dt == kFloat32) {
+      a.data<float>()[0] = -0.0f;
+      a.data<float>()[1] = INFINITY;
+      b.data<float>()[0] = NAN;
+      b.data<float>()[1] = -INFINITY;
+    }
+    const Tensor as = ops::to_dtype(ops::scalar(-0.0, kFloat64), dt);
+    const Tensor bs = ops::to_dtype(ops::scalar(2.5, kFloat64), dt);
+    const Tensor at = ops::transpose(ops::contiguous(ops::transpose(a, 0, 1)), 0, 1);  // strided
+    const size_t size = dtype_size(dt);
+    auto bytes = [&](const Tensor& t, int64_t i) {
+      const Tensor u = ops::contiguous(t);
+      return std::string(static_cast<const char*>(u.data_ptr()) + i * size, size);
+    };
+    const std::pair<Tensor, Tensor> cases[] = {{a, b}, {a, bs}, {as, b}, {as, bs}, {at, b}};
+    for (const auto& [x, y] : cases) {
+      const Tensor w = ops::contiguous(ops::where(c, x, y));
+      const Tensor xf = ops::contiguous(ops::expand(x, {n, 3}));
+      const Tensor yf = ops::contiguous(ops::expand(y, {n, 3}));
+      for (int64_t i = 0; i < 3 * n; ++i)
+        REQUIRE(bytes(w, i) == (c.data<bool>()[i] ? bytes(xf, i) : bytes(yf, i)));
+    }
+  }
+}
+
 TEST_CASE("maximum: ties split the gradient evenly, as PyTorch") {
   Tensor a = ops::tensor({1, 2}, kFloat64), b = ops::tensor({1, 3}, kFloat64);
   a.requires_grad_();
