@@ -61,15 +61,22 @@ inline void finish_row(T* d, const T* s, int64_t n, T add, const T* r, bool relu
 
 /// dw[co][k] = the sum over groups, in group order, of partial[grp][k][co]: a weight gradient from
 /// its per-group dW^T (partial [groups, K, Cout]: conv_batched.cpp's, conv_direct.cpp's), the
-/// same bits on any number of threads.
+/// same bits on any number of threads. Blocks of 16 k: each sums whole rows of Cout (contiguous
+/// in the partials, so the adds vectorise), then writes 16 contiguous k per co.
 template <typename T>
 void sum_group_partials(const T* partial, int64_t groups, int64_t K, int64_t Cout, T* dw) {
-  parallel_for(K, groups * Cout, [&](int64_t k) {
-    for (int64_t co = 0; co < Cout; ++co) {
-      T s = 0;
-      for (int64_t grp = 0; grp < groups; ++grp) s += partial[(grp * K + k) * Cout + co];
-      dw[co * K + k] = s;
+  constexpr int64_t kB = 16;
+  const int64_t blocks = (K + kB - 1) / kB;
+  parallel_for(blocks, kB * groups * Cout, [&](int64_t blk) {
+    const int64_t k0 = blk * kB, nk = std::min(kB, K - k0);
+    std::vector<T> acc(static_cast<size_t>(nk * Cout), T(0));  // [nk, Cout]
+    for (int64_t grp = 0; grp < groups; ++grp) {
+      const T* p = partial + (grp * K + k0) * Cout;
+      for (int64_t i = 0; i < nk * Cout; ++i) acc[static_cast<size_t>(i)] += p[i];
     }
+    for (int64_t co = 0; co < Cout; ++co)
+      for (int64_t j = 0; j < nk; ++j)
+        dw[co * K + k0 + j] = acc[static_cast<size_t>(j * Cout + co)];
   });
 }
 
