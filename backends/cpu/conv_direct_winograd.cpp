@@ -326,16 +326,9 @@ bool direct_winograd_runs(const Strided& x, const ConvGeometry& g, int64_t Cout)
 void direct_winograd_conv2d(const Strided& x, const float* w, int64_t Cout, const float* bias,
                             float* y, const ConvGeometry& g, const ConvOut& out) {
 #ifdef VT_DIRECT_WINOGRAD
-  // U[xi][c][co] from winograd_weight's U[xi][co][c] (product's comment)
-  const int64_t C = g.channels;
-  const std::vector<float> Uw = winograd_weight(w, Cout, C);
-  std::vector<float> U(Uw.size());
-  for (int64_t xi = 0; xi < 16; ++xi)
-    for (int64_t co = 0; co < Cout; ++co)
-      for (int64_t c = 0; c < C; ++c)
-        U[static_cast<size_t>((xi * C + c) * Cout + co)] =
-            Uw[static_cast<size_t>((xi * Cout + co) * C + c)];
-  narrow_run(x, U.data(), Cout, bias, y, g, out);
+  // U[xi][c][co] (product's comment)
+  const auto U = winograd_weight_kept(w, Cout, g.channels, true);
+  narrow_run(x, U->data(), Cout, bias, y, g, out);
 #else
   (void)x, (void)w, (void)Cout, (void)bias, (void)y, (void)g, (void)out;
   VT_ASSERT(false);  // (direct_winograd_runs is false without AVX-512)

@@ -41,6 +41,7 @@
 #include "backends/cpu/conv_winograd.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "backends/conv_algorithm.h"
@@ -302,7 +303,8 @@ __attribute__((target("avx512f"))) void output_transform(const Plan& p, const fl
 void run(const Strided& x, const float* w, int64_t Cout, const float* bias, float* y,
          const ConvGeometry& g, const ConvOut& out) {
   const Plan p = plan(x, g, Cout);
-  const std::vector<float> U = winograd_weight(w, Cout, p.C);
+  const auto kept = winograd_weight_kept(w, Cout, p.C, false);
+  const std::vector<float>& U = *kept;
   const std::vector<__mmask16> masks = gather_masks(p);
   const int64_t Lp = p.Lp;
   // One scratch a thread, cut into D [16, Ld], V [16, C, Lp], M [16, Cout, Lp] and T [4, Lp]
@@ -347,6 +349,44 @@ std::vector<float> winograd_weight(const float* w, int64_t Cout, int64_t C) {
     for (int64_t co = c0; co < c1; ++co) transform_weight_rows(w, Cout, C, co, U.data());
   });
   return U;
+}
+
+std::shared_ptr<const std::vector<float>> winograd_weight_kept(const float* w, int64_t Cout,
+                                                               int64_t C, bool c_major) {
+  struct Kept {
+    bool c_major;
+    int64_t Cout, C;
+    std::vector<float> w;  // the weight it was made from
+    std::shared_ptr<const std::vector<float>> U;
+  };
+  constexpr size_t kKept = 8;
+  thread_local std::vector<Kept> kept;
+  thread_local size_t next = 0;  // (the entry replaced next once all are taken)
+  const size_t n = static_cast<size_t>(Cout * C * 9);
+  for (const Kept& k : kept)
+    if (k.c_major == c_major && k.Cout == Cout && k.C == C &&
+        std::memcmp(k.w.data(), w, n * sizeof(float)) == 0)
+      return k.U;
+  std::vector<float> U = winograd_weight(w, Cout, C);
+  if (c_major) {
+    std::vector<float> T(U.size());
+    for (int64_t xi = 0; xi < 16; ++xi)
+      for (int64_t co = 0; co < Cout; ++co)
+        for (int64_t c = 0; c < C; ++c)
+          T[static_cast<size_t>((xi * C + c) * Cout + co)] =
+              U[static_cast<size_t>((xi * Cout + co) * C + c)];
+    U.swap(T);
+  }
+  Kept k{c_major, Cout, C, std::vector<float>(w, w + n),
+         std::make_shared<const std::vector<float>>(std::move(U))};
+  auto result = k.U;
+  if (kept.size() < kKept) {
+    kept.push_back(std::move(k));
+  } else {
+    kept[next] = std::move(k);
+    next = (next + 1) % kKept;
+  }
+  return result;
 }
 
 bool winograd_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
