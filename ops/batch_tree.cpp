@@ -1,6 +1,7 @@
 // The fixed tree of batch sums (see batch_tree.h).
 #include "ops/batch_tree.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "backends/env_switch.h"
@@ -41,28 +42,44 @@ void for_each_leaf(int64_t n, const std::function<void(int64_t begin, int64_t co
 }
 
 Tensor tree_sum_partials(Tensor parts) {
-  const int64_t L = parts.size(0);
+  const int64_t L = parts.size(0), N = L > 0 ? parts.numel() / L : 0;
   Backend& be = parts.backend();
-  for (int64_t s = 1; s < L; s *= 2)
-    for (int64_t i = 0; i + s < L; i += 2 * s) {
-      const Strided a = narrow(parts, 0, i, 1).strided(), b = narrow(parts, 0, i + s, 1).strided();
-      be.binary(BinaryOp::Add, a, b, a);  // parts[i] += parts[i + s]
-    }
+  const Tensor flat = parts.contiguous().reshape({L, N});
+  char* base = static_cast<char*>(flat.data_ptr());
+  const int64_t esize = static_cast<int64_t>(dtype_size(flat.dtype()));
+  /// elements [e0, e0 + n) of partial i, as a kernel operand
+  const auto row = [&](int64_t i, int64_t e0, int64_t n) {
+    return Strided{base + (i * N + e0) * esize, flat.dtype(), Dims{n}, Dims{1}};
+  };
+  // Each element's tree is its own, so the elements go in chunks, in parallel: a chunk's partials
+  // (16 leaves of 4096 floats: 256 KiB) stay in cache through the tree's levels, where adding
+  // whole partials level by level read them from memory log2(L) times.
+  constexpr int64_t kChunk = 4096;
+  const int64_t chunks = (N + kChunk - 1) / kChunk;
+  parallel_items(chunks, [&](int64_t c) {
+    const int64_t e0 = c * kChunk, n = std::min(kChunk, N - e0);
+    for (int64_t s = 1; s < L; s *= 2)
+      for (int64_t i = 0; i + s < L; i += 2 * s) {
+        const Strided a = row(i, e0, n);
+        be.binary(BinaryOp::Add, a, row(i + s, e0, n), a);  // parts[i] += parts[i + s]
+      }
+  });
   Dims shape = parts.shape();
   shape.erase(0);
-  return narrow(parts, 0, 0, 1).reshape(shape);
+  return narrow(flat, 0, 0, 1).reshape(shape);
 }
 
 std::vector<Tensor> batch_tree_sum(
     const Tensor& like, int64_t n, const std::vector<Dims>& shapes, DType dtype,
-    const std::function<void(int64_t begin, int64_t count, std::vector<Tensor>& parts)>& leaf) {
+    const std::function<void(int64_t begin, int64_t count, std::vector<Tensor>& parts)>& leaf,
+    bool zeroed) {
   NoGradGuard no_grad;
   const int64_t L = (n + kBatchLeaf - 1) / kBatchLeaf;
   std::vector<Tensor> all;
   for (const Dims& s : shapes) {
     Dims ls = s;
     ls.insert(0, L);
-    all.push_back(zeros(ls, dtype, like.device()));
+    all.push_back(zeroed ? zeros(ls, dtype, like.device()) : empty_on(like, ls, dtype));
   }
   for_each_leaf(n, [&](int64_t begin, int64_t count) {
     std::vector<Tensor> parts;

@@ -139,7 +139,8 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
         Tensor dw = needs[1] ? empty_on(x, normalized_shape, x.dtype()) : Tensor();
         Tensor db = needs[2] ? empty_on(x, normalized_shape, x.dtype()) : Tensor();
         // dw and db sum over the rows: in the batch's fixed tree (ops/batch_tree.h) when the rows
-        // are x's dim 0 entries (x [B, ..., normalized_shape]); dx alone on the whole batch.
+        // are x's dim 0 entries (x [B, ..., normalized_shape]), each leaf's dx rows beside its
+        // partials (a row's dx is its own, wherever the row sits).
         const int64_t items = x.dim() > normalized_shape.size() ? x.size(0) : 1;
         if ((dw.defined() || db.defined()) && rows % std::max<int64_t>(items, 1) == 0 &&
             detail::use_batch_tree(x, items)) {
@@ -156,16 +157,15 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
                     rows_view(narrow(xc.reshape({rows, cols}), 0, r0, n), n, cols),
                     optional_view(wc), narrow(mu, 0, r0, n).strided(),
                     narrow(rstd, 0, r0, n).strided(),
-                    rows_view(narrow(dyc.reshape({rows, cols}), 0, r0, n), n, cols), Strided(),
+                    rows_view(narrow(dyc.reshape({rows, cols}), 0, r0, n), n, cols),
+                    dx.defined() ? rows_view(narrow(dx.reshape({rows, cols}), 0, r0, n), n, cols)
+                                 : Strided(),
                     dw.defined() ? part(0) : Strided(),
                     db.defined() ? part(dw.defined() ? 1 : 0) : Strided());
-              });
+              },
+              false);  // (the kernel writes dw and db, not adds to them)
           if (dw.defined()) dw = sums[0];
           if (db.defined()) db = sums[dw.defined() ? 1 : 0];
-          if (dx.defined())
-            x.backend().layer_norm_backward(
-                rows_view(xc, rows, cols), optional_view(wc), mu.strided(), rstd.strided(),
-                rows_view(dyc, rows, cols), rows_view(dx, rows, cols), Strided(), Strided());
         } else {
           x.backend().layer_norm_backward(rows_view(xc, rows, cols), optional_view(wc),
                                           mu.strided(), rstd.strided(), rows_view(dyc, rows, cols),
