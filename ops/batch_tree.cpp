@@ -43,27 +43,17 @@ void for_each_leaf(int64_t n, const std::function<void(int64_t begin, int64_t co
 
 Tensor tree_sum_partials(Tensor parts) {
   const int64_t L = parts.size(0), N = L > 0 ? parts.numel() / L : 0;
-  Backend& be = parts.backend();
   const Tensor flat = parts.contiguous().reshape({L, N});
   char* base = static_cast<char*>(flat.data_ptr());
   const int64_t esize = static_cast<int64_t>(dtype_size(flat.dtype()));
-  /// elements [e0, e0 + n) of partial i, as a kernel operand
-  const auto row = [&](int64_t i, int64_t e0, int64_t n) {
-    return Strided{base + (i * N + e0) * esize, flat.dtype(), Dims{n}, Dims{1}};
-  };
-  // Each element's tree is its own, so the elements go in chunks, in parallel: a chunk's partials
-  // (16 leaves of 4096 floats: 256 KiB) stay in cache through the tree's levels, where adding
-  // whole partials level by level read them from memory log2(L) times.
-  constexpr int64_t kChunk = 4096;
-  const int64_t chunks = (N + kChunk - 1) / kChunk;
-  parallel_items(chunks, [&](int64_t c) {
-    const int64_t e0 = c * kChunk, n = std::min(kChunk, N - e0);
-    for (int64_t s = 1; s < L; s *= 2)
-      for (int64_t i = 0; i + s < L; i += 2 * s) {
-        const Strided a = row(i, e0, n);
-        be.binary(BinaryOp::Add, a, row(i + s, e0, n), a);  // parts[i] += parts[i + s]
-      }
-  });
+  // One kernel call a level: at level s the partials i = 0, 2s, 4s, ... with i + s < L, as rows
+  // 2s apart, get partial i + s added (parts[i] += parts[i + s]).
+  for (int64_t s = 1; s < L; s *= 2) {
+    const int64_t pairs = (L - s + 2 * s - 1) / (2 * s);
+    const Strided a{base, flat.dtype(), Dims{pairs, N}, Dims{2 * s * N, 1}};
+    const Strided b{base + s * N * esize, flat.dtype(), Dims{pairs, N}, Dims{2 * s * N, 1}};
+    flat.backend().binary(BinaryOp::Add, a, b, a);
+  }
   Dims shape = parts.shape();
   shape.erase(0);
   return narrow(flat, 0, 0, 1).reshape(shape);

@@ -337,10 +337,10 @@ void direct_winograd_conv2d(const Strided& x, const float* w, int64_t Cout, cons
 
 void direct_winograd_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
                                 const ConvGeometry& g) {
-  const std::vector<float> wt = flipped_weight(w, Cout, g);  // [C, Cout, 3, 3]
+  const auto wt = flipped_weight_kept(w, Cout, g);  // [C, Cout, 3, 3]
   ConvGeometry gt = g;
   gt.channels = Cout;
-  direct_winograd_conv2d(dy, wt.data(), g.channels, nullptr, dx, gt, {});
+  direct_winograd_conv2d(dy, wt->data(), g.channels, nullptr, dx, gt, {});
 }
 
 }  // namespace vitrine::cpu

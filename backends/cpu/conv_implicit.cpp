@@ -320,10 +320,10 @@ void implicit_conv2d_weight_grad(const Strided& x, const Strided& dy, int64_t Co
 
 void implicit_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
                                 const ConvGeometry& g, int64_t G) {
-  const std::vector<float> wt = flipped_weight(w, Cout, g);
+  const auto wt = flipped_weight_kept(w, Cout, g);
   ConvGeometry gt = g;  // (same padding at stride 1: the output's size is the input's)
   gt.channels = Cout;
-  run(dy, wt.data(), g.channels, nullptr, dx, gt, G, {});
+  run(dy, wt->data(), g.channels, nullptr, dx, gt, G, {});
 }
 
 }  // namespace vitrine::cpu

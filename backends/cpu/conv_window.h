@@ -1,11 +1,15 @@
 // Which output positions of a convolution read a given kernel tap from inside the image: the one
 // index computation im2col, col2im and the depthwise kernels share; im2col of a band of output
 // rows, which the batched convolution tiles large images with; the convolutions' scratch; the
-// flipped weight of an input gradient; what a convolution does to its rows as it writes them; the
-// sum of a weight gradient's per-group partials.
+// flipped weight of an input gradient, and a weight's derived forms kept between calls; what a
+// convolution does to its rows as it writes them; the sum of a weight gradient's per-group
+// partials.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -93,6 +97,49 @@ inline std::vector<float> flipped_weight(const float* w, int64_t Cout, const Con
           wt[static_cast<size_t>(((c * Cout + co) * kh + a) * kw + b)] =
               w[((co * C + c) * kh + kh - 1 - a) * kw + kw - 1 - b];
   return wt;
+}
+
+/// One entry of kept_weight's memory: a weight's derived form and the values it was made from.
+struct KeptWeight {
+  std::array<int64_t, 3> key;
+  std::vector<float> w;
+  std::shared_ptr<const std::vector<float>> form;
+};
+
+/// make() (a weight's derived form: transformed, flipped) for the weight w of n floats, kept per
+/// thread for the last 8 (w's values, key) of each Tag and returned again while w's values are the
+/// same: compared in full, so a weight updated in place is derived again. Batch-invariant mode
+/// convolves each leaf of 8 images by a call of its own, and each call derived the same forms.
+template <typename Tag, typename Make>
+std::shared_ptr<const std::vector<float>> kept_weight(const float* w, int64_t n,
+                                                      const std::array<int64_t, 3>& key,
+                                                      Make&& make) {
+  constexpr size_t kKept = 8;
+  thread_local std::vector<KeptWeight> kept;  // (one per instantiation: per Tag and caller)
+  thread_local size_t next = 0;               // (the entry replaced next once all are taken)
+  for (const KeptWeight& k : kept)
+    if (k.key == key && static_cast<int64_t>(k.w.size()) == n &&
+        std::memcmp(k.w.data(), w, static_cast<size_t>(n) * sizeof(float)) == 0)
+      return k.form;
+  KeptWeight k{key, std::vector<float>(w, w + n),
+               std::make_shared<const std::vector<float>>(make())};
+  auto form = k.form;
+  if (kept.size() < kKept) {
+    kept.push_back(std::move(k));
+  } else {
+    kept[next] = std::move(k);
+    next = (next + 1) % kKept;
+  }
+  return form;
+}
+
+/// flipped_weight(w, Cout, g), kept (kept_weight): an input gradient's weight.
+inline std::shared_ptr<const std::vector<float>> flipped_weight_kept(const float* w, int64_t Cout,
+                                                                     const ConvGeometry& g) {
+  struct Tag {};
+  return kept_weight<Tag>(w, Cout * g.channels * g.kernel_h * g.kernel_w,
+                          {Cout, g.kernel_h, g.kernel_w},
+                          [&] { return flipped_weight(w, Cout, g); });
 }
 
 /// im2col of output rows [oh0, oh1) of one image (x [C, H, W], float32, unit column stride of

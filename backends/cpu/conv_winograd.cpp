@@ -41,7 +41,6 @@
 #include "backends/cpu/conv_winograd.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "backends/conv_algorithm.h"
@@ -353,40 +352,18 @@ std::vector<float> winograd_weight(const float* w, int64_t Cout, int64_t C) {
 
 std::shared_ptr<const std::vector<float>> winograd_weight_kept(const float* w, int64_t Cout,
                                                                int64_t C, bool c_major) {
-  struct Kept {
-    bool c_major;
-    int64_t Cout, C;
-    std::vector<float> w;  // the weight it was made from
-    std::shared_ptr<const std::vector<float>> U;
-  };
-  constexpr size_t kKept = 8;
-  thread_local std::vector<Kept> kept;
-  thread_local size_t next = 0;  // (the entry replaced next once all are taken)
-  const size_t n = static_cast<size_t>(Cout * C * 9);
-  for (const Kept& k : kept)
-    if (k.c_major == c_major && k.Cout == Cout && k.C == C &&
-        std::memcmp(k.w.data(), w, n * sizeof(float)) == 0)
-      return k.U;
-  std::vector<float> U = winograd_weight(w, Cout, C);
-  if (c_major) {
+  struct Tag {};
+  return kept_weight<Tag>(w, Cout * C * 9, {Cout, C, c_major ? 1 : 0}, [&] {
+    std::vector<float> U = winograd_weight(w, Cout, C);
+    if (!c_major) return U;
     std::vector<float> T(U.size());
     for (int64_t xi = 0; xi < 16; ++xi)
       for (int64_t co = 0; co < Cout; ++co)
         for (int64_t c = 0; c < C; ++c)
           T[static_cast<size_t>((xi * C + c) * Cout + co)] =
               U[static_cast<size_t>((xi * Cout + co) * C + c)];
-    U.swap(T);
-  }
-  Kept k{c_major, Cout, C, std::vector<float>(w, w + n),
-         std::make_shared<const std::vector<float>>(std::move(U))};
-  auto result = k.U;
-  if (kept.size() < kKept) {
-    kept.push_back(std::move(k));
-  } else {
-    kept[next] = std::move(k);
-    next = (next + 1) % kKept;
-  }
-  return result;
+    return T;
+  });
 }
 
 bool winograd_conv_runs(const Strided& x, const ConvGeometry& g, int64_t Cout) {
@@ -417,10 +394,10 @@ void winograd_conv2d(const Strided& x, const float* w, int64_t Cout, const float
 
 void winograd_conv2d_input_grad(const Strided& dy, const float* w, int64_t Cout, float* dx,
                                 const ConvGeometry& g) {
-  const std::vector<float> wt = flipped_weight(w, Cout, g);
+  const auto wt = flipped_weight_kept(w, Cout, g);
   ConvGeometry gt = g;  // (padding 1 at stride 1: the output's size is the input's)
   gt.channels = Cout;
-  run(dy, wt.data(), g.channels, nullptr, dx, gt, {});
+  run(dy, wt->data(), g.channels, nullptr, dx, gt, {});
 }
 
 }  // namespace vitrine::cpu

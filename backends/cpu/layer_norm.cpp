@@ -17,6 +17,8 @@ namespace vitrine::cpu {
 namespace {
 /// At most this many row blocks hold dw/db partials (bounds their memory to 2 * 256 * C doubles).
 constexpr int64_t kMaxRowBlocks = 256;
+/// At least this many rows a block (a batch-invariant leaf has a few hundred rows).
+constexpr int64_t kMinBlockRows = 16;
 /// Columns of dw/db summed over the blocks per task.
 constexpr int64_t kColumnChunk = 256;
 }  // namespace
@@ -79,7 +81,9 @@ void CpuBackend::layer_norm_backward(const Strided& x, const Strided& w, const S
   VT_ASSERT(!dw.data || dw.numel() == cols);
   VT_ASSERT(!db.data || db.numel() == cols);
   const bool want_params = dw.data || db.data;
-  const int64_t per_block = std::max<int64_t>(1, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks);
+  // (a batch-invariant leaf of 8 images had been cut into blocks of 2 rows, each zeroing and
+  // summing partials of its own)
+  const int64_t per_block = std::max(kMinBlockRows, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks);
   const int64_t blocks = (rows + per_block - 1) / per_block;
   // Partial sums of dw and db per row block: [blocks, cols] each. The float32 row kernel's own
   // partials, [blocks, 2, cols], added into pw/pb every 16 rows. From the caching allocator (a
