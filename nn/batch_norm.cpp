@@ -120,11 +120,11 @@ std::pair<Tensor, Tensor> fuse_conv_bn_weights(const Tensor& conv_w, const Tenso
 }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
-  // A subclass (SyncBatchNorm) or a replaced module: through forward, which they override. In
-  // batch-invariant mode always so (ops/batch_invariant.h): the fused op and the composition
-  // differ in the last bit, and one process must compute what SyncBatchNorm's ranks compute.
-  if (!fuses_relu() || replaced_by_ || has_forward_hooks() ||
-      typeid(*this) != typeid(BatchNorm2d) || is_batch_invariant())
+  // A subclass (SyncBatchNorm) or a replaced module: through forward, which they override. The
+  // fused op gives the composition's bits (the affine's rounding, then the residual's, then the
+  // clamp; its gradient masks by y > 0, the same as relu's by its input), so batch-invariant mode
+  // fuses too: one process then computes what SyncBatchNorm's ranks compute through forward.
+  if (!fuses_relu() || replaced_by_ || has_forward_hooks() || typeid(*this) != typeid(BatchNorm2d))
     return ops::relu(residual.defined() ? (*this)(x) + residual : (*this)(x));
   VT_CHECK(x.dim() == 4, "BatchNorm2d: expected x [B, C, H, W], got shape {}", x.shape());
   return normalize(x, {}, true, residual);
