@@ -15,6 +15,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace vitrine::cpu {
 
@@ -106,14 +107,18 @@ struct KeptWeight {
   std::shared_ptr<const std::vector<float>> form;
 };
 
-/// make() (a weight's derived form: transformed, flipped) for the weight w of n floats, kept per
-/// thread for the last 8 (w's values, key) of each Tag and returned again while w's values are the
-/// same: compared in full, so a weight updated in place is derived again. Batch-invariant mode
-/// convolves each leaf of 8 images by a call of its own, and each call derived the same forms.
+/// make() (a weight's derived form: transformed, flipped) for the weight w of n floats. Inside a
+/// parallel loop, where batch-invariant mode convolves each leaf of 8 images by a call of its own
+/// and each call derived the same forms, it is kept per thread for the last 8 (w's values, key)
+/// of each Tag and returned again while w's values are the same: compared in full, so a weight
+/// updated in place is derived again. Elsewhere (one call an op), and for weights over 2^18
+/// floats (the copies kept would cost more memory than the derivation costs time), made afresh.
 template <typename Tag, typename Make>
 std::shared_ptr<const std::vector<float>> kept_weight(const float* w, int64_t n,
                                                       const std::array<int64_t, 3>& key,
                                                       Make&& make) {
+  if (!in_parallel_chunk() || n > (int64_t{1} << 18))
+    return std::make_shared<const std::vector<float>>(make());
   constexpr size_t kKept = 8;
   thread_local std::vector<KeptWeight> kept;  // (one per instantiation: per Tag and caller)
   thread_local size_t next = 0;               // (the entry replaced next once all are taken)

@@ -10,8 +10,10 @@
 #include "backends/conv_algorithm.h"
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/sgemm.h"
+#include "backends/cpu/thread_pool.h"
 #include "backends/threads.h"
 #include "conv_test_util.h"
+#include "ops/batch_invariant.h"
 
 using namespace vitrine;
 using namespace vt_test;
@@ -143,35 +145,46 @@ TEST_CASE("conv2d: Winograd gives the same bits on 1 and 2 threads") {
 
 TEST_CASE("conv2d: a weight changed in place is transformed again (winograd_weight_kept)") {
   const Tensor w = rand64({64, 64, 3, 3}, 610, 0.1).to(kFloat32).detach().contiguous();
+  const auto fresh = [&](bool c_major) {
+    std::vector<float> u = cpu::winograd_weight(w.data<float>(), 64, 64);
+    if (!c_major) return u;
+    std::vector<float> t(u.size());  // U[xi][c][co] from U[xi][co][c]
+    for (size_t xi = 0; xi < 16; ++xi)
+      for (size_t co = 0; co < 64; ++co)
+        for (size_t c = 0; c < 64; ++c) t[(xi * 64 + c) * 64 + co] = u[(xi * 64 + co) * 64 + c];
+    return t;
+  };
   for (bool c_major : {false, true}) {
     CAPTURE(c_major);
-    const auto first = cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major);
-    CHECK(cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major) == first);  // kept
-    const float old = w.data<float>()[4000];
-    w.data<float>()[4000] = old + 1.0f;  // the same pointer, another value
-    const auto changed = cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major);
-    std::vector<float> fresh = cpu::winograd_weight(w.data<float>(), 64, 64);
-    if (c_major) {  // U[xi][c][co] from U[xi][co][c]
-      std::vector<float> t(fresh.size());
-      for (size_t xi = 0; xi < 16; ++xi)
-        for (size_t co = 0; co < 64; ++co)
-          for (size_t c = 0; c < 64; ++c)
-            t[(xi * 64 + c) * 64 + co] = fresh[(xi * 64 + co) * 64 + c];
-      fresh.swap(t);
-    }
-    CHECK(*changed == fresh);
-    CHECK(*changed != *first);
-    w.data<float>()[4000] = old;
-    CHECK(*cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major) == *first);
+    // Outside a parallel loop: made afresh each call.
+    const auto once = cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major);
+    CHECK(cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major) != once);
+    CHECK(*once == fresh(c_major));
+    // Inside one (as batch-invariant mode's leaves call it): kept while the values are the same.
+    cpu::run_chunks_of(1, 1, 1, [&](int64_t, int64_t) {
+      const auto first = cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major);
+      CHECK(cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major) == first);
+      const float old = w.data<float>()[4000];
+      w.data<float>()[4000] = old + 1.0f;  // the same pointer, another value
+      const auto changed = cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major);
+      CHECK(*changed == fresh(c_major));
+      CHECK(*changed != *first);
+      w.data<float>()[4000] = old;
+      CHECK(*cpu::winograd_weight_kept(w.data<float>(), 64, 64, c_major) == *first);
+    });
   }
-  // Through the convolution: y after an in-place step equals a fresh weight's y.
+  // Through the convolution in batch-invariant mode (each leaf of 8 images a call inside a
+  // parallel loop): y after an in-place step is the new weight's.
   if (!own_gemm()) return;
   Algorithm use(ConvAlgorithm::Auto);
-  const Tensor x = rand64({2, 64, 14, 14}, 611).to(kFloat32).detach();
+  const Tensor x = rand64({16, 64, 14, 14}, 611).to(kFloat32).detach();
   Tensor wv = w.clone();
+  set_batch_invariant(true);
   const Tensor y0 = ops::conv2d(x, wv, Tensor(), {1, 1}, {1, 1});
   wv.mul_(0.5);
   const Tensor y1 = ops::conv2d(x, wv, Tensor(), {1, 1}, {1, 1});
-  check_close(y1, ops::conv2d(x, wv.clone(), Tensor(), {1, 1}, {1, 1}), 0, 0);
+  const Tensor y2 = ops::conv2d(x, wv.clone(), Tensor(), {1, 1}, {1, 1});
+  set_batch_invariant(false);
+  check_close(y1, y2, 0, 0);
   check_close(y1, y0 * 0.5, 1e-5, 1e-5);
 }
