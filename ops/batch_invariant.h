@@ -3,7 +3,7 @@
 // by leaf, each leaf on one thread. Then a training step gives the same bits on 1 or 2 threads,
 // and data-parallel ranks (SyncBatchNorm included) or gradient accumulation give one process's
 // bits on the whole batch. Off by default: where the batched convolution kernels and the own GEMM
-// run (AVX-512, a Zen 5) it costs about 4-5% of a training step; on an AVX2 Zen 1 it is faster
+// run (AVX-512, a Zen 5) it costs 0-5% of a training step; on an AVX2 Zen 1 it is faster
 // (docs/distributed.md, "Cost").
 #pragma once
 
