@@ -251,18 +251,11 @@ std::shared_ptr<const Plan> plan_for(const ConvGeometry& g, const Mode& mode, in
   const Key key{g.channels,   g.height,  g.width,       g.kernel_h,   g.kernel_w, g.stride_h,
                 g.stride_w,   g.pad_h,   g.pad_w,       g.out_h,      g.out_w,    g.dilation_h,
                 g.dilation_w, mode.runs, mode.in_place, mode.columns, mode.G,     Cout};
-  constexpr size_t kKept = 16;
-  thread_local std::vector<std::pair<Key, std::shared_ptr<const Plan>>> kept;
-  thread_local size_t next = 0;  // (the slot replaced next once all are taken)
-  for (const auto& [k, plan] : kept)
+  thread_local KeptRing<std::pair<Key, std::shared_ptr<const Plan>>, 16> kept;
+  for (const auto& [k, plan] : kept.entries)
     if (k == key) return plan;
   auto plan = std::make_shared<const Plan>(make_plan(g, mode, Cout));
-  if (kept.size() < kKept) {
-    kept.emplace_back(key, plan);
-  } else {
-    kept[next] = {key, plan};
-    next = (next + 1) % kKept;
-  }
+  kept.add({key, plan});
   return plan;
 }
 

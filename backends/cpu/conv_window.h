@@ -74,14 +74,15 @@ void sum_group_partials(const T* partial, int64_t groups, int64_t K, int64_t Cou
   const int64_t blocks = (K + kB - 1) / kB;
   parallel_for(blocks, kB * groups * Cout, [&](int64_t blk) {
     const int64_t k0 = blk * kB, nk = std::min(kB, K - k0);
-    std::vector<T> acc(static_cast<size_t>(nk * Cout), T(0));  // [nk, Cout]
+    // [nk, Cout] in the thread's scratch (the convolutions' parallel loops have ended)
+    T* acc = thread_scratch<T>(static_cast<size_t>(nk * Cout), 0);
+    std::fill(acc, acc + nk * Cout, T(0));
     for (int64_t grp = 0; grp < groups; ++grp) {
       const T* p = partial + (grp * K + k0) * Cout;
-      for (int64_t i = 0; i < nk * Cout; ++i) acc[static_cast<size_t>(i)] += p[i];
+      for (int64_t i = 0; i < nk * Cout; ++i) acc[i] += p[i];
     }
     for (int64_t co = 0; co < Cout; ++co)
-      for (int64_t j = 0; j < nk; ++j)
-        dw[co * K + k0 + j] = acc[static_cast<size_t>(j * Cout + co)];
+      for (int64_t j = 0; j < nk; ++j) dw[co * K + k0 + j] = acc[j * Cout + co];
   });
 }
 
@@ -99,6 +100,19 @@ inline std::vector<float> flipped_weight(const float* w, int64_t Cout, const Con
               w[((co * C + c) * kh + kh - 1 - a) * kw + kw - 1 - b];
   return wt;
 }
+
+/// The last N entries a thread derived and keeps for reuse (conv_direct.cpp's plans, kept_weight's
+/// forms): once full, each new entry replaces the oldest.
+template <typename Entry, size_t N>
+struct KeptRing {
+  std::vector<Entry> entries;
+  size_t next = 0;  // (the entry replaced next once all are taken)
+  void add(Entry e) {
+    if (entries.size() < N) return entries.push_back(std::move(e));
+    entries[next] = std::move(e);
+    next = (next + 1) % N;
+  }
+};
 
 /// One entry of kept_weight's memory: a weight's derived form and the values it was made from.
 struct KeptWeight {
@@ -119,22 +133,13 @@ std::shared_ptr<const std::vector<float>> kept_weight(const float* w, int64_t n,
                                                       Make&& make) {
   if (!in_parallel_chunk() || n > (int64_t{1} << 18))
     return std::make_shared<const std::vector<float>>(make());
-  constexpr size_t kKept = 8;
-  thread_local std::vector<KeptWeight> kept;  // (one per instantiation: per Tag and caller)
-  thread_local size_t next = 0;               // (the entry replaced next once all are taken)
-  for (const KeptWeight& k : kept)
+  thread_local KeptRing<KeptWeight, 8> kept;  // (one per instantiation: per Tag and caller)
+  for (const KeptWeight& k : kept.entries)
     if (k.key == key && static_cast<int64_t>(k.w.size()) == n &&
         std::memcmp(k.w.data(), w, static_cast<size_t>(n) * sizeof(float)) == 0)
       return k.form;
-  KeptWeight k{key, std::vector<float>(w, w + n),
-               std::make_shared<const std::vector<float>>(make())};
-  auto form = k.form;
-  if (kept.size() < kKept) {
-    kept.push_back(std::move(k));
-  } else {
-    kept[next] = std::move(k);
-    next = (next + 1) % kKept;
-  }
+  auto form = std::make_shared<const std::vector<float>>(make());
+  kept.add({key, std::vector<float>(w, w + n), form});
   return form;
 }
 
