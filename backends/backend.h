@@ -139,6 +139,13 @@ class Backend {
   /// Reduces x over the dims where y (same rank as x, keepdim layout) has size 1 and x does not.
   /// ArgMax/ArgMin write int64 indices (of the first extreme) into y and reduce one dim only.
   virtual void reduce(ReduceOp op, const Strided& x, const Strided& y) = 0;
+  /// parts [L, N] contiguous (L partial sums, in order) -> parts[0] = their pairwise tree sum,
+  /// the other rows overwritten. Level s = 1, 2, 4, ...: parts[i] += parts[i + s] for i = 0, 2s,
+  /// 4s, ... with i + s < L (an odd last partial goes up unchanged): batch-invariant mode's fixed
+  /// tree (ops/batch_tree.h), so every element is summed in that order whatever the backend does.
+  /// The default is one binary Add per level; the CPU sums a block of columns through all the
+  /// levels while it is in cache.
+  virtual void tree_sum(const Strided& parts);
 
   /// c[batch] = a[batch] @ b[batch] (+ c if accumulate). a: [..., M, K], b: [..., K, N], c:
   /// [..., M, N] contiguous; a and b may be transposed in their last two dims and broadcast
@@ -168,7 +175,15 @@ class Backend {
     const Strided* c_copy = nullptr;
     /// The function gelu_out applies and whose derivative gelu_pre multiplies by.
     Activation act = Activation::GELU;
+    /// Every row of c gets bits that depend on its row of a, on b and on the epilogue alone, not
+    /// on M, the thread count or the row's place: batch-invariant mode's products on a whole
+    /// batch (ops/linalg.cpp). Set only where gemm_fixed_rows said yes; no a_row_sums.
+    bool fixed_rows = false;
   };
+  /// Whether gemm_fused can compute products a [M, K] @ b [K, N] of dtype with fixed_rows, at
+  /// every M (one row included). The default: no (batch-invariant mode then runs the product
+  /// leaf by leaf of the batch, ops/batch_tree.h).
+  virtual bool gemm_fixed_rows(int64_t K, int64_t N, DType dtype) const;
   /// c = a @ b, then the epilogue ep (a [M, K] and b [K, N] as gemm's, c [M, N] contiguous): a
   /// linear layer is gemm_fused with a bias. This default runs the steps one pass after another
   /// (the bias written into every row of c, the product accumulated onto it); a backend may apply

@@ -81,6 +81,22 @@ void activation_grad(Backend& be, Activation act, const Strided& pre, const Stri
 }
 }  // namespace
 
+bool Backend::gemm_fixed_rows(int64_t, int64_t, DType) const { return false; }
+
+void Backend::tree_sum(const Strided& parts) {
+  VT_ASSERT(parts.shape.size() == 2 && parts.is_contiguous());
+  const int64_t L = parts.shape[0], N = parts.shape[1];
+  char* base = static_cast<char*>(parts.data);
+  const int64_t esize = static_cast<int64_t>(dtype_size(parts.dtype));
+  // One kernel call a level: the partials i = 0, 2s, 4s, ... with i + s < L, as rows 2s apart.
+  for (int64_t s = 1; s < L; s *= 2) {
+    const int64_t pairs = (L - s + 2 * s - 1) / (2 * s);
+    const Strided a{base, parts.dtype, Dims{pairs, N}, Dims{2 * s * N, 1}};
+    const Strided b{base + s * N * esize, parts.dtype, Dims{pairs, N}, Dims{2 * s * N, 1}};
+    binary(BinaryOp::Add, a, b, a);
+  }
+}
+
 void Backend::gemm_fused(const Strided& a, const Strided& b, const Strided& c,
                          const GemmEpilogue& ep) {
   if (ep.bias) {

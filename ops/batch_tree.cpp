@@ -44,16 +44,7 @@ void for_each_leaf(int64_t n, const std::function<void(int64_t begin, int64_t co
 Tensor tree_sum_partials(Tensor parts) {
   const int64_t L = parts.size(0), N = L > 0 ? parts.numel() / L : 0;
   const Tensor flat = parts.contiguous().reshape({L, N});
-  char* base = static_cast<char*>(flat.data_ptr());
-  const int64_t esize = static_cast<int64_t>(dtype_size(flat.dtype()));
-  // One kernel call a level: at level s the partials i = 0, 2s, 4s, ... with i + s < L, as rows
-  // 2s apart, get partial i + s added (parts[i] += parts[i + s]).
-  for (int64_t s = 1; s < L; s *= 2) {
-    const int64_t pairs = (L - s + 2 * s - 1) / (2 * s);
-    const Strided a{base, flat.dtype(), Dims{pairs, N}, Dims{2 * s * N, 1}};
-    const Strided b{base + s * N * esize, flat.dtype(), Dims{pairs, N}, Dims{2 * s * N, 1}};
-    flat.backend().binary(BinaryOp::Add, a, b, a);
-  }
+  if (L > 1) flat.backend().tree_sum(flat.strided());
   Dims shape = parts.shape();
   shape.erase(0);
   return narrow(flat, 0, 0, 1).reshape(shape);

@@ -1,6 +1,8 @@
 // matmul: NumPy semantics. 1-D operands are promoted ([K] -> [1, K] on the left, [K, 1] on the
 // right) and the added dim removed after; batch dims broadcast. The GEMM reads transposed and
 // broadcast operands in place (backends/cpu/gemm.cpp), so mT() and expand() cost no copies.
+#include <algorithm>
+#include <initializer_list>
 #include <tuple>
 #include <utility>
 
@@ -111,28 +113,45 @@ std::pair<Tensor, Tensor> weight_bias_grads(const Tensor& dy, const Tensor& x, b
 /// The batch entries of a layer's input x [B, ..., K] (its rows' first dim; 1 for x [K]).
 int64_t batch_items(const Tensor& x) { return x.dim() >= 2 ? x.size(0) : 1; }
 
-/// Runs f(r0, n) over rows [r0, r0 + n) of a layer's M rows: all at once, or, batch-invariant
-/// (ops/batch_tree.h), leaf by leaf of its `items` batch entries, each leaf on one thread.
+/// A product's depth and width: a [M, K] @ b [K, N].
+struct KN {
+  int64_t K, N;
+};
+
+/// Runs f(r0, n, fixed) over rows [r0, r0 + n) of a layer's M rows, whose products (`products`)
+/// f computes: all at once (fixed false); or, batch-invariant (ops/batch_tree.h), all at once
+/// with fixed true where the backend gives each row of every product the same bits at any M
+/// (Backend::gemm_fixed_rows: f then sets GemmEpilogue::fixed_rows), else leaf by leaf of the
+/// `items` batch entries, each leaf on one thread.
 template <class F>
-void over_rows(const Tensor& like, int64_t M, int64_t items, const F& f) {
+void over_rows(const Tensor& like, int64_t M, int64_t items, std::initializer_list<KN> products,
+               const F& f) {
   if (items > 0 && M > 0 && M % items == 0 && batch_invariant(like)) {
+    const Backend& be = like.backend();
+    if (std::all_of(products.begin(), products.end(),
+                    [&](KN p) { return be.gemm_fixed_rows(p.K, p.N, like.dtype()); }))
+      return f(0, M, true);
     const int64_t per = M / items;
-    for_each_leaf(items, [&](int64_t b0, int64_t count) { f(b0 * per, count * per); });
+    for_each_leaf(items, [&](int64_t b0, int64_t count) { f(b0 * per, count * per, false); });
   } else {
-    f(0, M);
+    f(0, M, false);
   }
 }
 
-/// dy [M, N] @ w [N, K] -> [M, K] (a layer's input gradient): matmul, or leaf by leaf of the
-/// batch's rows when batch-invariant (not differentiable again there: no graph is recorded).
+/// dy [M, N] @ w [N, K] -> [M, K] (a layer's input gradient): matmul, or the batch's rows as
+/// over_rows runs them when batch-invariant (not differentiable again there: no graph is
+/// recorded).
 Tensor rows_matmul(const Tensor& dy, const Tensor& w, int64_t items) {
   if (GradMode::is_enabled() || !batch_invariant(dy) || dy.dim() != 2) return matmul(dy, w);
   Tensor out = empty_on(dy, {dy.size(0), w.size(1)}, dy.dtype());
   const Tensor wo = gemm_operand(w);
-  over_rows(dy, dy.size(0), items, [&](int64_t r0, int64_t n) {
-    dy.backend().gemm(gemm_operand(narrow(dy, 0, r0, n)).strided(), wo.strided(),
-                      narrow(out, 0, r0, n).strided(), false);
-  });
+  over_rows(dy, dy.size(0), items, {{w.size(0), w.size(1)}},
+            [&](int64_t r0, int64_t n, bool fixed) {
+              Backend::GemmEpilogue ep;
+              ep.fixed_rows = fixed;
+              dy.backend().gemm_fused(gemm_operand(narrow(dy, 0, r0, n)).strided(), wo.strided(),
+                                      narrow(out, 0, r0, n).strided(), ep);
+            });
   return out;
 }
 
@@ -310,10 +329,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
   Tensor y = empty_on(x, {rows.M, N}, x.dtype());
   {
     const Tensor wt = gemm_operand(weight.mT());
-    over_rows(x, rows.M, batch_items(x), [&](int64_t r0, int64_t n) {
+    over_rows(x, rows.M, batch_items(x), {{K, N}}, [&](int64_t r0, int64_t n, bool fixed) {
       Tensor kb, kr;
       Strided bs, rs;
       Backend::GemmEpilogue ep;
+      ep.fixed_rows = fixed;
       ep.bias = epilogue_view(bias, kb, bs);
       ep.add = epilogue_view(row_slice(r2, r0, n), kr, rs);
       x.backend().gemm_fused(gemm_operand(narrow(x2, 0, r0, n)).strided(), wt.strided(),
@@ -362,11 +382,12 @@ Tensor mlp_as(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor&
   Tensor y = empty_on(x, {M, N}, x.dtype());
   {
     const Tensor w1t = gemm_operand(w1.mT()), w2t = gemm_operand(w2.mT());
-    over_rows(x, M, batch_items(x), [&](int64_t r0, int64_t n) {
+    over_rows(x, M, batch_items(x), {{K, H}, {H, N}}, [&](int64_t r0, int64_t n, bool fixed) {
       Tensor kb1, kb2, kr;
       Strided b1s, b2s, rs;
       const Strided acts = narrow(act, 0, r0, n).strided();
       Backend::GemmEpilogue e1, e2;
+      e1.fixed_rows = e2.fixed_rows = fixed;
       e1.bias = epilogue_view(b1, kb1, b1s);
       e1.gelu_out = &acts;
       e1.act = act_fn;
@@ -389,14 +410,16 @@ Tensor mlp_as(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor&
           const Tensor &x = sx.get(), &w1 = sw1.get(), &w2 = sw2.get(), &pre = spre.get();
           Tensor dpre = empty_on(pre, pre.shape(), pre.dtype());
           const Tensor w2o = gemm_operand(w2);
-          over_rows(pre, pre.size(0), items, [&](int64_t r0, int64_t rn) {
-            const Strided ps = narrow(pre, 0, r0, rn).strided();
-            Backend::GemmEpilogue e;
-            e.gelu_pre = &ps;
-            e.act = act_fn;
-            pre.backend().gemm_fused(gemm_operand(narrow(dy, 0, r0, rn)).strided(), w2o.strided(),
-                                     narrow(dpre, 0, r0, rn).strided(), e);
-          });
+          over_rows(pre, pre.size(0), items, {{w2.size(0), w2.size(1)}},
+                    [&](int64_t r0, int64_t rn, bool fixed) {
+                      const Strided ps = narrow(pre, 0, r0, rn).strided();
+                      Backend::GemmEpilogue e;
+                      e.fixed_rows = fixed;
+                      e.gelu_pre = &ps;
+                      e.act = act_fn;
+                      pre.backend().gemm_fused(gemm_operand(narrow(dy, 0, r0, rn)).strided(),
+                                               w2o.strided(), narrow(dpre, 0, r0, rn).strided(), e);
+                    });
           dpre = no_double_backward(dpre, op_backward, {dy, x, w1, w2});
           if (n[0]) g[0] = rows_matmul(dpre, w1, items);
           std::tie(g[1], g[2]) = weight_bias_grads(dpre, x, n[1], n[2], items);

@@ -27,10 +27,12 @@ class CpuBackend final : public Backend {
   void where(const Strided& cond, const Strided& a, const Strided& b, const Strided& y) override;
   // reduce.cpp
   void reduce(ReduceOp op, const Strided& x, const Strided& y) override;
+  void tree_sum(const Strided& parts) override;
   // gemm.cpp
   void gemm(const Strided& a, const Strided& b, const Strided& c, bool accumulate) override;
   void gemm_fused(const Strided& a, const Strided& b, const Strided& c,
                   const GemmEpilogue& ep) override;
+  bool gemm_fixed_rows(int64_t K, int64_t N, DType dtype) const override;
   // index.cpp
   void index_select(const Strided& x, int dim, const Strided& index, const Strided& y) override;
   void index_add(const Strided& y, int dim, const Strided& index, const Strided& src) override;

@@ -142,11 +142,19 @@ void CpuBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c
       se.ld_pre = ld(ep.gelu_pre);
       se.act = ep.act;
       se.a_row_sums = ep.a_row_sums ? ep.a_row_sums->ptr<float>() : nullptr;
+      if (ep.fixed_rows) {  // (gemm_fixed_rows said yes: own_sgemm_fixed_rows takes it)
+        const bool done =
+            own_sgemm_fixed_rows(M, N, K, a.ptr<float>(), la.ld, la.trans, b.ptr<float>(), lb.ld,
+                                 lb.trans, c.ptr<float>(), N, se);
+        VT_ASSERT(done);
+        return;
+      }
       if (own_sgemm(M, N, K, a.ptr<float>(), la.ld, la.trans, b.ptr<float>(), lb.ld, lb.trans,
                     c.ptr<float>(), N, false, se))
         return;
     }
   }
+  VT_ASSERT(!ep.fixed_rows || (plain && c.numel() == 0));  // (only where gemm_fixed_rows said)
   if (!plain || (!ep.gelu_out && !ep.gelu_pre)) return Backend::gemm_fused(a, b, c, ep);
   // OpenBLAS's product (a CPU without AVX-512, or a shape the own GEMM declines) with the bias,
   // residual and row sums, then the activation's step in one pass over the rows, by the own
@@ -164,6 +172,10 @@ void CpuBackend::gemm_fused(const Strided& a, const Strided& b, const Strided& c
       simd::activation_backward(ep.act, ep.gelu_pre->ptr<float>() + m * ep.gelu_pre->strides[0], cr,
                                 cr, N);
   });
+}
+
+bool CpuBackend::gemm_fixed_rows(int64_t K, int64_t N, DType dtype) const {
+  return dtype == DType::Float32 && own_sgemm_takes_any_rows(N, K);
 }
 
 }  // namespace vitrine::cpu

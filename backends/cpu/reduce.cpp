@@ -150,4 +150,34 @@ void CpuBackend::reduce(ReduceOp op, const Strided& x, const Strided& y) {
   });
 }
 
+namespace {
+/// parts [L, N] -> parts[0] = the pairwise tree sum (Backend::tree_sum), on columns [c0, c1):
+/// each level's adds over the block while its L rows (at most 16 KiB of them) stay in L1.
+template <typename T>
+void tree_sum_block(T* parts, int64_t L, int64_t N, int64_t c0, int64_t c1) {
+  for (int64_t s = 1; s < L; s *= 2)
+    for (int64_t i = 0; i + s < L; i += 2 * s) {
+      T* a = parts + i * N;
+      const T* b = parts + (i + s) * N;
+#pragma omp simd
+      for (int64_t j = c0; j < c1; ++j) a[j] += b[j];
+    }
+}
+}  // namespace
+
+void CpuBackend::tree_sum(const Strided& parts) {
+  VT_ASSERT(parts.shape.size() == 2 && parts.is_contiguous());
+  if (parts.dtype != DType::Float32 && parts.dtype != DType::Float64)
+    return Backend::tree_sum(parts);
+  const int64_t L = parts.shape[0], N = parts.shape[1];
+  dispatch_float(parts.dtype, "tree_sum", [&]<typename T>() {
+    // Blocks of columns whose L rows fill at most 16 KiB.
+    const int64_t block = std::max<int64_t>(16, 16384 / static_cast<int64_t>(sizeof(T) * L));
+    const int64_t blocks = (N + block - 1) / block;
+    parallel_for(blocks, L * block, [&](int64_t k) {
+      tree_sum_block(parts.ptr<T>(), L, N, k * block, std::min(N, (k + 1) * block));
+    });
+  });
+}
+
 }  // namespace vitrine::cpu

@@ -343,8 +343,22 @@ GemmPolicy gemm_policy() {
 namespace {
 bool sgemm_impl(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                 const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
-                const SgemmEpilogue& ep, int64_t min_rows, const int64_t* b_rows = nullptr);
+                const SgemmEpilogue& ep, int64_t min_rows, const int64_t* b_rows = nullptr,
+                bool any_rows = false);
 }  // namespace
+
+bool own_sgemm_takes_any_rows(int64_t N, int64_t K) {
+  const GemmPolicy policy = gemm_policy();
+  return policy != GemmPolicy::Off && N >= 16 && K >= 8 &&
+         (policy == GemmPolicy::All || N * K <= kMaxWeight);
+}
+
+bool own_sgemm_fixed_rows(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+                          bool a_trans, const float* b, int64_t ldb, bool b_trans, float* c,
+                          int64_t ldc, const SgemmEpilogue& ep) {
+  if (!own_sgemm_takes_any_rows(N, K) || ep.a_row_sums != nullptr) return false;
+  return sgemm_impl(M, N, K, a, lda, a_trans, b, ldb, b_trans, c, ldc, false, ep, 1, nullptr, true);
+}
 
 bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
@@ -368,15 +382,17 @@ bool own_sgemm_rows_in_chunk(int64_t M, int64_t N, int64_t K, const float* a, in
 namespace {
 bool sgemm_impl(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool a_trans,
                 const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
-                const SgemmEpilogue& ep, int64_t min_rows, const int64_t* b_rows) {
+                const SgemmEpilogue& ep, int64_t min_rows, const int64_t* b_rows, bool any_rows) {
   const GemmPolicy policy = gemm_policy();
   if (M < min_rows || N < 16 || K < 8 || policy == GemmPolicy::Off) return false;
+  // (any_rows: own_sgemm_takes_any_rows has said yes, on the weight alone.)
   // Made for a weight against many tokens: the weight (N x K in the forward and dx, M x N in
   // dW) up to 2^20 floats, ViT-S/16's largest (1536 x 384) included, where its fused epilogues
   // made ViT-S/16 5% to 10% faster than OpenBLAS on a Zen 4. Square products of 2048 (the
   // benchmark's sgemm peak) stay on OpenBLAS, whose blocking and packing of A are made for them.
   // (Unless OpenBLAS runs fallback kernels here: then every product is taken.)
-  if (policy == GemmPolicy::SmallWeights && std::min(N * K, M * N) > kMaxWeight) return false;
+  if (policy == GemmPolicy::SmallWeights && !any_rows && std::min(N * K, M * N) > kMaxWeight)
+    return false;
   if (ep.a_row_sums != nullptr && !a_trans) return false;  // (summed from a transposed A only)
   const int64_t panels = (N + kNR - 1) / kNR;
   PanelView bv{b, kNR, ldb, b_rows};  // row-major B, read in place (rows from b_rows if given)
@@ -430,6 +446,13 @@ bool own_sgemm_in_chunk(int64_t, int64_t, int64_t, const float*, int64_t, bool, 
 
 bool own_sgemm_rows_in_chunk(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                              const int64_t*, float*, int64_t, bool) {
+  return false;
+}
+
+bool own_sgemm_takes_any_rows(int64_t, int64_t) { return false; }
+
+bool own_sgemm_fixed_rows(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*,
+                          int64_t, bool, float*, int64_t, const SgemmEpilogue&) {
   return false;
 }
 

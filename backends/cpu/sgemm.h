@@ -81,6 +81,20 @@ bool own_sgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, boo
                const float* b, int64_t ldb, bool b_trans, float* c, int64_t ldc, bool accumulate,
                const SgemmEpilogue& ep = {});
 
+/// Whether own_sgemm_fixed_rows takes products [M, K] x [K, N] at every M: this CPU runs the own
+/// GEMM (gemm_policy) and the shape is one it is made for whatever M (N >= 16, K >= 8, and
+/// under SmallWeights a weight N K of at most 2^20 floats).
+bool own_sgemm_takes_any_rows(int64_t N, int64_t K);
+
+/// own_sgemm at any M, one row included, where own_sgemm_takes_any_rows(N, K) (false, having
+/// done nothing, elsewhere). Every element of C is then a sum over k in depth slices of 256,
+/// each a plain sequential sum, by one thread: a row's bits depend on its row of A, on B and on
+/// the epilogue alone, not on M, the thread count or the row's place (batch-invariant mode's
+/// products on a whole batch, Backend::GemmEpilogue::fixed_rows).
+bool own_sgemm_fixed_rows(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+                          bool a_trans, const float* b, int64_t ldb, bool b_trans, float* c,
+                          int64_t ldc, const SgemmEpilogue& ep);
+
 /// own_sgemm for a product inside a parallel loop's chunk (it runs on the calling thread), taking
 /// any number of rows: a convolution's 16 output channels (backends/cpu/conv_batched.cpp), where
 /// there is no OpenBLAS call to prefer. No epilogue. false as own_sgemm's.

@@ -4,6 +4,7 @@
 // strides wider than the rows, accumulation, bias, and the shapes it declines.
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -285,4 +286,65 @@ TEST_CASE(
   ops::sum(ops::linear(x.to(kFloat32), wl, bl) * dy.reshape({4, 50, 384}).to(kFloat32)).backward();
   CHECK(ops::max(ops::abs(wl.grad().to(kFloat64) - dw_ref)).item() < 1e-3);
   CHECK(ops::max(ops::abs(bl.grad().to(kFloat64) - ops::sum(dy, {0}))).item() < 1e-3);
+}
+
+TEST_CASE(
+    "own sgemm, fixed rows: each row the same bits at any M (one row included), on 1 or 2 "
+    "threads, with bias and GELU") {
+  // Batch-invariant mode's products on a whole batch (Backend::GemmEpilogue::fixed_rows): 100
+  // rows at once against each row alone, rows 3..9 as a product of 7, and 1 thread against 2.
+  // N 45 (a short panel), K 300 (two depth slices), B a transposed weight; A row-major and
+  // transposed.
+  const int64_t M = 100, N = 45, K = 300;
+  CHECK_FALSE(cpu::own_sgemm_takes_any_rows(15, K));  // (fewer columns than it is made for)
+  CHECK_FALSE(cpu::own_sgemm_takes_any_rows(N, 7));
+  if (cpu::gemm_policy() == cpu::GemmPolicy::SmallWeights)
+    CHECK_FALSE(cpu::own_sgemm_takes_any_rows(2048, 1024));  // (over 2^20 floats)
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> a(M * K), b(N * K), bias(N);
+  for (float& v : a) v = u(rng);
+  for (float& v : b) v = u(rng);
+  for (float& v : bias) v = u(rng);
+  if (!cpu::own_sgemm_takes_any_rows(N, K)) {  // (no AVX-512, or VITRINE_GEMM=openblas)
+    std::vector<float> c(M * N);
+    CHECK_FALSE(
+        cpu::own_sgemm_fixed_rows(M, N, K, a.data(), K, false, b.data(), K, true, c.data(), N, {}));
+    return;
+  }
+  const auto same_bits = [N](const std::vector<float>& x, const std::vector<float>& y, int64_t m0,
+                             int64_t m1) {
+    return std::memcmp(x.data() + m0 * N, y.data() + m0 * N, (m1 - m0) * N * sizeof(float)) == 0;
+  };
+  for (bool a_trans : {false, true}) {
+    CAPTURE(a_trans);
+    // Row m of A: a[m * K + k], or (transposed) a[k * M + m], the same storage for every call.
+    const auto product = [&](int64_t m0, int64_t rows, std::vector<float>& c,
+                             std::vector<float>& g) {
+      cpu::SgemmEpilogue ep;
+      ep.bias = bias.data();
+      ep.gelu_out = g.data() + m0 * N, ep.ld_gelu = N;
+      const float* am = a_trans ? a.data() + m0 : a.data() + m0 * K;
+      return cpu::own_sgemm_fixed_rows(rows, N, K, am, a_trans ? M : K, a_trans, b.data(), K, true,
+                                       c.data() + m0 * N, N, ep);
+    };
+    std::vector<float> c2(M * N), g2(M * N), c1(M * N), g1(M * N), cr(M * N), gr(M * N), c7(M * N),
+        g7(M * N);
+    {
+      const vt_test::Threads two(2);
+      REQUIRE(product(0, M, c2, g2));
+    }
+    {
+      const vt_test::Threads one(1);
+      REQUIRE(product(0, M, c1, g1));
+      for (int64_t m = 0; m < M; ++m) REQUIRE(product(m, 1, cr, gr));
+      REQUIRE(product(3, 7, c7, g7));
+    }
+    CHECK(same_bits(c1, c2, 0, M));
+    CHECK(same_bits(g1, g2, 0, M));
+    CHECK(same_bits(cr, c2, 0, M));
+    CHECK(same_bits(gr, g2, 0, M));
+    CHECK(same_bits(c7, c2, 3, 10));
+    CHECK(same_bits(g7, g2, 3, 10));
+  }
 }

@@ -48,9 +48,40 @@ std::vector<Tensor> split_sum(const Layer& layer, const Tensor& x, const Tensor&
   return g[0];
 }
 
+/// The forward of images [b0, b0 + n) of x (no graph).
+Tensor forward(const Layer& layer, const Tensor& x, int64_t b0, int64_t n) {
+  NoGradGuard no_grad;
+  return layer.forward(ops::narrow(x, 0, b0, n).contiguous());
+}
+
+/// The gradient at images [b0, b0 + n) of x, from dy's rows.
+Tensor input_grad(const Layer& layer, const Tensor& x, const Tensor& dy, int64_t b0, int64_t n) {
+  const Tensor xi = ops::narrow(x, 0, b0, n).contiguous().requires_grad_(true);
+  layer.forward(xi).backward(ops::narrow(dy, 0, b0, n).contiguous());
+  return xi.grad();
+}
+
 void check_layer(const char* name, const Layer& layer, const Tensor& x, const Tensor& dy) {
   INFO(name);
   const int64_t B = x.size(0);
+  {  // the forward: each image the same bits on 1 or 2 threads and in a batch of 8 of them
+    set_num_threads(1);
+    const Tensor y1 = forward(layer, x, 0, B);
+    set_num_threads(2);
+    const Tensor y2 = forward(layer, x, 0, B);
+    const Tensor part = forward(layer, x, 8, 8);
+    CHECK(same_bits(y1, y2));
+    CHECK(same_bits(ops::narrow(y2, 0, 8, 8), part));
+  }
+  {  // the input gradient, the same way
+    set_num_threads(1);
+    const Tensor dx1 = input_grad(layer, x, dy, 0, B);
+    set_num_threads(2);
+    const Tensor dx2 = input_grad(layer, x, dy, 0, B);
+    const Tensor part = input_grad(layer, x, dy, 8, 8);
+    CHECK(same_bits(dx1, dx2));
+    CHECK(same_bits(ops::narrow(dx2, 0, 8, 8), part));
+  }
   set_num_threads(1);
   const std::vector<Tensor> one = grads(layer, x, dy, 0, B);
   set_num_threads(2);
@@ -83,6 +114,30 @@ Tensor data(const Dims& shape, uint64_t seed) {
 
 }  // namespace
 
+TEST_CASE("tree_sum: the CPU's pass over blocks of columns gives the level-by-level adds' bits") {
+  // Backend::tree_sum's default (one binary Add per level) against the CPU's kernel, and both
+  // against the tree written out: ((p0 + p1) + (p2 + p3)) + ..., an odd last partial going up.
+  for (DType dt : {kFloat32, kFloat64})
+    for (int64_t L : {1, 2, 3, 5, 8, 13, 16, 17})
+      for (int64_t N : {1, 37, 5000}) {
+        INFO(dtype_name(dt) << " L " << L << " N " << N);
+        const Tensor parts = ops::to_dtype(data({L, N}, 40 + L), dt);
+        Tensor cpu = parts.clone(), base = parts.clone();
+        cpu.backend().tree_sum(cpu.strided());
+        base.backend().Backend::tree_sum(base.strided());
+        CHECK(same_bits(ops::narrow(cpu, 0, 0, 1), ops::narrow(base, 0, 0, 1)));
+        std::vector<Tensor> level;
+        for (int64_t i = 0; i < L; ++i) level.push_back(ops::narrow(parts, 0, i, 1));
+        while (level.size() > 1) {
+          std::vector<Tensor> up;
+          for (size_t i = 0; i < level.size(); i += 2)
+            up.push_back(i + 1 < level.size() ? ops::add(level[i], level[i + 1]) : level[i]);
+          level = up;
+        }
+        CHECK(same_bits(ops::narrow(cpu, 0, 0, 1), level[0]));
+      }
+}
+
 TEST_CASE(
     "batch tree: parameter gradients are the same bits on 1 and 2 threads, and for the "
     "batch in halves or quarters added pairwise") {
@@ -110,6 +165,14 @@ TEST_CASE(
                      }};
     check_layer("conv2d 3x3, 8 -> 16 channels, 14x14", conv, data({32, 8, 14, 14}, 12),
                 data({32, 16, 14, 14}, 13));
+  }
+  {
+    // fc1, GELU and fc2 (the fused MLP: on AVX-512 both products run on the whole batch).
+    const Tensor w1 = param({40, 24}, 21), b1 = param({40}, 22), w2 = param({17, 40}, 23),
+                 b2 = param({17}, 24);
+    const Layer mlp{{w1, b1, w2, b2},
+                    [&](const Tensor& x) { return ops::mlp_gelu(x, w1, b1, w2, b2); }};
+    check_layer("mlp_gelu, x [32, 5, 24]", mlp, data({32, 5, 24}, 25), data({32, 5, 17}, 26));
   }
   {
     const Tensor w = param({12}, 14), b = param({12}, 15);
