@@ -3,7 +3,9 @@
 # ResNet-8 and the default ViT at batch 128 on 2 threads (vitrine-bench --what train), alternating
 # in each round: a base build's default path (another commit, built in a worktree), this build's
 # default path, and this build with VITRINE_BATCH_TREE=1. Prints each run, then the medians and
-# the mode's ratios to both defaults, then lscpu. Run it with nothing else on the machine.
+# the mode's ratios to both defaults (the ratio of the medians, and the median of the rounds'
+# ratios: each round's three runs are side by side, so the machine's slower drifts cancel in it),
+# then lscpu. Run it with nothing else on the machine.
 #   bench/batch_invariance_cost.sh BASE_BUILD [BUILD = build] [ROUNDS = 5]
 set -eu
 BASE=$1
@@ -29,13 +31,17 @@ for round in $(seq "$ROUNDS"); do
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (v[int((NR + 1) / 2)] + v[int(NR / 2) + 1]) / 2 }'; }
 echo
-echo "| model | base default | this default | this, mode on | mode / base | mode / default |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+# The rounds' ratios a / b of two labels' lists, one a line.
+ratios() { paste -d' ' <(echo "$1" | tr ' ' '\n' | grep -v '^$') <(echo "$2" | tr ' ' '\n' | grep -v '^$') | awk '{ print $1 / $2 }'; }
+echo "| model | base default | this default | this, mode on | mode / base | mode / default | rounds' mode / base | rounds' mode / default |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for model in resnet8 configs/fashion_mnist.json; do
   b=$(echo "${rates[base $model]}" | median)
   d=$(echo "${rates[default $model]}" | median)
   m=$(echo "${rates[mode $model]}" | median)
-  echo "| $model | $b | $d | $m | $(echo "scale=3; $m / $b" | bc) | $(echo "scale=3; $m / $d" | bc) |"
+  rb=$(ratios "${rates[mode $model]}" "${rates[base $model]}" | median)
+  rd=$(ratios "${rates[mode $model]}" "${rates[default $model]}" | median)
+  echo "| $model | $b | $d | $m | $(echo "scale=3; $m / $b" | bc) | $(echo "scale=3; $m / $d" | bc) | $(printf %.3f "$rb") | $(printf %.3f "$rd") |"
 done
 echo
 lscpu

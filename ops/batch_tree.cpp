@@ -56,20 +56,41 @@ std::vector<Tensor> batch_tree_sum(
     bool zeroed) {
   NoGradGuard no_grad;
   const int64_t L = (n + kBatchLeaf - 1) / kBatchLeaf;
-  std::vector<Tensor> all;
+  std::vector<Tensor> all;  // [L, shape] each: the leaves' partials, then the tree's nodes
   for (const Dims& s : shapes) {
     Dims ls = s;
     ls.insert(0, L);
     all.push_back(zeroed ? zeros(ls, dtype, like.device()) : empty_on(like, ls, dtype));
   }
+  // The tree's nodes are added as soon as both children are done, by the thread that finished
+  // the second one (its partial still in that core's cache), not in a pass of their own after
+  // the leaves: node (i, s) = node (i, s/2) + node (i + s, s/2), for i a multiple of 2s with
+  // i + s < L, kept in partial i (Backend::tree_sum's adds, in its order). arrived[level L + i]
+  // counts the children of node (i, 2^level) that are done.
+  int levels = 0;
+  while ((int64_t{1} << levels) < L) ++levels;
+  std::vector<std::atomic<int>> arrived(static_cast<size_t>(levels * L));
+  Backend& be = like.backend();
+  const auto row = [&](const Tensor& t, int64_t i) { return narrow(t, 0, i, 1).strided(); };
   for_each_leaf(n, [&](int64_t begin, int64_t count) {
+    int64_t l = begin / kBatchLeaf;
     std::vector<Tensor> parts;
     for (size_t i = 0; i < shapes.size(); ++i)
-      parts.push_back(narrow(all[i], 0, begin / kBatchLeaf, 1).reshape(shapes[i]));
+      parts.push_back(narrow(all[i], 0, l, 1).reshape(shapes[i]));
     leaf(begin, count, parts);
+    for (int level = 0; level < levels; ++level) {  // up the tree from leaf l
+      const int64_t s = int64_t{1} << level, node = l & ~(2 * s - 1);
+      if (node + s < L) {  // two children: the first done leaves the add to the second
+        if (arrived[level * L + node].fetch_add(1, std::memory_order_acq_rel) == 0) return;
+        for (const Tensor& t : all)
+          be.binary(BinaryOp::Add, row(t, node), row(t, node + s), row(t, node));
+      }
+      l = node;
+    }
   });
   std::vector<Tensor> out;
-  for (Tensor& t : all) out.push_back(tree_sum_partials(t));
+  for (size_t i = 0; i < shapes.size(); ++i)
+    out.push_back(narrow(all[i], 0, 0, 1).reshape(shapes[i]));
   return out;
 }
 

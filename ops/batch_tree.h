@@ -39,8 +39,9 @@ void for_each_leaf(int64_t n, const std::function<void(int64_t begin, int64_t co
 
 /// The tree sum of one or more results: leaf(begin, count, parts) writes the partials of entries
 /// [begin, begin + count) into parts (one tensor per result, of shapes[i] and dtype, zeroed
-/// first unless `zeroed` is false: a leaf that overwrites every element), then the partials are
-/// added in the tree. Returns the sums, one per shape.
+/// first unless `zeroed` is false: a leaf that overwrites every element), and the partials are
+/// added in the tree, each node as soon as both its children are done (by the thread that
+/// finished the second). Returns the sums, one per shape.
 std::vector<Tensor> batch_tree_sum(
     const Tensor& like, int64_t n, const std::vector<Dims>& shapes, DType dtype,
     const std::function<void(int64_t begin, int64_t count, std::vector<Tensor>& parts)>& leaf,

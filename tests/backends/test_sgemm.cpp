@@ -312,7 +312,7 @@ TEST_CASE(
         cpu::own_sgemm_fixed_rows(M, N, K, a.data(), K, false, b.data(), K, true, c.data(), N, {}));
     return;
   }
-  const auto same_bits = [N](const std::vector<float>& x, const std::vector<float>& y, int64_t m0,
+  const auto same_bits = [&](const std::vector<float>& x, const std::vector<float>& y, int64_t m0,
                              int64_t m1) {
     return std::memcmp(x.data() + m0 * N, y.data() + m0 * N, (m1 - m0) * N * sizeof(float)) == 0;
   };
