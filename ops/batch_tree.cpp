@@ -52,15 +52,14 @@ Tensor tree_sum_partials(Tensor parts) {
 
 std::vector<Tensor> batch_tree_sum(
     const Tensor& like, int64_t n, const std::vector<Dims>& shapes, DType dtype,
-    const std::function<void(int64_t begin, int64_t count, std::vector<Tensor>& parts)>& leaf,
-    bool zeroed) {
+    const std::function<void(int64_t begin, int64_t count, std::vector<Tensor>& parts)>& leaf) {
   NoGradGuard no_grad;
   const int64_t L = (n + kBatchLeaf - 1) / kBatchLeaf;
   std::vector<Tensor> all;  // [L, shape] each: the leaves' partials, then the tree's nodes
   for (const Dims& s : shapes) {
     Dims ls = s;
     ls.insert(0, L);
-    all.push_back(zeroed ? zeros(ls, dtype, like.device()) : empty_on(like, ls, dtype));
+    all.push_back(empty_on(like, ls, dtype));  // (each leaf writes all of its partials)
   }
   // The tree's nodes are added as soon as both children are done, by the thread that finished
   // the second one (its partial still in that core's cache), not in a pass of their own after

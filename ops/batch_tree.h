@@ -37,15 +37,14 @@ inline bool use_batch_tree(const Tensor& like, int64_t n) { return n > 0 && batc
 /// count and wherever the image sits in a batch whose leaves are aligned.
 void for_each_leaf(int64_t n, const std::function<void(int64_t begin, int64_t count)>& f);
 
-/// The tree sum of one or more results: leaf(begin, count, parts) writes the partials of entries
-/// [begin, begin + count) into parts (one tensor per result, of shapes[i] and dtype, zeroed
-/// first unless `zeroed` is false: a leaf that overwrites every element), and the partials are
-/// added in the tree, each node as soon as both its children are done (by the thread that
-/// finished the second). Returns the sums, one per shape.
+/// The tree sum of one or more results: leaf(begin, count, parts) writes every element of the
+/// partials of entries [begin, begin + count) into parts (one tensor per result, of shapes[i] and
+/// dtype; they start uninitialised), and the partials are added in the tree, each node as soon
+/// as both its children are done (by the thread that finished the second). Returns the sums,
+/// one per shape.
 std::vector<Tensor> batch_tree_sum(
     const Tensor& like, int64_t n, const std::vector<Dims>& shapes, DType dtype,
-    const std::function<void(int64_t begin, int64_t count, std::vector<Tensor>& parts)>& leaf,
-    bool zeroed = true);
+    const std::function<void(int64_t begin, int64_t count, std::vector<Tensor>& parts)>& leaf);
 
 /// Adds partials [L, ...] (dim 0: the leaves, in order) in the pairwise tree; returns the sum
 /// (parts[0] afterwards).

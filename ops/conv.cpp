@@ -167,7 +167,7 @@ void conv2d_grads_into(const Tensor& dy, const Tensor& x, const Tensor& wc, cons
 /// The gradients of conv2d (see the file comment); dx and dW are fused kernels, so a second
 /// derivative through them is refused; db is a sum, so it differentiates again. dW sums over the
 /// images in the batch's fixed tree (ops/batch_tree.h): the kernels run on each leaf of images
-/// alone, and dx on the whole batch.
+/// alone, dx beside dW.
 Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, const Tensor& w,
                       const ConvGeometry& g, bool has_bias, bool depthwise) {
   const int64_t B = x.size(0);
@@ -179,13 +179,17 @@ Grads conv2d_backward(const Tensor& dy_in, const Needs& needs, const Tensor& x, 
   const Tensor wc = w.contiguous();      // [Cout, K]
   Tensor dx = needs[0] ? empty_on(x, x.shape(), dt) : Tensor(), dw;
   if (use_batch_tree(x, B)) {
+    // Each leaf's dx beside its partial of dW, in one call (one pass over the leaves).
+    const auto leaf_dx = [&](int64_t begin, int64_t count) {
+      return needs[0] ? narrow(dx, 0, begin, count) : Tensor();
+    };
     if (needs[1])
       dw = batch_tree_sum(
           x, B, {w.shape()}, dt, [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
             conv2d_grads_into(narrow(dy, 0, begin, count), narrow(x, 0, begin, count), wc, g,
-                              depthwise, Tensor(), parts[0]);
+                              depthwise, leaf_dx(begin, count), parts[0]);
           })[0];
-    if (needs[0])
+    else
       for_each_leaf(B, [&](int64_t begin, int64_t count) {
         conv2d_grads_into(narrow(dy, 0, begin, count), narrow(x, 0, begin, count), wc, g, depthwise,
                           narrow(dx, 0, begin, count), Tensor());

@@ -99,14 +99,12 @@ std::pair<Tensor, Tensor> weight_bias_grads(const Tensor& dy, const Tensor& x, b
   const int64_t per = M / items, N = dy.size(1), K = x.size(1);
   std::vector<Dims> shapes = {Dims{N, K}};
   if (need_b) shapes.push_back(Dims{N});
-  const auto sums = batch_tree_sum(
-      x, items, shapes, x.dtype(),
-      [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
-        weight_bias_grads_into(narrow(dy, 0, begin * per, count * per),
-                               narrow(x, 0, begin * per, count * per), parts[0],
-                               need_b ? parts[1] : Tensor());
-      },
-      false);  // (the product writes every element of dW and db)
+  const auto sums = batch_tree_sum(x, items, shapes, x.dtype(),
+                                   [&](int64_t begin, int64_t count, std::vector<Tensor>& parts) {
+                                     weight_bias_grads_into(narrow(dy, 0, begin * per, count * per),
+                                                            narrow(x, 0, begin * per, count * per),
+                                                            parts[0], need_b ? parts[1] : Tensor());
+                                   });
   return {sums[0], need_b ? sums[1] : Tensor()};
 }
 

@@ -162,8 +162,7 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
                                  : Strided(),
                     dw.defined() ? part(0) : Strided(),
                     db.defined() ? part(dw.defined() ? 1 : 0) : Strided());
-              },
-              false);  // (the kernel writes dw and db, not adds to them)
+              });
           if (dw.defined()) dw = sums[0];
           if (db.defined()) db = sums[dw.defined() ? 1 : 0];
         } else {
